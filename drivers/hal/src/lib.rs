@@ -1,0 +1,106 @@
+//! Hardware abstraction for the NIC drivers.
+//!
+//! Three things stand between a driver and a machine:
+//! - [`RegisterIo`]: 32/64-bit accesses to a BAR by offset. Real backends map the BAR and use
+//!   volatile accesses; the in-process emulator backend hands the access to the device model.
+//!   No Rust reference to MMIO is ever formed.
+//! - [`DmaAllocator`] and the RAII [`DmaBuf`]: zeroed memory the device can reach, known by a
+//!   CPU address (`va`) and a device address (`iova`). The buffer is unmapped and freed on drop.
+//! - [`Platform`]: a relax hook for poll loops (where an inline emulator makes progress) and a
+//!   monotonic clock for timeouts.
+//!
+//! and the named barriers of [`barrier`], which follow rdma-core's `udma_barrier.h`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use nic_hal::{DmaAllocator, DmaBuf, HeapDma};
+//! let dma: Arc<dyn DmaAllocator> = HeapDma::new(0x1000_0000);
+//! let buf = DmaBuf::new(&dma, 4096, 4096).unwrap();
+//! assert_eq!(buf.iova() % 4096, 0);
+//! buf.write_be32(8, 0xdead_beef).unwrap();
+//! assert_eq!(buf.read_be32(8).unwrap(), 0xdead_beef);
+//! ```
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+pub mod barrier;
+mod dma;
+mod heap;
+
+pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
+pub use heap::HeapDma;
+
+/// Access to one device BAR by byte offset.
+///
+/// Values are passed as the CPU would load or store them (native order): a driver for a
+/// big-endian device converts with `to_be`/`from_be` itself, exactly as with a volatile access
+/// to a mapped BAR.
+///
+/// Implementations must tolerate any offset: an access outside the BAR reads as all ones and
+/// drops writes (what a PCI master abort gives), it never faults.
+pub trait RegisterIo {
+    /// Reads the 32-bit register at `offset`.
+    fn read32(&self, offset: usize) -> u32;
+    /// Writes the 32-bit register at `offset`.
+    fn write32(&self, offset: usize, value: u32);
+    /// Writes 64 bits at `offset` as one access where the platform can (doorbells).
+    fn write64(&self, offset: usize, value: u64);
+    /// Copies `data` to the register window at `offset` with 64-byte stores where possible
+    /// (BlueFlame). The default writes it as 64-bit words.
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        for (i, c) in data.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write64(offset + i * 8, u64::from_ne_bytes(w));
+        }
+    }
+}
+
+/// The platform services a polling driver needs.
+pub trait Platform {
+    /// Called in every poll loop iteration: a spin hint on hardware; with an inline emulator it
+    /// runs the device.
+    fn relax(&self);
+    /// Monotonic time in nanoseconds, for timeouts.
+    fn now_ns(&self) -> u64;
+}
+
+impl<T: RegisterIo + ?Sized> RegisterIo for &T {
+    fn read32(&self, offset: usize) -> u32 {
+        (**self).read32(offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        (**self).write32(offset, value)
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        (**self).write64(offset, value)
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        (**self).write_block(offset, data)
+    }
+}
+
+impl<T: RegisterIo + ?Sized> RegisterIo for alloc::sync::Arc<T> {
+    fn read32(&self, offset: usize) -> u32 {
+        (**self).read32(offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        (**self).write32(offset, value)
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        (**self).write64(offset, value)
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        (**self).write_block(offset, data)
+    }
+}
+
+impl<T: Platform + ?Sized> Platform for alloc::sync::Arc<T> {
+    fn relax(&self) {
+        (**self).relax()
+    }
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
+    }
+}

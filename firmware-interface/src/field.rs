@@ -1,0 +1,236 @@
+//! PRM field descriptors.
+//!
+//! `mlx5_ifc.h` describes every command message and context as a run of bit fields whose
+//! position is a bit offset counted from the most significant bit of byte 0. A [`Field`] is
+//! exactly that pair (bit offset, width), so a table in `spec/mlx5.md` ("dw@0x8 \[23:0\]") maps
+//! to one constant: `Field::dw(0x8, 23, 0)`. Values are big-endian in the buffer.
+//!
+//! Accessors never panic: a field that does not lie inside the buffer reads as `None` from the
+//! `try_` accessors (and as 0 from the plain ones) and is not written.
+
+/// One field of a PRM layout: `bit_off` counts from the MSB of byte 0, `width` in bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Field {
+    /// Bit offset from the most significant bit of byte 0 (the `mlx5_ifc.h` convention).
+    pub bit_off: u32,
+    /// Width in bits.
+    pub width: u32,
+}
+
+impl Field {
+    /// The field occupying bits `hi..=lo` of the big-endian dword at byte offset `byte`
+    /// (the spec's "dw@byte \[hi:lo\]").
+    pub const fn dw(byte: usize, hi: u32, lo: u32) -> Field {
+        assert!(byte % 4 == 0 && hi < 32 && lo <= hi);
+        Field {
+            bit_off: byte as u32 * 8 + (31 - hi),
+            width: hi - lo + 1,
+        }
+    }
+
+    /// A field of whole bytes `byte..byte+len` (a 32- or 64-bit word, an address, a GID, an
+    /// embedded context or a byte array).
+    pub const fn bytes(byte: usize, len: usize) -> Field {
+        Field {
+            bit_off: byte as u32 * 8,
+            width: len as u32 * 8,
+        }
+    }
+
+    /// The same field moved `base` bytes further: a field of a context embedded at `base`.
+    pub const fn at(self, base: usize) -> Field {
+        Field {
+            bit_off: self.bit_off + base as u32 * 8,
+            width: self.width,
+        }
+    }
+
+    /// Byte offset of the first byte holding the field.
+    pub const fn byte_off(self) -> usize {
+        (self.bit_off / 8) as usize
+    }
+
+    /// One past the last byte holding the field.
+    pub const fn end(self) -> usize {
+        (self.bit_off + self.width).div_ceil(8) as usize
+    }
+
+    /// Dword byte offset and `(hi, lo)` bit range, for fields of at most 32 bits that do not
+    /// cross a dword; `None` otherwise.
+    pub const fn dword_bits(self) -> Option<(usize, u32, u32)> {
+        let dw = self.bit_off / 32;
+        let first = self.bit_off % 32;
+        if self.width == 0 || self.width > 32 || first + self.width > 32 {
+            return None;
+        }
+        let hi = 31 - first;
+        let lo = hi + 1 - self.width;
+        Some((dw as usize * 4, hi, lo))
+    }
+
+    const fn mask(self) -> u32 {
+        if self.width >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.width) - 1
+        }
+    }
+
+    /// Reads a field of at most 32 bits.
+    pub fn try_get(self, buf: &[u8]) -> Option<u32> {
+        let (dw, _hi, lo) = self.dword_bits()?;
+        let word = buf.get(dw..dw + 4)?;
+        let v = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        Some((v >> lo) & self.mask())
+    }
+
+    /// Reads a field of at most 32 bits; 0 when it is not inside `buf`.
+    pub fn get(self, buf: &[u8]) -> u32 {
+        self.try_get(buf).unwrap_or(0)
+    }
+
+    /// Writes a field of at most 32 bits (the value is masked to the width). Returns `false`
+    /// and writes nothing when the field is not inside `buf`.
+    pub fn set(self, buf: &mut [u8], value: u32) -> bool {
+        let Some((dw, _hi, lo)) = self.dword_bits() else {
+            return false;
+        };
+        let Some(word) = buf.get_mut(dw..dw + 4) else {
+            return false;
+        };
+        let old = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        let mask = self.mask() << lo;
+        let new = (old & !mask) | ((value << lo) & mask);
+        word.copy_from_slice(&new.to_be_bytes());
+        true
+    }
+
+    /// Reads a 64-bit byte-aligned field (an address, a length, a 64-bit mask).
+    pub fn try_get64(self, buf: &[u8]) -> Option<u64> {
+        if self.width != 64 || self.bit_off % 8 != 0 {
+            return None;
+        }
+        let b = buf.get(self.byte_off()..self.byte_off() + 8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some(u64::from_be_bytes(a))
+    }
+
+    /// Reads a 64-bit field; 0 when it is not inside `buf`.
+    pub fn get64(self, buf: &[u8]) -> u64 {
+        self.try_get64(buf).unwrap_or(0)
+    }
+
+    /// Writes a 64-bit byte-aligned field. Returns `false` and writes nothing when it does not fit.
+    pub fn set64(self, buf: &mut [u8], value: u64) -> bool {
+        if self.width != 64 || self.bit_off % 8 != 0 {
+            return false;
+        }
+        let off = self.byte_off();
+        match buf.get_mut(off..off + 8) {
+            Some(b) => {
+                b.copy_from_slice(&value.to_be_bytes());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The bytes holding a byte-aligned field (an embedded context, a GID, a MAC).
+    pub fn slice(self, buf: &[u8]) -> Option<&[u8]> {
+        if self.bit_off % 8 != 0 || self.width % 8 != 0 {
+            return None;
+        }
+        buf.get(self.byte_off()..self.end())
+    }
+
+    /// Mutable bytes of a byte-aligned field.
+    pub fn slice_mut(self, buf: &mut [u8]) -> Option<&mut [u8]> {
+        if self.bit_off % 8 != 0 || self.width % 8 != 0 {
+            return None;
+        }
+        let (a, b) = (self.byte_off(), self.end());
+        buf.get_mut(a..b)
+    }
+}
+
+macro_rules! be_type {
+    ($name:ident, $ty:ty, $n:expr) => {
+        #[doc = concat!("A big-endian `", stringify!($ty), "` stored as bytes (alignment 1), as the device lays it out.")]
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+        pub struct $name(pub [u8; $n]);
+
+        impl $name {
+            /// Stores a host value in big-endian order.
+            pub const fn new(v: $ty) -> Self {
+                $name(v.to_be_bytes())
+            }
+            /// The host value.
+            pub const fn get(self) -> $ty {
+                <$ty>::from_be_bytes(self.0)
+            }
+            /// Replaces the value.
+            pub fn set(&mut self, v: $ty) {
+                self.0 = v.to_be_bytes();
+            }
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "{:#x}", self.get())
+            }
+        }
+    };
+}
+
+be_type!(Be16, u16, 2);
+be_type!(Be32, u32, 4);
+be_type!(Be64, u64, 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dw_matches_ifc_bit_offsets() {
+        // create_cq_out.cqn: dw@0x8 [23:0] is bit offset 0x48, width 24 in mlx5_ifc.h
+        let f = Field::dw(0x8, 23, 0);
+        assert_eq!((f.bit_off, f.width), (0x48, 24));
+        assert_eq!(f.byte_off(), 0x9);
+        assert_eq!(f.dword_bits(), Some((0x8, 23, 0)));
+    }
+
+    #[test]
+    fn get_set_roundtrip_and_masking() {
+        let mut b = [0u8; 16];
+        let f = Field::dw(0x4, 15, 0);
+        assert!(f.set(&mut b, 0x1_2345));
+        assert_eq!(&b[4..8], &[0, 0, 0x23, 0x45]);
+        assert_eq!(f.get(&b), 0x2345);
+        let g = Field::dw(0x4, 31, 16);
+        g.set(&mut b, 0xabcd);
+        assert_eq!(f.get(&b), 0x2345);
+        assert_eq!(g.get(&b), 0xabcd);
+    }
+
+    #[test]
+    fn out_of_range_is_not_a_panic() {
+        let mut b = [0u8; 8];
+        let f = Field::dw(0x8, 31, 0);
+        assert_eq!(f.try_get(&b), None);
+        assert!(!f.set(&mut b, 1));
+        assert!(!Field::bytes(4, 8).set64(&mut b, 1));
+        assert_eq!(Field::bytes(8, 16).slice(&b), None);
+    }
+
+    #[test]
+    fn sixty_four_bit_fields() {
+        let mut b = [0u8; 16];
+        let f = Field::bytes(8, 8);
+        assert!(f.set64(&mut b, 0x0102_0304_0506_0708));
+        assert_eq!(b[8], 1);
+        assert_eq!(f.get64(&b), 0x0102_0304_0506_0708);
+        assert_eq!(Be64::new(5).get(), 5);
+    }
+}

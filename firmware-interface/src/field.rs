@@ -21,7 +21,7 @@ impl Field {
     /// The field occupying bits `hi..=lo` of the big-endian dword at byte offset `byte`
     /// (the spec's "dw@byte \[hi:lo\]").
     pub const fn dw(byte: usize, hi: u32, lo: u32) -> Field {
-        assert!(byte % 4 == 0 && hi < 32 && lo <= hi);
+        assert!(byte.is_multiple_of(4) && hi < 32 && lo <= hi);
         Field {
             bit_off: byte as u32 * 8 + (31 - hi),
             width: hi - lo + 1,
@@ -107,7 +107,7 @@ impl Field {
 
     /// Reads a 64-bit byte-aligned field (an address, a length, a 64-bit mask).
     pub fn try_get64(self, buf: &[u8]) -> Option<u64> {
-        if self.width != 64 || self.bit_off % 8 != 0 {
+        if self.width != 64 || !self.bit_off.is_multiple_of(8) {
             return None;
         }
         let b = buf.get(self.byte_off()..self.byte_off() + 8)?;
@@ -123,7 +123,7 @@ impl Field {
 
     /// Writes a 64-bit byte-aligned field. Returns `false` and writes nothing when it does not fit.
     pub fn set64(self, buf: &mut [u8], value: u64) -> bool {
-        if self.width != 64 || self.bit_off % 8 != 0 {
+        if self.width != 64 || !self.bit_off.is_multiple_of(8) {
             return false;
         }
         let off = self.byte_off();
@@ -138,7 +138,7 @@ impl Field {
 
     /// The bytes holding a byte-aligned field (an embedded context, a GID, a MAC).
     pub fn slice(self, buf: &[u8]) -> Option<&[u8]> {
-        if self.bit_off % 8 != 0 || self.width % 8 != 0 {
+        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
             return None;
         }
         buf.get(self.byte_off()..self.end())
@@ -146,7 +146,7 @@ impl Field {
 
     /// Mutable bytes of a byte-aligned field.
     pub fn slice_mut(self, buf: &mut [u8]) -> Option<&mut [u8]> {
-        if self.bit_off % 8 != 0 || self.width % 8 != 0 {
+        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
             return None;
         }
         let (a, b) = (self.byte_off(), self.end());

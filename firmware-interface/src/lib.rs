@@ -6,6 +6,16 @@
 //! (CQEs, EQEs, WQE segments, command entries, mailbox blocks) are `#[repr(C)]` structs of
 //! big-endian words. All values are big-endian on the wire and in memory.
 //!
+//! Module map (spec section in brackets):
+//! * [`init_seg`] — BAR0 initialization segment and health buffer (§1)
+//! * [`cmd`], [`mbox_in`], [`mbox_out`], [`cmd_status`], [`delivery_status`] — the command
+//!   interface (§2)
+//! * [`opcode`], [`op_mod`], [`cmds`] — command opcodes and per-command layouts (§3)
+//! * [`ctx`] — capability pages and object contexts (§3.4, §5)
+//! * [`uar`], [`dbr`] — UAR pages and doorbell records (§6, §7)
+//! * [`wqe`], [`cqe`], [`eqe`] — ring entries (§8–§10)
+//! * [`pci`] — PCI identification (§11)
+//!
 //! ```
 //! use firmware_interface::{cmds::create_cq_out, opcode};
 //! let mut out = [0u8; create_cq_out::SIZE];
@@ -15,6 +25,24 @@
 //! ```
 #![no_std]
 
+#[macro_use]
+mod macros;
+
 pub mod field;
 
+pub mod cmd;
+pub mod cmds;
+pub mod cqe;
+pub mod ctx;
+pub mod eqe;
+pub mod init_seg;
+pub mod opcode;
+pub mod pci;
+pub mod status;
+pub mod uar;
+pub mod wqe;
+
+pub use cmd::{mbox_in, mbox_out};
 pub use field::{Be16, Be32, Be64, Field};
+pub use status::{cmd_status, delivery_status, op_mod};
+pub use uar::dbr;

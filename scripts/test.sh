@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's test command (README's second command). Installs what the tests need when it is
+# missing, then runs the format, lint, no_std and test checks. Used by .ci/run as is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
+command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "missing packages: ${need_apt[*]} (run as root or install them)" >&2
+        exit 1
+    fi
+fi
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== no_std check (freestanding staticlib linking every no_std crate)"
+cargo build --manifest-path ci/nostd-check/Cargo.toml --quiet
+echo "== cargo test"
+cargo test --workspace 2>&1 | tee target/test-output.txt

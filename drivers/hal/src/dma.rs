@@ -81,8 +81,8 @@ impl DmaBuf {
         }
         let region = alloc.allocate(len, align)?;
         if region.len < len
-            || region.iova % align as u64 != 0
-            || (region.va.as_ptr() as usize) % align != 0
+            || !region.iova.is_multiple_of(align as u64)
+            || !(region.va.as_ptr() as usize).is_multiple_of(align)
         {
             // SAFETY: the region came from this allocator and was never used.
             unsafe { alloc.deallocate(region) };
@@ -199,7 +199,7 @@ impl DmaBuf {
     /// The 4-byte-aligned word at `off` as an atomic (doorbell records, shared counters).
     pub fn atomic_u32(&self, off: usize) -> Result<&AtomicU32, DmaError> {
         let p = self.check(off, 4)?;
-        if (p as usize) % 4 != 0 {
+        if !(p as usize).is_multiple_of(4) {
             return Err(DmaError::OutOfBounds);
         }
         // SAFETY: in bounds, aligned, lives as long as `self`; AtomicU32 tolerates concurrent

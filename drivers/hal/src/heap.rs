@@ -92,10 +92,10 @@ unsafe impl DmaAllocator for HeapDma {
         let align = align.max(64);
         let layout = Layout::from_size_align(len, align).map_err(|_| DmaError::InvalidRequest)?;
         let mut st = self.state.lock();
-        if let Some(limit) = st.limit {
-            if st.live_bytes + len > limit {
-                return Err(DmaError::NoMemory);
-            }
+        if let Some(limit) = st.limit
+            && st.live_bytes + len > limit
+        {
+            return Err(DmaError::NoMemory);
         }
         // SAFETY: layout has non-zero size.
         let p = unsafe { alloc_zeroed(layout) };

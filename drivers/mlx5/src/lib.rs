@@ -1,1 +1,147 @@
-//! (in progress)
+//! Driver for NVIDIA ConnectX (mlx5) NICs, for programs without a kernel RDMA stack.
+//!
+//! It brings a device up through the firmware command interface (polling mode), creates and
+//! destroys the objects the verbs layer needs (UAR, EQ, CQ, PD, transport domain, mkey, QP),
+//! moves QPs through their states and tears the device down again. It touches the device only
+//! through the [`nic_hal`] traits: [`RegisterIo`](nic_hal::RegisterIo) for BAR0,
+//! [`DmaAllocator`](nic_hal::DmaAllocator) for memory the device reads and writes, and
+//! [`Platform`](nic_hal::Platform) for the clock and the poll-loop hook.
+//!
+//! **The device is not trusted.** Every value read from a command output, an event or a
+//! register is checked before use (object numbers against 24 bits and the capabilities, UAR
+//! indexes against the BAR, page counts against [`Config::max_fw_pages`], returned page
+//! addresses against the pages given, EQE ownership and types). A bad value is an
+//! [`Error::BadOutput`], never a panic or an out-of-bounds access. DMA memory the device may
+//! still use is never handed back to the allocator: an object dropped without its destroy
+//! command, or whose destroy failed, leaks its rings on purpose.
+//!
+//! Bring-up follows rdma-core's `mlx5_vfio.c` (spec §4.2): see [`Device::probe`]; teardown runs
+//! in reverse, see [`Device::shutdown`].
+//!
+//! ```
+//! // Which PCI functions this driver binds to: real ConnectX/BlueField functions, and the
+//! // emulated device behind QEMU's ivshmem.
+//! assert!(mlx5::is_supported_pci(0x15b3, 0x1017)); // ConnectX-5
+//! assert!(mlx5::is_supported_pci(0x1af4, 0x1110)); // emulated NIC (ivshmem-plain)
+//! assert!(!mlx5::is_supported_pci(0x8086, 0x1572));
+//!
+//! // Bring-up parameters; everything has a default.
+//! let config = mlx5::Config { log_max_qp_wanted: Some(10), ..Default::default() };
+//! assert_eq!(config.cmd_timeout_ns, 60_000_000_000);
+//! ```
+//!
+//! With a device backend (`regs: impl RegisterIo`, `dma: Arc<dyn DmaAllocator>`,
+//! `platform: impl Platform`):
+//!
+//! ```ignore
+//! let dev = mlx5::Device::probe(regs, dma, platform, mlx5::Config::default())?;
+//! let cq = dev.create_cq(8, dev.driver_eqn()?)?;
+//! let qp = dev.create_qp(&mlx5::QpCreate { pd: dev.driver_pd()?, send_cqn: cq.cqn(),
+//!     recv_cqn: cq.cqn(), uar: dev.driver_uar()?, ..Default::default() })?;
+//! dev.destroy_qp(qp)?;
+//! dev.destroy_cq(cq)?;
+//! dev.shutdown()?;
+//! ```
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+mod caps;
+mod cmdq;
+mod cq;
+mod device;
+mod eq;
+mod error;
+mod mem;
+mod mkey;
+mod pages;
+mod qp;
+#[cfg(test)]
+mod tests;
+
+pub use caps::{Caps, PortType};
+pub use cmdq::MAX_MSG_LEN;
+pub use cq::Cq;
+pub use device::Device;
+pub use eq::{Eq, Event};
+pub use error::{CapField, Error, OutputFault};
+pub use mkey::{Mkey, MkeyAccess};
+pub use qp::{
+    AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, QueryQp, ServiceType, Transition,
+};
+
+use firmware_interface::pci;
+
+/// Bring-up and runtime parameters of a [`Device`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How long to wait for the `initializing` bit to clear, before and after the command queue
+    /// address is written (Linux FW_PRE_INIT_TIMEOUT: 120 s).
+    pub init_timeout_ns: u64,
+    /// How long one command may take (Linux CMD timeout: 60 s).
+    pub cmd_timeout_ns: u64,
+    /// `Platform::relax` calls between two reads of a polled register or ownership bit
+    /// (at least 1).
+    pub poll_interval_hint: u32,
+    /// Events the driver's EQ must hold; it gets `roundup_pow2(async_eq_entries + 128)`
+    /// entries (128 spare, as Linux).
+    pub async_eq_entries: u32,
+    /// Lower `log_max_qp` to this in SET_HCA_CAP (never above the device maximum); `None`
+    /// keeps the firmware's current value.
+    pub log_max_qp_wanted: Option<u8>,
+    /// Size of BAR0 in bytes: UAR indexes the firmware returns must lie inside it.
+    pub bar_size: u64,
+    /// Most 4 KB pages the driver gives the firmware in total (boot + init + runtime
+    /// requests); a larger request is [`Error::BadOutput`], not an allocation loop.
+    pub max_fw_pages: u32,
+    /// How long teardown keeps asking for pages back without progress (Linux: 5 s).
+    pub reclaim_timeout_ns: u64,
+    /// [`Device::check_health`] reports [`Error::HeartbeatLost`] when the health counter did
+    /// not move for this long (Linux: 3 misses of a 2 s poll); `None` disables the check.
+    pub heartbeat_timeout_ns: Option<u64>,
+    /// PCI vendor id of the function, reported by `query_device`.
+    pub vendor_id: u16,
+    /// PCI device id of the function, reported by `query_device`.
+    pub device_id: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            init_timeout_ns: 120_000_000_000,
+            cmd_timeout_ns: 60_000_000_000,
+            poll_interval_hint: 1,
+            async_eq_entries: 128,
+            log_max_qp_wanted: None,
+            bar_size: 32 << 20,
+            max_fw_pages: 1 << 18,
+            reclaim_timeout_ns: 5_000_000_000,
+            heartbeat_timeout_ns: None,
+            vendor_id: pci::VENDOR_MELLANOX,
+            device_id: 0,
+        }
+    }
+}
+
+/// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField
+/// function (spec §11), or the emulated NIC exposed through QEMU `ivshmem-plain` (1af4:1110).
+pub fn is_supported_pci(vendor: u16, device: u16) -> bool {
+    pci::is_connectx(vendor, device)
+        || (vendor == pci::VENDOR_REDHAT_QUMRANET && device == pci::DEVICE_IVSHMEM)
+}
+
+/// Whether UAR index `uar` names a 4 KB page inside a BAR of `bar_size` bytes that does not
+/// overlap the initialization segment.
+pub(crate) fn uar_page_ok(uar: u32, bar_size: u64) -> bool {
+    let start = uar as u64 * firmware_interface::uar::PAGE_SIZE as u64;
+    uar <= 0xff_ffff
+        && start >= firmware_interface::init_seg::SIZE as u64
+        && start + firmware_interface::uar::PAGE_SIZE as u64 <= bar_size
+}
+
+/// Whether, after a command naming some DMA memory failed with `e`, the device may still use
+/// that memory: the command may have executed (it timed out, or it succeeded and only its
+/// output was rejected). Otherwise it was not delivered or the firmware refused it.
+pub(crate) fn device_may_hold(e: &Error) -> bool {
+    matches!(e, Error::CmdTimeout { .. } | Error::BadOutput { .. })
+}

@@ -1,0 +1,1658 @@
+//! Unit tests against a small fake device: a register file whose command doorbell parses the
+//! entry and mailbox chains from `HeapDma` memory and answers with a tiny firmware model (enough
+//! for bring-up and the object commands) or with whatever a test hook says, lies included.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
+
+use firmware_interface::cmd::{self, CmdLayout};
+use firmware_interface::cmds::*;
+use firmware_interface::ctx::{cmd_hca_cap as cap, qpc, roce_cap};
+use firmware_interface::init_seg::{self, health};
+use firmware_interface::{Field, eqe, mbox_in, op_mod, opcode};
+use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
+
+use crate::*;
+
+// ------------------------------------------------------------------------------------------
+// The fake device
+
+/// What the fake answers to one command.
+#[derive(Clone, Debug, Default)]
+struct Reply {
+    out: Vec<u8>,
+    delivery: u8,
+    hang: bool,
+    bad_token_block: Option<usize>,
+    bad_block_num: Option<usize>,
+}
+
+impl Reply {
+    fn ok(out: Vec<u8>) -> Reply {
+        Reply {
+            out,
+            ..Default::default()
+        }
+    }
+}
+
+type Hook = Box<dyn FnMut(&[u8], usize) -> Option<Reply> + Send>;
+
+struct FakeEq {
+    base: u64,
+    log_size: u8,
+    pi: u32,
+    ci: u32,
+    mask: u64,
+}
+
+struct Fw {
+    dma: Arc<HeapDma>,
+    fw_rev: u32,
+    cmdif: u32,
+    log_size: u32,
+    log_stride: u32,
+    nic_if: u32,
+    init_reads_left: u32,
+    init_stuck: bool,
+    cmdq_h: u32,
+    cmdq_l: u32,
+    health_fw_ver: u32,
+    health_synd: u8,
+    doorbells: u32,
+    hook: Option<Hook>,
+    log: Vec<(u16, u16)>,
+    inputs: BTreeMap<u16, Vec<u8>>,
+    boot_pages: i32,
+    init_pages: i32,
+    pages: BTreeSet<u64>,
+    next_obj: u32,
+    eqs: BTreeMap<u32, FakeEq>,
+    qp_state: BTreeMap<u32, (u32, u32)>,
+    uar_writes: Vec<(usize, u32)>,
+    caps: Vec<u8>,
+}
+
+fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+fn be64(b: &[u8], off: usize) -> u64 {
+    u64::from_be_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+fn default_caps() -> Vec<u8> {
+    let mut c = vec![0u8; 4096];
+    let s = |c: &mut Vec<u8>, f: Field, v: u32| assert!(f.set(c, v));
+    s(&mut c, cap::LOG_MAX_QP, 10);
+    s(&mut c, cap::LOG_MAX_QP_SZ, 12);
+    s(&mut c, cap::LOG_MAX_CQ, 12);
+    s(&mut c, cap::LOG_MAX_CQ_SZ, 16);
+    s(&mut c, cap::LOG_MAX_EQ, 4);
+    s(&mut c, cap::LOG_MAX_EQ_SZ, 12);
+    s(&mut c, cap::LOG_MAX_MKEY, 16);
+    s(&mut c, cap::LOG_MAX_PD, 16);
+    s(&mut c, cap::LOG_MAX_TRANSPORT_DOMAIN, 16);
+    s(&mut c, cap::LOG_MAX_MSG, 30);
+    s(&mut c, cap::LOG_MAX_RA_REQ_QP, 4);
+    s(&mut c, cap::LOG_MAX_RA_RES_QP, 4);
+    s(&mut c, cap::PORT_TYPE, cap::PORT_TYPE_ETH);
+    s(&mut c, cap::NUM_PORTS, 1);
+    s(&mut c, cap::MAX_WQE_SZ_SQ, 1024);
+    s(&mut c, cap::MAX_WQE_SZ_RQ, 512);
+    s(&mut c, cap::LOG_BF_REG_SIZE, 9);
+    s(&mut c, cap::CMDIF_CHECKSUM, 3);
+    s(&mut c, cap::ROCE, 1);
+    s(&mut c, cap::ATOMIC, 1);
+    s(&mut c, cap::RC, 1);
+    s(&mut c, cap::UD, 1);
+    c
+}
+
+impl Fw {
+    fn new(dma: Arc<HeapDma>) -> Fw {
+        Fw {
+            dma,
+            fw_rev: (32 << 16) | 14,
+            cmdif: (5 << 16) | 1010,
+            log_size: 5,
+            log_stride: 6,
+            nic_if: 0,
+            init_reads_left: 3,
+            init_stuck: false,
+            cmdq_h: 0,
+            cmdq_l: 0,
+            health_fw_ver: 0x0e20_03f2,
+            health_synd: 0,
+            doorbells: 0,
+            hook: None,
+            log: Vec::new(),
+            inputs: BTreeMap::new(),
+            boot_pages: 5,
+            init_pages: 70,
+            pages: BTreeSet::new(),
+            next_obj: 0x10,
+            eqs: BTreeMap::new(),
+            qp_state: BTreeMap::new(),
+            uar_writes: Vec::new(),
+            caps: default_caps(),
+        }
+    }
+
+    fn read(&self, iova: u64, len: usize) -> Vec<u8> {
+        let p = self
+            .dma
+            .translate(iova, len)
+            .unwrap_or_else(|| panic!("device read of unmapped {iova:#x}+{len}"));
+        let mut v = vec![0u8; len];
+        // SAFETY: `translate` checked that `len` bytes at `p` lie inside one live buffer.
+        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), v.as_mut_ptr(), len) };
+        v
+    }
+
+    fn write(&self, iova: u64, data: &[u8]) {
+        let p = self
+            .dma
+            .translate(iova, data.len())
+            .unwrap_or_else(|| panic!("device write of unmapped {iova:#x}"));
+        // SAFETY: `translate` checked that the range lies inside one live buffer.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr(), data.len()) };
+    }
+
+    fn cmdq_base(&self) -> u64 {
+        ((self.cmdq_h as u64) << 32) | (self.cmdq_l & 0xffff_f000) as u64
+    }
+
+    fn doorbell(&mut self, mask: u32) {
+        self.doorbells += 1;
+        for slot in 0..32 {
+            if mask & (1 << slot) != 0 {
+                self.execute(slot);
+            }
+        }
+    }
+
+    fn execute(&mut self, slot: u32) {
+        let entry = self.cmdq_base() + ((slot as u64) << self.log_stride);
+        let raw: [u8; 64] = self.read(entry, 64).try_into().unwrap();
+        assert_eq!(cmd::signature(&raw), 0, "entry signature");
+        let lay = CmdLayout::from_bytes(&raw);
+        assert_eq!(lay.type_, cmd::XPORT_TYPE_PCI);
+        assert!(lay.hw_owned());
+        assert_ne!(lay.token, 0);
+        let inlen = lay.inlen.get() as usize;
+        let outlen = lay.outlen.get() as usize;
+
+        // Gather the input through the chain, checking tokens and block numbers.
+        let mut input = lay.in_.to_vec();
+        let mut next = lay.in_ptr.get();
+        let mut k = 0;
+        while input.len() < inlen {
+            assert_eq!(next % cmd::MAILBOX_ALIGN as u64, 0);
+            let b = self.read(next, cmd::MAILBOX_SIZE);
+            assert_eq!(b[cmd::MAILBOX_TOKEN_OFFSET], lay.token);
+            assert_eq!(be32(&b, cmd::MAILBOX_BLOCK_NUM_OFFSET), k);
+            let n = (inlen - input.len()).min(cmd::MAILBOX_DATA);
+            input.extend_from_slice(&b[..n]);
+            next = be64(&b, cmd::MAILBOX_NEXT_OFFSET);
+            k += 1;
+        }
+        assert_eq!(next, 0, "input chain longer than inlen");
+        input.truncate(inlen);
+
+        let opc = mbox_in::OPCODE.get(&input) as u16;
+        self.log.push((opc, mbox_in::OP_MOD.get(&input) as u16));
+        self.inputs.insert(opc, input.clone());
+
+        let mut hook = self.hook.take();
+        let reply = hook
+            .as_mut()
+            .and_then(|h| h(&input, outlen))
+            .unwrap_or_else(|| self.firmware(&input, outlen));
+        self.hook = hook;
+        if reply.hang {
+            return;
+        }
+        let mut out = reply.out;
+        out.resize(outlen.max(16), 0);
+
+        // Scatter the output.
+        self.write(entry + 0x20, &out[..16]);
+        let mut next = lay.out_ptr.get();
+        let mut off = 16;
+        let mut k = 0;
+        while off < outlen {
+            let b = self.read(next, cmd::MAILBOX_SIZE);
+            assert_eq!(b[cmd::MAILBOX_TOKEN_OFFSET], lay.token);
+            assert_eq!(be32(&b, cmd::MAILBOX_BLOCK_NUM_OFFSET), k as u32);
+            let n = (outlen - off).min(cmd::MAILBOX_DATA);
+            self.write(next, &out[off..off + n]);
+            if reply.bad_token_block == Some(k) {
+                self.write(next + cmd::MAILBOX_TOKEN_OFFSET as u64, &[lay.token ^ 0x5a]);
+            }
+            if reply.bad_block_num == Some(k) {
+                self.write(
+                    next + cmd::MAILBOX_BLOCK_NUM_OFFSET as u64,
+                    &7u32.to_be_bytes(),
+                );
+            }
+            next = be64(&b, cmd::MAILBOX_NEXT_OFFSET);
+            off += n;
+            k += 1;
+        }
+        self.write(
+            entry + cmd::STATUS_OWN_OFFSET as u64,
+            &[reply.delivery << 1],
+        );
+
+        // Like the model: a CMD EQE on every EQ subscribed to it.
+        let eqns: Vec<u32> = self
+            .eqs
+            .iter()
+            .filter(|(_, e)| e.mask & eqe::event::mask(eqe::event::CMD) != 0)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in eqns {
+            let mut e = [0u8; 64];
+            e[eqe::TYPE] = eqe::event::CMD;
+            e[eqe::CMD_VECTOR..eqe::CMD_VECTOR + 4].copy_from_slice(&(1u32 << slot).to_be_bytes());
+            self.post_eqe(n, e);
+        }
+    }
+
+    /// Writes an EQE to EQ `eqn` with the owner bit of the current pass.
+    fn post_eqe(&mut self, eqn: u32, mut e: [u8; 64]) {
+        let (base, pi, log) = {
+            let q = self.eqs.get_mut(&eqn).unwrap();
+            assert!(
+                q.pi.wrapping_sub(q.ci) < 1 << q.log_size,
+                "EQ {eqn} overrun"
+            );
+            let r = (q.base, q.pi, q.log_size);
+            q.pi += 1;
+            r
+        };
+        let idx = pi & ((1 << log) - 1);
+        e[eqe::OWNER] = ((pi >> log) & 1) as u8;
+        self.write(base + idx as u64 * 64, &e);
+    }
+
+    fn obj(&mut self) -> u32 {
+        self.next_obj += 1;
+        self.next_obj
+    }
+
+    /// The fake firmware.
+    fn firmware(&mut self, inp: &[u8], outlen: usize) -> Reply {
+        let mut out = vec![0u8; outlen.max(16)];
+        let opc = mbox_in::OPCODE.get(inp) as u16;
+        let om = mbox_in::OP_MOD.get(inp) as u16;
+        match opc {
+            opcode::QUERY_ISSI => {
+                query_issi_out::SUPPORTED_ISSI_DW0.set(&mut out, 0b11);
+            }
+            opcode::QUERY_PAGES => {
+                let n = if om == op_mod::PAGES_BOOT {
+                    self.boot_pages
+                } else {
+                    self.init_pages
+                };
+                query_pages_out::NUM_PAGES.set(&mut out, n as u32);
+            }
+            opcode::MANAGE_PAGES if om == op_mod::MANAGE_PAGES_GIVE => {
+                let n = manage_pages_in::INPUT_NUM_ENTRIES.get(inp) as usize;
+                assert_eq!(inp.len(), 16 + 8 * n);
+                for i in 0..n {
+                    let a = be64(inp, 16 + 8 * i);
+                    assert_eq!(a % 4096, 0);
+                    self.read(a, 4096);
+                    assert!(self.pages.insert(a), "page given twice");
+                }
+            }
+            opcode::MANAGE_PAGES if om == op_mod::MANAGE_PAGES_TAKE => {
+                let n = manage_pages_in::INPUT_NUM_ENTRIES.get(inp) as usize;
+                let give: Vec<u64> = self.pages.iter().take(n).copied().collect();
+                manage_pages_out::OUTPUT_NUM_ENTRIES.set(&mut out, give.len() as u32);
+                for (i, a) in give.iter().enumerate() {
+                    self.pages.remove(a);
+                    out[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_be_bytes());
+                }
+            }
+            opcode::QUERY_HCA_CAP => {
+                let cap_type = om >> 1;
+                if cap_type == op_mod::CAP_ROCE {
+                    roce_cap::ROCE_ADDRESS_TABLE_SIZE.at(16).set(&mut out, 16);
+                    roce_cap::SW_R_ROCE_SRC_UDP_PORT.at(16).set(&mut out, 1);
+                } else {
+                    out[16..16 + 4096].copy_from_slice(&self.caps);
+                }
+            }
+            opcode::SET_HCA_CAP if om == 0 => {
+                assert_eq!(inp.len(), 4112);
+                let c = &inp[16..];
+                assert_eq!(cap::CMDIF_CHECKSUM.get(c), 0);
+                self.caps.copy_from_slice(c);
+            }
+            opcode::ALLOC_UAR => {
+                let u = self.obj();
+                alloc_uar_out::UAR.set(&mut out, u);
+            }
+            opcode::ALLOC_PD | opcode::ALLOC_TRANSPORT_DOMAIN | opcode::CREATE_CQ => {
+                let n = self.obj();
+                alloc_pd_out::PD.set(&mut out, n);
+            }
+            opcode::CREATE_MKEY => {
+                let n = self.obj();
+                create_mkey_out::MKEY_INDEX.set(&mut out, n);
+            }
+            opcode::CREATE_EQ => {
+                let n = self.obj() & 0xff;
+                let ctx = create_eq_in::EQ_CONTEXT_ENTRY.byte_off();
+                let log = firmware_interface::ctx::eqc::LOG_EQ_SIZE.at(ctx).get(inp) as u8;
+                self.eqs.insert(
+                    n,
+                    FakeEq {
+                        base: be64(inp, create_eq_in::PAS.byte_off()),
+                        log_size: log,
+                        pi: 0,
+                        ci: 0,
+                        mask: create_eq_in::EVENT_BITMASK_0.get64(inp),
+                    },
+                );
+                create_eq_out::EQ_NUMBER.set(&mut out, n);
+            }
+            opcode::DESTROY_EQ => {
+                self.eqs.remove(&destroy_eq_in::EQ_NUMBER.get(inp));
+            }
+            opcode::CREATE_QP => {
+                let n = self.obj();
+                let st = qpc::ST.at(create_qp_in::QPC.byte_off()).get(inp);
+                self.qp_state.insert(n, (qpc::STATE_RST, st));
+                create_qp_out::QPN.set(&mut out, n);
+            }
+            opcode::RST2INIT_QP
+            | opcode::INIT2RTR_QP
+            | opcode::RTR2RTS_QP
+            | opcode::RTS2RTS_QP
+            | opcode::QP_2ERR
+            | opcode::QP_2RST => {
+                let qpn = rst2init_qp_in::QPN.get(inp);
+                let s = match opc {
+                    opcode::RST2INIT_QP => qpc::STATE_INIT,
+                    opcode::INIT2RTR_QP => qpc::STATE_RTR,
+                    opcode::QP_2ERR => qpc::STATE_ERR,
+                    opcode::QP_2RST => qpc::STATE_RST,
+                    _ => qpc::STATE_RTS,
+                };
+                self.qp_state.get_mut(&qpn).unwrap().0 = s;
+            }
+            opcode::QUERY_QP => {
+                let qpn = query_qp_in::QPN.get(inp);
+                let (s, st) = self.qp_state[&qpn];
+                qpc::STATE.at(0x18).set(&mut out, s);
+                qpc::ST.at(0x18).set(&mut out, st);
+            }
+            opcode::DESTROY_QP => {
+                self.qp_state.remove(&destroy_qp_in::QPN.get(inp));
+            }
+            opcode::QUERY_NIC_VPORT_CONTEXT => {
+                out[0x106..0x10c].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
+            }
+            opcode::QUERY_VPORT_STATE => {
+                query_vport_state_out::STATE.set(&mut out, 1);
+            }
+            _ => {}
+        }
+        Reply::ok(out)
+    }
+}
+
+#[derive(Clone)]
+struct FakeRegs(Arc<Mutex<Fw>>);
+
+impl RegisterIo for FakeRegs {
+    fn read32(&self, offset: usize) -> u32 {
+        let mut f = self.0.lock().unwrap();
+        let v = match offset {
+            init_seg::FW_REV => f.fw_rev,
+            init_seg::CMDIF_REV_FW_SUB => f.cmdif,
+            init_seg::CMDQ_ADDR_H => f.cmdq_h,
+            init_seg::CMDQ_ADDR_L_SZ => {
+                (f.cmdq_l & 0xffff_f000) | (f.nic_if << 8) | (f.log_size << 4) | f.log_stride
+            }
+            init_seg::INITIALIZING => {
+                if f.init_stuck {
+                    init_seg::INITIALIZING_BIT
+                } else if f.init_reads_left > 0 {
+                    f.init_reads_left -= 1;
+                    init_seg::INITIALIZING_BIT
+                } else {
+                    0
+                }
+            }
+            o if o == init_seg::HEALTH + health::FW_VER => f.health_fw_ver,
+            o if o == init_seg::HEALTH + health::IRISC_INDEX => (f.health_synd as u32) << 16,
+            _ => 0,
+        };
+        v.to_be()
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        let v = u32::from_be(value);
+        let mut f = self.0.lock().unwrap();
+        match offset {
+            init_seg::CMDQ_ADDR_H => f.cmdq_h = v,
+            init_seg::CMDQ_ADDR_L_SZ => f.cmdq_l = v,
+            init_seg::CMD_DBELL => f.doorbell(v),
+            o if o >= 0x2000 => {
+                f.uar_writes.push((o, v));
+                if (o & 0xfff == 0x40 || o & 0xfff == 0x48)
+                    && let Some(q) = f.eqs.get_mut(&(v >> 24))
+                {
+                    q.ci = v & 0xff_ffff;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn write64(&self, offset: usize, value: u64) {
+        self.write32(offset, (value & 0xffff_ffff) as u32);
+    }
+}
+
+/// Fake clock: every `relax` advances it by 1 ms.
+#[derive(Clone, Default)]
+struct Clock(Arc<AtomicU64>);
+
+impl Platform for Clock {
+    fn relax(&self) {
+        self.0.fetch_add(1_000_000, Ordering::Relaxed);
+    }
+    fn now_ns(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+struct Bench {
+    heap: Arc<HeapDma>,
+    fw: Arc<Mutex<Fw>>,
+    regs: FakeRegs,
+    clock: Clock,
+}
+
+type Dev = Device<FakeRegs, Clock>;
+
+fn bench() -> Bench {
+    let heap = HeapDma::new(0x1_0000_0000);
+    let fw = Arc::new(Mutex::new(Fw::new(heap.clone())));
+    Bench {
+        heap,
+        regs: FakeRegs(fw.clone()),
+        fw,
+        clock: Clock::default(),
+    }
+}
+
+fn test_config() -> Config {
+    Config {
+        init_timeout_ns: 1_000_000_000,
+        cmd_timeout_ns: 1_000_000_000,
+        ..Default::default()
+    }
+}
+
+impl Bench {
+    fn probe(&self) -> Result<Dev, Error> {
+        self.probe_with(test_config())
+    }
+
+    fn probe_with(&self, config: Config) -> Result<Dev, Error> {
+        let dma: Arc<dyn DmaAllocator> = self.heap.clone();
+        Device::probe(self.regs.clone(), dma, self.clock.clone(), config)
+    }
+
+    fn hook(&self, h: impl FnMut(&[u8], usize) -> Option<Reply> + Send + 'static) {
+        self.fw.lock().unwrap().hook = Some(Box::new(h));
+    }
+
+    fn fw(&self) -> std::sync::MutexGuard<'_, Fw> {
+        self.fw.lock().unwrap()
+    }
+
+    fn opcodes(&self) -> Vec<u16> {
+        self.fw().log.iter().map(|&(o, _)| o).collect()
+    }
+}
+
+/// A hook answering `opc` with `reply` (and leaving everything else to the fake firmware).
+fn on(opc: u16, reply: Reply) -> impl FnMut(&[u8], usize) -> Option<Reply> + Send + 'static {
+    move |inp, _| (mbox_in::OPCODE.get(inp) as u16 == opc).then(|| reply.clone())
+}
+
+fn out_with(len: usize, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    f(&mut v);
+    v
+}
+
+// ------------------------------------------------------------------------------------------
+// Bring-up and teardown
+
+#[test]
+fn probe_and_shutdown_follow_the_spec_order() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let seq: Vec<(u16, u16)> = b.fw().log.clone();
+    let boot_give = (opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE);
+    let expected = vec![
+        (opcode::ENABLE_HCA, 0),
+        (opcode::QUERY_ISSI, 0),
+        (opcode::SET_ISSI, 0),
+        (opcode::QUERY_PAGES, op_mod::PAGES_BOOT),
+        boot_give,
+        (opcode::ACCESS_REG, op_mod::ACCESS_REG_WRITE),
+        (opcode::QUERY_HCA_CAP, 1),
+        (opcode::QUERY_HCA_CAP, 0),
+        (opcode::SET_HCA_CAP, 0),
+        (opcode::QUERY_HCA_CAP, 9),
+        (opcode::QUERY_HCA_CAP, 8),
+        (opcode::SET_HCA_CAP, 8),
+        (opcode::QUERY_PAGES, op_mod::PAGES_INIT),
+        boot_give,
+        (opcode::INIT_HCA, 0),
+        (opcode::MODIFY_NIC_VPORT_CONTEXT, 0),
+        (opcode::QUERY_HCA_CAP, 1),
+        (opcode::QUERY_HCA_CAP, 9),
+        (opcode::ALLOC_UAR, 0),
+        (opcode::CREATE_EQ, 0),
+        (opcode::ALLOC_PD, 0),
+        (opcode::ALLOC_TRANSPORT_DOMAIN, 0),
+    ];
+    assert_eq!(seq, expected);
+    assert_eq!(dev.issi(), 1);
+    assert_eq!(dev.fw_version(), (14, 32, 1010));
+    assert_eq!(dev.fw_pages(), 75);
+    assert_eq!(b.fw().pages.len(), 75);
+    let caps = *dev.caps();
+    assert_eq!(caps.log_max_qp, 10);
+    assert_eq!(caps.port_type, PortType::Ethernet);
+    assert_eq!(caps.cmdif_checksum, 0);
+    assert_eq!(caps.roce_address_table_size, 16);
+    assert!(caps.sw_r_roce_src_udp_port);
+    // host endianness: little-endian host writes he = 0
+    let ar = b.fw().inputs[&opcode::ACCESS_REG].clone();
+    assert_eq!(ar.len(), 32);
+    assert_eq!(access_register_in::REGISTER_ID.get(&ar), 0x7004);
+    // roce_en requested
+    let nv = b.fw().inputs[&opcode::MODIFY_NIC_VPORT_CONTEXT].clone();
+    assert_eq!(
+        modify_nic_vport_context_in::FIELD_SELECT_ROCE_EN.get(&nv),
+        1
+    );
+    assert_eq!(nv[0x103] & 1, 1);
+    // driver EQ: armed through the driver UAR at 0x40 with ci 0, subscribed to CMD
+    let uar = dev.driver_uar().unwrap();
+    let eqn = dev.driver_eqn().unwrap();
+    assert!(
+        b.fw()
+            .uar_writes
+            .contains(&(uar as usize * 4096 + 0x40, eqn << 24))
+    );
+    let eqin = b.fw().inputs[&opcode::CREATE_EQ].clone();
+    let mask = create_eq_in::EVENT_BITMASK_0.get64(&eqin);
+    assert_ne!(mask & (1 << eqe::event::CMD), 0);
+    assert_ne!(mask & (1 << eqe::event::PAGE_REQUEST), 0);
+    assert_eq!(eqin.len(), 0x110 + 4 * 8); // 256 EQEs = 16 KB = 4 pages
+
+    b.fw().log.clear();
+    dev.shutdown().unwrap();
+    let ops = b.opcodes();
+    assert_eq!(
+        ops,
+        vec![
+            opcode::DESTROY_EQ,
+            opcode::DEALLOC_TRANSPORT_DOMAIN,
+            opcode::DEALLOC_PD,
+            opcode::DEALLOC_UAR,
+            opcode::TEARDOWN_HCA,
+            opcode::MANAGE_PAGES,
+            opcode::DISABLE_HCA,
+        ]
+    );
+    assert!(b.fw().pages.is_empty());
+    assert_eq!(b.heap.live_buffers(), 0, "all DMA memory freed");
+}
+
+#[test]
+fn drop_without_shutdown_tears_down() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    drop(dev);
+    assert!(b.opcodes().ends_with(&[opcode::DISABLE_HCA]));
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn initializing_that_never_clears_is_not_ready() {
+    let b = bench();
+    b.fw().init_stuck = true;
+    assert_eq!(b.probe().unwrap_err(), Error::NotReady);
+    assert_eq!(b.heap.live_buffers(), 0);
+    assert!(b.clock.now_ns() >= 1_000_000_000);
+}
+
+#[test]
+fn wrong_cmdif_revision_and_geometry_are_refused() {
+    let b = bench();
+    b.fw().cmdif = 4 << 16;
+    assert_eq!(b.probe().unwrap_err(), Error::UnsupportedCmdIf { rev: 4 });
+
+    for (size, stride) in [(6, 6), (5, 8), (3, 5)] {
+        let b = bench();
+        b.fw().log_size = size;
+        b.fw().log_stride = stride;
+        assert_eq!(
+            b.probe().unwrap_err(),
+            Error::BadCmdqGeometry {
+                log_size: size as u8,
+                log_stride: stride as u8
+            }
+        );
+        assert_eq!(b.heap.live_buffers(), 0);
+    }
+}
+
+#[test]
+fn single_entry_queue_shares_its_slot() {
+    let b = bench();
+    b.fw().log_size = 0;
+    let dev = b.probe().unwrap();
+    dev.shutdown().unwrap();
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn issi_bad_op_stays_at_zero() {
+    let b = bench();
+    b.hook(on(
+        opcode::QUERY_ISSI,
+        Reply::ok(out_with(16, |o| {
+            o[0] = firmware_interface::cmd_status::BAD_OP
+        })),
+    ));
+    let dev = b.probe().unwrap();
+    assert_eq!(dev.issi(), 0);
+    assert!(!b.opcodes().contains(&opcode::SET_ISSI));
+}
+
+#[test]
+fn failed_probe_undoes_what_was_done() {
+    let b = bench();
+    b.hook(on(
+        opcode::INIT_HCA,
+        Reply::ok(out_with(16, |o| {
+            o[0] = 0x4;
+            o[4..8].copy_from_slice(&0xabcdu32.to_be_bytes());
+        })),
+    ));
+    let e = b.probe().unwrap_err();
+    assert_eq!(
+        e,
+        Error::Cmd {
+            opcode: opcode::INIT_HCA,
+            status: 4,
+            syndrome: 0xabcd
+        }
+    );
+    let ops = b.opcodes();
+    let tail = &ops[ops.iter().position(|&o| o == opcode::INIT_HCA).unwrap() + 1..];
+    assert_eq!(tail, &[opcode::MANAGE_PAGES, opcode::DISABLE_HCA]);
+    assert!(!ops.contains(&opcode::TEARDOWN_HCA));
+    assert!(b.fw().pages.is_empty());
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn absurd_page_count_is_refused_without_allocating() {
+    let b = bench();
+    b.fw().boot_pages = 1_000_000_000;
+    let e = b.probe().unwrap_err();
+    assert_eq!(
+        e,
+        Error::BadOutput {
+            opcode: opcode::QUERY_PAGES,
+            what: OutputFault::PageCount {
+                value: 1_000_000_000
+            }
+        }
+    );
+    assert!(
+        !b.fw()
+            .log
+            .contains(&(opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE))
+    );
+    assert_eq!(b.heap.live_buffers(), 0);
+
+    let b = bench();
+    b.fw().init_pages = -3;
+    assert!(matches!(
+        b.probe().unwrap_err(),
+        Error::BadOutput {
+            what: OutputFault::PageCount { value: -3 },
+            ..
+        }
+    ));
+    // the boot pages were taken back
+    assert!(b.fw().pages.is_empty());
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn take_returning_a_foreign_address_is_bad_output() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::MANAGE_PAGES
+            && mbox_in::OP_MOD.get(inp) as u16 == op_mod::MANAGE_PAGES_TAKE)
+            .then(|| {
+                Reply::ok(out_with(outlen, |o| {
+                    manage_pages_out::OUTPUT_NUM_ENTRIES.set(o, 1);
+                    o[16..24].copy_from_slice(&0xdead_0000u64.to_be_bytes());
+                }))
+            })
+    });
+    let e = dev.shutdown().unwrap_err();
+    assert_eq!(
+        e,
+        Error::BadOutput {
+            opcode: opcode::MANAGE_PAGES,
+            what: OutputFault::PageAddress { addr: 0xdead_0000 }
+        }
+    );
+    // DISABLE_HCA still ran; the pages the firmware kept were not freed
+    assert!(b.opcodes().ends_with(&[opcode::DISABLE_HCA]));
+    assert_eq!(b.heap.live_buffers(), 75);
+}
+
+#[test]
+fn take_returning_too_many_or_duplicates_is_bad_output() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::MANAGE_PAGES
+            && mbox_in::OP_MOD.get(inp) as u16 == op_mod::MANAGE_PAGES_TAKE)
+            .then(|| {
+                let asked = manage_pages_in::INPUT_NUM_ENTRIES.get(inp);
+                Reply::ok(out_with(outlen, |o| {
+                    manage_pages_out::OUTPUT_NUM_ENTRIES.set(o, asked + 1);
+                }))
+            })
+    });
+    assert!(matches!(
+        dev.shutdown().unwrap_err(),
+        Error::BadOutput {
+            what: OutputFault::PageEntries { .. },
+            ..
+        }
+    ));
+
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let first = *b.fw().pages.iter().next().unwrap();
+    b.hook(move |inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::MANAGE_PAGES
+            && mbox_in::OP_MOD.get(inp) as u16 == op_mod::MANAGE_PAGES_TAKE)
+            .then(|| {
+                Reply::ok(out_with(outlen, |o| {
+                    manage_pages_out::OUTPUT_NUM_ENTRIES.set(o, 2);
+                    o[16..24].copy_from_slice(&first.to_be_bytes());
+                    o[24..32].copy_from_slice(&first.to_be_bytes());
+                }))
+            })
+    });
+    assert_eq!(
+        dev.shutdown().unwrap_err(),
+        Error::BadOutput {
+            opcode: opcode::MANAGE_PAGES,
+            what: OutputFault::PageAddress { addr: first }
+        }
+    );
+}
+
+#[test]
+fn firmware_keeping_its_pages_is_reported_and_bounded() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::MANAGE_PAGES
+            && mbox_in::OP_MOD.get(inp) as u16 == op_mod::MANAGE_PAGES_TAKE)
+            .then(|| Reply::ok(vec![0u8; outlen]))
+    });
+    assert_eq!(
+        dev.shutdown().unwrap_err(),
+        Error::PagesNotReclaimed { left: 75 }
+    );
+    let takes = b
+        .fw()
+        .log
+        .iter()
+        .filter(|&&l| l == (opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_TAKE))
+        .count();
+    assert!(takes <= 16, "{takes} TAKE commands");
+}
+
+// ------------------------------------------------------------------------------------------
+// Command interface
+
+#[test]
+fn command_round_trip_through_mailbox_chains() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    const OP: u16 = 0x7777;
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == OP).then(|| {
+            assert_eq!(inp.len(), 1100);
+            for (i, &x) in inp.iter().enumerate().skip(16) {
+                assert_eq!(x, (i * 7) as u8, "input byte {i}");
+            }
+            Reply::ok(out_with(outlen, |o| {
+                for (i, x) in o.iter_mut().enumerate().skip(8) {
+                    *x = (i * 13) as u8;
+                }
+            }))
+        })
+    });
+    let mut inp: Vec<u8> = (0..1100).map(|i| (i * 7) as u8).collect();
+    inp[..16].fill(0);
+    mbox_in::OPCODE.set(&mut inp, OP as u32);
+    let out = dev.exec(&inp, 1500).unwrap();
+    assert_eq!(out.len(), 1500);
+    for (i, &x) in out.iter().enumerate().skip(8) {
+        assert_eq!(x, (i * 13) as u8, "output byte {i}");
+    }
+    // the chains are reused by the next command
+    let out = dev.exec(&inp, 1500).unwrap();
+    assert_eq!(out[1499], (1499 * 13) as u8);
+}
+
+#[test]
+fn command_validation_of_lengths() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    assert_eq!(dev.exec(&[0; 8], 16), Err(Error::InvalidArgument));
+    assert_eq!(dev.exec(&[0; 16], 8), Err(Error::InvalidArgument));
+    assert_eq!(
+        dev.exec(&[0; 16], MAX_MSG_LEN + 1),
+        Err(Error::InvalidArgument)
+    );
+}
+
+#[test]
+fn timeout_makes_the_interface_unusable() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(on(
+        opcode::NOP,
+        Reply {
+            hang: true,
+            ..Default::default()
+        },
+    ));
+    let nop = crate::device::cmd_in(opcode::NOP, 0, 16);
+    let t0 = b.clock.now_ns();
+    assert_eq!(
+        dev.exec(&nop, 16),
+        Err(Error::CmdTimeout {
+            opcode: opcode::NOP
+        })
+    );
+    assert!(b.clock.now_ns() - t0 >= 1_000_000_000);
+    let rings = b.fw().doorbells;
+    assert_eq!(
+        dev.exec(&crate::device::cmd_in(opcode::QUERY_ISSI, 0, 16), 112),
+        Err(Error::CmdTimeout {
+            opcode: opcode::QUERY_ISSI
+        })
+    );
+    assert_eq!(b.fw().doorbells, rings, "no doorbell after a timeout");
+    assert!(matches!(dev.shutdown(), Err(Error::CmdTimeout { .. })));
+    assert_eq!(b.fw().doorbells, rings);
+    // the firmware may still write the queue, the mailboxes and its pages: nothing freed
+    assert!(b.heap.live_buffers() > 75);
+}
+
+#[test]
+fn delivery_status_is_an_error() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(on(
+        opcode::NOP,
+        Reply {
+            delivery: firmware_interface::delivery_status::IN_LENGTH_ERR,
+            ..Default::default()
+        },
+    ));
+    let e = dev
+        .exec(&crate::device::cmd_in(opcode::NOP, 0, 16), 16)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::Delivery {
+            opcode: opcode::NOP,
+            status: 7
+        }
+    );
+    assert_eq!(e.errno(), 5);
+}
+
+#[test]
+fn firmware_status_carries_the_syndrome() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(on(
+        opcode::ALLOC_PD,
+        Reply::ok(out_with(16, |o| {
+            o[0] = firmware_interface::cmd_status::BAD_PARAM;
+            o[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        })),
+    ));
+    let e = dev.alloc_pd().unwrap_err();
+    assert_eq!(
+        e,
+        Error::Cmd {
+            opcode: opcode::ALLOC_PD,
+            status: 3,
+            syndrome: 0x1234_5678
+        }
+    );
+    assert_eq!(e.errno(), 22);
+    assert_eq!(verbs::Error::from(e), verbs::Error::InvalidArgument);
+}
+
+#[test]
+fn output_chain_with_wrong_token_or_block_number_is_bad_output() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::QUERY_HCA_CAP).then(|| Reply {
+            out: vec![0; outlen],
+            bad_token_block: Some(3),
+            ..Default::default()
+        })
+    });
+    let e = dev.query_caps(0, 1).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::BadOutput {
+            opcode: opcode::QUERY_HCA_CAP,
+            what: OutputFault::Token { block: 3, .. }
+        }
+    ));
+    b.hook(|inp, outlen| {
+        (mbox_in::OPCODE.get(inp) as u16 == opcode::QUERY_HCA_CAP).then(|| Reply {
+            out: vec![0; outlen],
+            bad_block_num: Some(0),
+            ..Default::default()
+        })
+    });
+    assert_eq!(
+        dev.query_caps(0, 1).unwrap_err(),
+        Error::BadOutput {
+            opcode: opcode::QUERY_HCA_CAP,
+            what: OutputFault::BlockNumber { block: 0, found: 7 }
+        }
+    );
+    // still usable afterwards
+    dev.alloc_pd().unwrap();
+}
+
+// ------------------------------------------------------------------------------------------
+// Object numbers and capabilities
+
+#[test]
+fn impossible_object_numbers_are_bad_output() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let eqn = dev.driver_eqn().unwrap();
+    // bits above the 24-bit cqn
+    b.hook(on(
+        opcode::CREATE_CQ,
+        Reply::ok(out_with(16, |o| {
+            o[8..12].copy_from_slice(&0x0100_0005u32.to_be_bytes())
+        })),
+    ));
+    assert_eq!(
+        dev.create_cq(4, eqn).unwrap_err(),
+        Error::BadOutput {
+            opcode: opcode::CREATE_CQ,
+            what: OutputFault::ObjectNumber { value: 0x0100_0005 }
+        }
+    );
+    // a cqn beyond 2^log_max_cq (12)
+    b.hook(on(
+        opcode::CREATE_CQ,
+        Reply::ok(out_with(16, |o| {
+            create_cq_out::CQN.set(o, 1 << 12);
+        })),
+    ));
+    assert!(matches!(
+        dev.create_cq(4, eqn).unwrap_err(),
+        Error::BadOutput {
+            what: OutputFault::ObjectNumber { value: 4096 },
+            ..
+        }
+    ));
+    // UAR pages outside the BAR or over the init segment
+    for uar in [0x2000u32, 0x10000, 1] {
+        b.hook(on(
+            opcode::ALLOC_UAR,
+            Reply::ok(out_with(16, |o| {
+                alloc_uar_out::UAR.set(o, uar);
+            })),
+        ));
+        assert_eq!(
+            dev.alloc_uar().unwrap_err(),
+            Error::BadOutput {
+                opcode: opcode::ALLOC_UAR,
+                what: OutputFault::UarIndex { value: uar }
+            }
+        );
+    }
+    b.hook(on(
+        opcode::ALLOC_PD,
+        Reply::ok(out_with(16, |o| {
+            alloc_pd_out::PD.set(o, 1 << 16);
+        })),
+    ));
+    assert!(matches!(
+        dev.alloc_pd().unwrap_err(),
+        Error::BadOutput { .. }
+    ));
+}
+
+#[test]
+fn insane_capabilities_fail_probe() {
+    let cases: [(Field, u32, CapField); 5] = [
+        (cap::LOG_MAX_QP, 25, CapField::LogMaxQp),
+        (cap::MAX_WQE_SZ_SQ, 32, CapField::MaxWqeSzSq),
+        (cap::PORT_TYPE, 2, CapField::PortType),
+        (cap::NUM_PORTS, 0, CapField::NumPorts),
+        (cap::LOG_BF_REG_SIZE, 12, CapField::LogBfRegSize),
+    ];
+    for (f, v, field) in cases {
+        let b = bench();
+        f.set(&mut b.fw().caps, v);
+        assert_eq!(
+            b.probe().unwrap_err(),
+            Error::BadOutput {
+                opcode: opcode::QUERY_HCA_CAP,
+                what: OutputFault::Capability { field, value: v }
+            }
+        );
+        assert!(b.opcodes().ends_with(&[
+            opcode::TEARDOWN_HCA,
+            opcode::MANAGE_PAGES,
+            opcode::DISABLE_HCA
+        ]));
+        assert_eq!(b.heap.live_buffers(), 0);
+    }
+}
+
+#[test]
+fn log_max_qp_wanted_is_clamped_to_the_maximum() {
+    let b = bench();
+    let dev = b
+        .probe_with(Config {
+            log_max_qp_wanted: Some(20),
+            ..test_config()
+        })
+        .unwrap();
+    assert_eq!(dev.caps().log_max_qp, 10);
+    let b = bench();
+    let dev = b
+        .probe_with(Config {
+            log_max_qp_wanted: Some(8),
+            ..test_config()
+        })
+        .unwrap();
+    assert_eq!(dev.caps().log_max_qp, 8);
+}
+
+// ------------------------------------------------------------------------------------------
+// Events
+
+fn eqe_bytes(t: u8, f: impl FnOnce(&mut [u8; 64])) -> [u8; 64] {
+    let mut e = [0u8; 64];
+    e[eqe::TYPE] = t;
+    f(&mut e);
+    e
+}
+
+#[test]
+fn eq_owner_rule_and_validation() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let mask = eqe::event::mask(eqe::event::PORT_CHANGE);
+    let mut eq = dev.create_eq(2, mask).unwrap();
+    let n = eq.eqn();
+    // every owner byte starts at 1
+    for i in 0..4 {
+        assert_eq!(eq.buffer().read_u8(i * 64 + 63).unwrap(), 1);
+    }
+    assert_eq!(dev.poll_eq(&mut eq, |_| panic!("empty")).unwrap(), 0);
+
+    let comp = |cqn: u32| {
+        eqe_bytes(eqe::event::COMP, |e| {
+            e[0x38..0x3c].copy_from_slice(&cqn.to_be_bytes())
+        })
+    };
+    {
+        let mut fw = b.fw();
+        fw.post_eqe(n, comp(0x11));
+        fw.post_eqe(
+            n,
+            eqe_bytes(eqe::event::PORT_CHANGE, |e| {
+                e[eqe::SUB_TYPE] = eqe::PORT_ACTIVE;
+                e[0x28] = 1 << 4;
+            }),
+        );
+    }
+    let mut got = Vec::new();
+    assert_eq!(dev.poll_eq(&mut eq, |ev| got.push(ev)).unwrap(), 2);
+    assert_eq!(
+        got,
+        vec![
+            Event::Completion { cqn: 0x11 },
+            Event::PortChange {
+                port: 1,
+                sub_type: eqe::PORT_ACTIVE
+            }
+        ]
+    );
+    assert_eq!(eq.consumer_index(), 2);
+    let uar = dev.driver_uar().unwrap() as usize;
+    assert_eq!(
+        b.fw().uar_writes.last(),
+        Some(&(uar * 4096 + 0x40, (n << 24) | 2))
+    );
+
+    // second pass around the ring: the owner bit flips
+    {
+        let mut fw = b.fw();
+        fw.post_eqe(n, comp(1));
+        fw.post_eqe(n, comp(2));
+        fw.post_eqe(n, comp(3));
+    }
+    got.clear();
+    assert_eq!(dev.poll_eq(&mut eq, |ev| got.push(ev)).unwrap(), 3);
+    assert_eq!(got.len(), 3);
+    assert_eq!(eq.consumer_index(), 5);
+
+    // a type nobody subscribed to, a CQN beyond the caps, a port that does not exist
+    {
+        let mut fw = b.fw();
+        fw.post_eqe(n, eqe_bytes(eqe::event::PAGE_REQUEST, |_| {}));
+        fw.post_eqe(n, comp(1 << 20));
+        fw.post_eqe(n, eqe_bytes(0x3f, |_| {}));
+        fw.post_eqe(n, eqe_bytes(eqe::event::PORT_CHANGE, |e| e[0x28] = 2 << 4));
+    }
+    got.clear();
+    let e = dev.poll_eq(&mut eq, |ev| got.push(ev)).unwrap_err();
+    assert_eq!(
+        e,
+        Error::BadOutput {
+            opcode: 0,
+            what: OutputFault::EventType {
+                event_type: eqe::event::PAGE_REQUEST
+            }
+        }
+    );
+    assert!(got.is_empty());
+    assert_eq!(eq.consumer_index(), 9, "bad EQEs are consumed");
+    dev.destroy_eq(eq).unwrap();
+}
+
+#[test]
+fn page_requests_are_served_from_the_driver_eq() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let n = dev.driver_eqn().unwrap();
+    let req = |num: i32| {
+        eqe_bytes(eqe::event::PAGE_REQUEST, |e| {
+            e[eqe::PAGE_REQ_NUM_PAGES..eqe::PAGE_REQ_NUM_PAGES + 4]
+                .copy_from_slice(&num.to_be_bytes())
+        })
+    };
+    b.fw().post_eqe(n, req(10));
+    b.fw().post_eqe(
+        n,
+        eqe_bytes(eqe::event::COMM_EST, |e| {
+            e[0x38..0x3c].copy_from_slice(&0x42u32.to_be_bytes())
+        }),
+    );
+    let mut got = Vec::new();
+    assert_eq!(dev.poll_events(|ev| got.push(ev)).unwrap(), 1);
+    assert_eq!(
+        got,
+        vec![Event::Qp {
+            event_type: eqe::event::COMM_EST,
+            resource_type: 0,
+            qpn: 0x42
+        }]
+    );
+    assert_eq!(dev.fw_pages(), 85);
+    assert_eq!(b.fw().pages.len(), 85);
+
+    b.fw().post_eqe(n, req(-20));
+    dev.poll_events(|_| {}).unwrap();
+    assert_eq!(dev.fw_pages(), 65);
+    assert_eq!(b.fw().pages.len(), 65);
+
+    // an absurd request is refused, the firmware told
+    b.fw().post_eqe(n, req(i32::MAX));
+    let e = dev.poll_events(|_| {}).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::BadOutput {
+            opcode: 0,
+            what: OutputFault::PageCount { .. }
+        }
+    ));
+    assert_eq!(
+        b.fw().log.last(),
+        Some(&(opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_CANT_GIVE))
+    );
+    dev.shutdown().unwrap();
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn command_completions_do_not_overrun_the_driver_eq() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    // far more commands than the EQ has entries; every one posts a CMD EQE
+    for _ in 0..600 {
+        dev.exec(&crate::device::cmd_in(opcode::NOP, 0, 16), 16)
+            .unwrap();
+    }
+    assert_eq!(dev.poll_events(|_| panic!("no events")).unwrap(), 0);
+    assert_eq!(dev.events_lost(), 0);
+}
+
+// ------------------------------------------------------------------------------------------
+// CQ, mkey, QP
+
+#[test]
+fn cq_buffers_are_initialised_and_described() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let cq = dev.create_cq(7, dev.driver_eqn().unwrap()).unwrap();
+    assert_eq!(cq.entries(), 128);
+    for i in 0..128 {
+        assert_eq!(cq.buffer().read_u8(i * 64 + 63).unwrap(), 0xf0);
+    }
+    let inp = b.fw().inputs[&opcode::CREATE_CQ].clone();
+    let ctx = create_cq_in::CQ_CONTEXT.byte_off();
+    use firmware_interface::ctx::cqc;
+    assert_eq!(cqc::LOG_CQ_SIZE.at(ctx).get(&inp), 7);
+    assert_eq!(cqc::UAR_PAGE.at(ctx).get(&inp), dev.driver_uar().unwrap());
+    assert_eq!(cqc::C_EQN_OR_APU_ELEMENT.at(ctx).get(&inp), cq.eqn());
+    assert_eq!(
+        cqc::DBR_ADDR.at(ctx).get64(&inp),
+        cq.doorbell_record().iova()
+    );
+    assert_eq!(inp.len(), 0x110 + 2 * 8);
+    assert_eq!(be64(&inp, 0x110), cq.buffer().iova());
+    assert_eq!(be64(&inp, 0x118), cq.buffer().iova() + 4096);
+    assert_eq!(dev.create_cq(17, 0).unwrap_err(), Error::InvalidArgument);
+    dev.destroy_cq(cq).unwrap();
+}
+
+#[test]
+fn mkey_key_is_index_and_variant() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let pd = dev.driver_pd().unwrap();
+    let pages = [0x10_0000u64, 0x20_0000, 0x30_0000];
+    let access = MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE | MkeyAccess::REMOTE_READ;
+    let mk = dev
+        .create_mkey(pd, 0x7000_0800, 8192, access, &pages)
+        .unwrap();
+    assert_eq!(mk.key() >> 8, mk.index());
+    let inp = b.fw().inputs[&opcode::CREATE_MKEY].clone();
+    use firmware_interface::ctx::mkc;
+    let c = create_mkey_in::MEMORY_KEY_MKEY_ENTRY.byte_off();
+    assert_eq!(mkc::MKEY_7_0.at(c).get(&inp), mk.key() & 0xff);
+    assert_eq!(mkc::ACCESS_MODE_1_0.at(c).get(&inp), mkc::ACCESS_MODE_MTT);
+    assert_eq!(mkc::QPN.at(c).get(&inp), 0xff_ffff);
+    assert_eq!(mkc::PD.at(c).get(&inp), pd);
+    assert_eq!(mkc::START_ADDR.at(c).get64(&inp), 0x7000_0800);
+    assert_eq!(mkc::LEN.at(c).get64(&inp), 8192);
+    assert_eq!(mkc::LOG_PAGE_SIZE.at(c).get(&inp), 12);
+    assert_eq!(mkc::TRANSLATIONS_OCTWORD_SIZE.at(c).get(&inp), 2);
+    assert_eq!((mkc::LR.at(c).get(&inp), mkc::LW.at(c).get(&inp)), (1, 1));
+    assert_eq!((mkc::RR.at(c).get(&inp), mkc::RW.at(c).get(&inp)), (1, 1));
+    assert_eq!(mkc::A.at(c).get(&inp), 0);
+    assert_eq!(inp.len(), 0x110 + 4 * 8);
+    assert_eq!(be64(&inp, 0x120), 0x30_0000);
+    let mk2 = dev
+        .create_mkey(pd, 0, 4096, MkeyAccess::LOCAL_READ, &pages[..1])
+        .unwrap();
+    assert_ne!(mk.key() & 0xff, mk2.key() & 0xff);
+
+    // three pages are needed for 8 KB starting mid-page
+    assert_eq!(
+        dev.create_mkey(pd, 0x800, 8192, access, &pages[..2]),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        dev.create_mkey(pd, 0, 4096, MkeyAccess::REMOTE_WRITE, &pages[..1]),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        dev.create_mkey(pd, 0, 4096, access, &[0x1234]),
+        Err(Error::InvalidArgument)
+    );
+    dev.destroy_mkey(mk).unwrap();
+    dev.destroy_mkey(mk2).unwrap();
+}
+
+#[test]
+fn qp_lifecycle() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let cq = dev.create_cq(6, dev.driver_eqn().unwrap()).unwrap();
+    let attr = QpCreate {
+        pd: dev.driver_pd().unwrap(),
+        send_cqn: cq.cqn(),
+        recv_cqn: cq.cqn(),
+        log_sq_size: 6,
+        log_rq_size: 5,
+        log_rq_stride: 2,
+        ..Default::default()
+    };
+    let mut qp = dev.create_qp(&attr).unwrap();
+    assert_eq!(qp.state(), QpState::Reset);
+    assert_eq!(qp.sq_offset(), 32 * 64);
+    assert_eq!(qp.buffer().len(), 8192);
+    let inp = b.fw().inputs[&opcode::CREATE_QP].clone();
+    let qb = create_qp_in::QPC.byte_off();
+    assert_eq!(qpc::LOG_SQ_SIZE.at(qb).get(&inp), 6);
+    assert_eq!(qpc::LOG_RQ_SIZE.at(qb).get(&inp), 5);
+    assert_eq!(qpc::LOG_RQ_STRIDE.at(qb).get(&inp), 2);
+    assert_eq!(qpc::CQN_SND.at(qb).get(&inp), cq.cqn());
+    assert_eq!(qpc::UAR_PAGE.at(qb).get(&inp), dev.driver_uar().unwrap());
+    assert_eq!(qpc::PM_STATE.at(qb).get(&inp), qpc::PM_STATE_MIGRATED);
+    assert_eq!(
+        qpc::DBR_ADDR.at(qb).get64(&inp),
+        qp.doorbell_record().iova()
+    );
+    assert_eq!(inp.len(), 0x110 + 2 * 8);
+
+    let m = QpModify {
+        access: QpAccess::REMOTE_WRITE | QpAccess::REMOTE_READ,
+        remote_qpn: 0x99,
+        rq_psn: 0x1234,
+        sq_psn: 0x4321,
+        mtu: Mtu::Mtu4096,
+        path: AddressPath {
+            rgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2],
+            rmac: [2, 0, 0, 0, 0, 9],
+            udp_sport: 0xc000,
+            traffic_class: 0x68,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        dev.modify_qp(&mut qp, Transition::Init2Rtr, &m),
+        Err(Error::InvalidArgument)
+    );
+    dev.modify_qp(&mut qp, Transition::Rst2Init, &m).unwrap();
+    let inp = b.fw().inputs[&opcode::RST2INIT_QP].clone();
+    let qb = rst2init_qp_in::QPC.byte_off();
+    let pb = qb + qpc::PRIMARY_ADDRESS_PATH.byte_off();
+    use firmware_interface::ctx::ads;
+    assert_eq!(rst2init_qp_in::QPN.get(&inp), qp.qpn());
+    assert_eq!(ads::VHCA_PORT_NUM.at(pb).get(&inp), 1);
+    assert_eq!(
+        (
+            qpc::RRE.at(qb).get(&inp),
+            qpc::RWE.at(qb).get(&inp),
+            qpc::RAE.at(qb).get(&inp)
+        ),
+        (1, 1, 0)
+    );
+    dev.modify_qp(&mut qp, Transition::Init2Rtr, &m).unwrap();
+    let inp = b.fw().inputs[&opcode::INIT2RTR_QP].clone();
+    assert_eq!(qpc::REMOTE_QPN.at(qb).get(&inp), 0x99);
+    assert_eq!(qpc::NEXT_RCV_PSN.at(qb).get(&inp), 0x1234);
+    assert_eq!(qpc::MTU.at(qb).get(&inp), qpc::MTU_4096);
+    assert_eq!(qpc::LOG_MSG_MAX.at(qb).get(&inp), 30);
+    assert_eq!(ads::RMAC.at(pb).slice(&inp).unwrap(), &[2, 0, 0, 0, 0, 9]);
+    assert_eq!(ads::RGID_RIP.at(pb).slice(&inp).unwrap(), &m.path.rgid);
+    assert_eq!(ads::UDP_SPORT.at(pb).get(&inp), 0xc000);
+    assert_eq!(ads::HOP_LIMIT.at(pb).get(&inp), 64);
+    assert_eq!(ads::DSCP.at(pb).get(&inp), 0x68 >> 2);
+    dev.modify_qp(&mut qp, Transition::Rtr2Rts, &m).unwrap();
+    let inp = b.fw().inputs[&opcode::RTR2RTS_QP].clone();
+    assert_eq!(qpc::NEXT_SEND_PSN.at(qb).get(&inp), 0x4321);
+    assert_eq!(ads::ACK_TIMEOUT.at(pb).get(&inp), 14);
+    assert_eq!(qpc::RETRY_COUNT.at(qb).get(&inp), 7);
+    assert_eq!(qp.state(), QpState::Rts);
+    assert_eq!(dev.query_qp(&qp).unwrap().state, QpState::Rts);
+
+    // out-of-range attributes are refused before anything is sent
+    let bad = QpModify {
+        sq_psn: 1 << 24,
+        ..m
+    };
+    assert_eq!(
+        dev.modify_qp(&mut qp, Transition::Rts2Rts, &bad),
+        Err(Error::InvalidArgument)
+    );
+    let bad = QpModify { port: 2, ..m };
+    assert_eq!(
+        dev.modify_qp(&mut qp, Transition::Rts2Rts, &bad),
+        Err(Error::InvalidArgument)
+    );
+
+    qp.doorbell_record().write_be32(0, 5).unwrap();
+    dev.modify_qp(&mut qp, Transition::ToErr, &m).unwrap();
+    dev.modify_qp(&mut qp, Transition::ToRst, &m).unwrap();
+    assert_eq!(qp.state(), QpState::Reset);
+    assert_eq!(qp.doorbell_record().read_be32(0).unwrap(), 0);
+    assert_eq!(dev.query_qp(&qp).unwrap().state, QpState::Reset);
+
+    // a device that reports a state that does not exist
+    b.hook(on(
+        opcode::QUERY_QP,
+        Reply::ok(out_with(464, |o| {
+            qpc::STATE.at(0x18).set(o, 8);
+        })),
+    ));
+    assert_eq!(
+        dev.query_qp(&qp).unwrap_err(),
+        Error::BadOutput {
+            opcode: opcode::QUERY_QP,
+            what: OutputFault::QpContext { value: 8 }
+        }
+    );
+    b.fw().hook = None;
+
+    dev.destroy_qp(qp).unwrap();
+    dev.destroy_cq(cq).unwrap();
+    dev.shutdown().unwrap();
+    assert_eq!(b.heap.live_buffers(), 0);
+}
+
+#[test]
+fn qp_sizes_are_checked() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let before = b.heap.live_buffers();
+    let base = QpCreate {
+        pd: 1,
+        send_cqn: 1,
+        recv_cqn: 1,
+        ..Default::default()
+    };
+    for bad in [
+        QpCreate {
+            log_sq_size: 13,
+            ..base
+        },
+        QpCreate {
+            log_rq_stride: 6, // 1 KB > max_wqe_sz_rq
+            ..base
+        },
+        QpCreate {
+            log_rq_size: 0,
+            log_rq_stride: 0, // 16-byte RQ
+            ..base
+        },
+        QpCreate {
+            send_cqn: 1 << 12,
+            ..base
+        },
+        QpCreate {
+            uar: Some(1 << 20),
+            ..base
+        },
+    ] {
+        assert_eq!(dev.create_qp(&bad).unwrap_err(), Error::InvalidArgument);
+    }
+    assert_eq!(b.heap.live_buffers(), before, "nothing allocated or leaked");
+}
+
+#[test]
+fn lost_objects_keep_their_memory() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let before = b.heap.live_buffers();
+    let cq = dev.create_cq(4, dev.driver_eqn().unwrap()).unwrap();
+    b.hook(on(
+        opcode::DESTROY_CQ,
+        Reply::ok(out_with(16, |o| {
+            o[0] = firmware_interface::cmd_status::BAD_RES_STATE
+        })),
+    ));
+    assert!(dev.destroy_cq(cq).is_err());
+    assert_eq!(b.heap.live_buffers(), before + 2, "ring and record leaked");
+}
+
+// ------------------------------------------------------------------------------------------
+// Health, misc
+
+#[test]
+fn health_checks() {
+    let b = bench();
+    let dev = b.probe().unwrap();
+    dev.check_health().unwrap();
+    b.fw().health_synd = 0x8;
+    assert_eq!(dev.check_health(), Err(Error::Health { syndrome: 8 }));
+    b.fw().health_synd = 0;
+    b.fw().nic_if = 7;
+    assert_eq!(
+        dev.check_health(),
+        Err(Error::InterfaceDown { nic_interface: 7 })
+    );
+    b.fw().nic_if = 0;
+    b.fw().health_fw_ver = u32::MAX;
+    assert_eq!(dev.check_health(), Err(Error::DeviceGone));
+    b.fw().health_fw_ver = 1;
+
+    let b = bench();
+    let dev = b
+        .probe_with(Config {
+            heartbeat_timeout_ns: Some(5_000_000),
+            ..test_config()
+        })
+        .unwrap();
+    dev.check_health().unwrap();
+    for _ in 0..10 {
+        b.clock.relax();
+    }
+    assert_eq!(dev.check_health(), Err(Error::HeartbeatLost));
+}
+
+#[test]
+fn provider_and_port_queries() {
+    use verbs::Provider;
+    let b = bench();
+    let dev = b
+        .probe_with(Config {
+            device_id: 0x1017,
+            ..test_config()
+        })
+        .unwrap();
+    let a = dev.query_device().unwrap();
+    assert_eq!(a.fw_ver, (14, 32, 1010));
+    assert_eq!((a.vendor_id, a.vendor_part_id), (0x15b3, 0x1017));
+    assert_eq!(a.max_qp, 1024);
+    assert_eq!(a.max_cqe, 65535);
+    assert_eq!(a.phys_port_cnt, 1);
+    assert_eq!(dev.mac().unwrap(), [2, 0, 0, 0, 0, 7]);
+    assert!(dev.port_up().unwrap());
+
+    dev.set_roce_gid(
+        3,
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+        [2, 0, 0, 0, 0, 7],
+    )
+    .unwrap();
+    let inp = b.fw().inputs[&opcode::SET_ROCE_ADDRESS].clone();
+    use firmware_interface::ctx::roce_addr_layout as r;
+    assert_eq!(set_roce_address_in::ROCE_ADDRESS_INDEX.get(&inp), 3);
+    assert_eq!(r::ROCE_L3_TYPE.at(0x10).get(&inp), r::L3_TYPE_IPV4);
+    assert_eq!(r::ROCE_VERSION.at(0x10).get(&inp), r::ROCE_VERSION_V2);
+    assert_eq!(r::SOURCE_MAC_47_32.at(0x10).get(&inp), 0x0200);
+    assert_eq!(r::SOURCE_MAC_31_0.at(0x10).get(&inp), 7);
+    assert_eq!(
+        dev.set_roce_gid(16, [0; 16], [0; 6]),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(dev.dealloc_pd(dev.driver_pd().unwrap()), Err(Error::Busy));
+}
+
+#[test]
+fn errno_mapping() {
+    assert_eq!(Error::NotReady.errno(), 110);
+    assert_eq!(Error::CmdTimeout { opcode: 1 }.errno(), 110);
+    assert_eq!(Error::DeviceGone.errno(), 19);
+    assert_eq!(Error::Dma(nic_hal::DmaError::NoMemory).errno(), 12);
+    assert_eq!(
+        Error::Cmd {
+            opcode: 0,
+            status: firmware_interface::cmd_status::RES_BUSY,
+            syndrome: 0
+        }
+        .errno(),
+        16
+    );
+    assert_eq!(
+        verbs::Error::from(Error::DeviceGone),
+        verbs::Error::NoDevice
+    );
+    assert_eq!(
+        verbs::Error::from(Error::CmdTimeout { opcode: 1 }),
+        verbs::Error::TimedOut
+    );
+    assert_eq!(
+        verbs::Error::from(Error::Cmd {
+            opcode: 0,
+            status: firmware_interface::cmd_status::LIM,
+            syndrome: 0
+        }),
+        verbs::Error::NoMemory
+    );
+    assert_eq!(
+        verbs::Error::from(Error::NotSupported),
+        verbs::Error::NotSupported
+    );
+    assert!(is_supported_pci(0x15b3, 0x101d));
+    assert!(!is_supported_pci(0x15b3, 0x6750));
+}

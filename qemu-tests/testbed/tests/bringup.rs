@@ -1,0 +1,115 @@
+//! Bring-up and teardown of the mlx5 driver against the emulated device: the PRM order, the
+//! objects, and nothing left behind.
+
+use firmware_interface::{op_mod, opcode};
+use nic_emulator::{CmdRecord, Live, Profile};
+use nic_testbed::Testbed;
+
+/// Asserts that `want` occurs in `log` in this order (other commands may stand between).
+fn assert_in_order(log: &[CmdRecord], want: &[(u16, Option<u16>)]) {
+    let mut it = log.iter();
+    for &(op, m) in want {
+        let found = it.any(|r| r.opcode == op && m.is_none_or(|m| m == r.op_mod));
+        assert!(
+            found,
+            "command {} (op_mod {m:?}) missing or out of order in {:#?}",
+            opcode::name(op).unwrap_or("?"),
+            log.iter()
+                .map(|r| (opcode::name(r.opcode).unwrap_or("?"), r.op_mod, r.status))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn bring_up_follows_the_prm_order_and_teardown_releases_everything() {
+    let tb = Testbed::new(Profile::default());
+    let dev = tb.probe(Default::default()).expect("bring-up");
+
+    let live = tb.live();
+    assert!(live.hca_enabled && live.hca_initialized);
+    assert_eq!(live.uars, 1, "the driver's own UAR");
+    assert_eq!(live.eqs, 1, "the async/command EQ");
+    assert!(live.fw_pages >= Profile::default().boot_pages + Profile::default().init_pages);
+
+    {
+        let d = tb.device();
+        let log = d.command_log();
+        assert!(
+            log.iter().all(|r| r.delivery == 0 && r.status == 0),
+            "{log:#?}"
+        );
+        let cap_cur = (op_mod::CAP_GENERAL << 1) | op_mod::QUERY_CAP_CUR;
+        assert_in_order(
+            log,
+            &[
+                (opcode::ENABLE_HCA, None),
+                (opcode::QUERY_ISSI, None),
+                (opcode::SET_ISSI, None),
+                (opcode::QUERY_PAGES, Some(op_mod::PAGES_BOOT)),
+                (opcode::MANAGE_PAGES, Some(op_mod::MANAGE_PAGES_GIVE)),
+                (opcode::ACCESS_REG, None),
+                (opcode::QUERY_HCA_CAP, Some(cap_cur)),
+                (opcode::SET_HCA_CAP, Some(op_mod::CAP_GENERAL << 1)),
+                (opcode::QUERY_PAGES, Some(op_mod::PAGES_INIT)),
+                (opcode::MANAGE_PAGES, Some(op_mod::MANAGE_PAGES_GIVE)),
+                (opcode::INIT_HCA, None),
+                (opcode::ALLOC_UAR, None),
+                (opcode::CREATE_EQ, None),
+                (opcode::ALLOC_PD, None),
+            ],
+        );
+        // Nothing but ENABLE_HCA may precede ENABLE_HCA.
+        assert_eq!(log[0].opcode, opcode::ENABLE_HCA);
+    }
+
+    let n = tb.device().command_log().len();
+    dev.shutdown().expect("teardown");
+    assert_eq!(tb.live(), Live::default());
+    let d = tb.device();
+    let tail = &d.command_log()[n..];
+    assert!(
+        tail.iter().all(|r| r.delivery == 0 && r.status == 0),
+        "{tail:#?}"
+    );
+    assert_in_order(
+        tail,
+        &[
+            (opcode::DESTROY_EQ, None),
+            (opcode::DEALLOC_UAR, None),
+            (opcode::TEARDOWN_HCA, None),
+            (opcode::MANAGE_PAGES, Some(op_mod::MANAGE_PAGES_TAKE)),
+            (opcode::DISABLE_HCA, None),
+        ],
+    );
+    assert!(d.errors().is_empty(), "device saw errors: {:?}", d.errors());
+    drop(d);
+    assert_eq!(tb.dma.live_buffers(), 0, "driver DMA memory left behind");
+}
+
+#[test]
+fn dropping_the_device_tears_it_down_too() {
+    let tb = Testbed::new(Profile::default());
+    let dev = tb.probe(Default::default()).unwrap();
+    drop(dev);
+    assert_eq!(tb.live(), Live::default());
+    assert_eq!(tb.dma.live_buffers(), 0);
+}
+
+#[test]
+fn reported_caps_come_from_the_device_profile() {
+    let p = Profile {
+        log_max_qp: 7,
+        log_max_cq: 6,
+        ..Profile::default()
+    };
+    let tb = Testbed::new(p.clone());
+    let dev = tb.probe(Default::default()).unwrap();
+    assert_eq!(dev.caps().log_max_qp, 7);
+    assert_eq!(dev.caps().log_max_cq, 6);
+    assert_eq!(dev.fw_version(), p.fw_rev);
+    let attr = verbs::Provider::query_device(&dev).unwrap();
+    assert_eq!(attr.max_qp, 1 << 7);
+    assert_eq!(attr.fw_ver, p.fw_rev);
+    dev.shutdown().unwrap();
+}

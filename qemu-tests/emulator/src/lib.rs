@@ -1,1 +1,402 @@
-//! (in progress)
+//! `nic-emulator`: an emulated ConnectX-class (mlx5) NIC that a real mlx5 driver is tested
+//! against.
+//!
+//! The device is a device: it sees only register accesses to its BAR0 and DMA through an
+//! [`AddressSpace`] (an IOMMU view of host memory), and it is as strict as hardware — every
+//! driver mistake it can detect comes back as a delivery status, a command status + syndrome
+//! (see [`syndrome`]), or a [`DeviceError`]; nothing a driver writes can make it panic.
+//!
+//! What is modelled (spec `shared/spec/mlx5.md` §1, §2, §3, §5, §6, §10):
+//! * the initialization segment (firmware revision, command queue address, `initializing`,
+//!   health buffer and counter, internal timer) — `regs`;
+//! * the command queue: entries, mailbox chains, tokens, block numbers, signatures, delivery
+//!   status, CMD events — `cmdq`;
+//! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
+//!   and its state machine, vport, RoCE GIDs) — `commands`;
+//! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`.
+//!
+//! Not modelled yet: the data path (WQE execution, CQEs, completion events, CQ arming, the
+//! wire), SRQs, XRC, UMR/KLM keys, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands
+//! (QUERY_HCA_VPORT_*), runtime page requests, MSI-X delivery (see
+//! [`Device::take_interrupts`]), the ATOMIC capability page contents.
+//!
+//! Two ways to drive it: trapped ([`Device::mmio_read`] / [`Device::mmio_write`] run whatever
+//! the access triggers, inline) or untrapped ([`Device::poll`] looks at a shared BAR and
+//! host memory for work). Doorbells are hints; in-memory state is the truth.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use nic_emulator::{AddressSpace, Device, DmaFault, Profile};
+//!
+//! /// An IOMMU with nothing mapped.
+//! struct NoMemory;
+//! impl AddressSpace for NoMemory {
+//!     fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+//!         Err(DmaFault { iova, len: buf.len(), write: false })
+//!     }
+//!     fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+//!         Err(DmaFault { iova, len: data.len(), write: true })
+//!     }
+//! }
+//!
+//! let mut dev = Device::new(Profile::default(), Arc::new(NoMemory));
+//! let mut reg = [0u8; 4];
+//! dev.mmio_read(0x4, &mut reg); // cmdif_rev_fw_sub
+//! assert_eq!(u32::from_be_bytes(reg) >> 16, 5);
+//! // The command doorbell before the queue address is set is a driver bug the device records.
+//! for _ in 0..3 {
+//!     dev.mmio_read(0x1fc, &mut reg); // wait for `initializing` to clear
+//! }
+//! dev.mmio_write(0x18, &1u32.to_be_bytes());
+//! assert_eq!(dev.errors(), &[nic_emulator::DeviceError::CmdqNotSet]);
+//! assert_eq!(dev.live(), nic_emulator::Live::default());
+//! ```
+
+mod cmdq;
+mod commands;
+mod eq;
+mod faults;
+mod mem;
+mod objects;
+mod profile;
+mod regs;
+mod state;
+pub mod syndrome;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+pub use faults::{FailCommand, Faults, OutputHook};
+pub use mem::{AddressSpace, BarMemory, DmaFault, VecBar};
+pub use profile::Profile;
+
+/// Live object counts: what the driver created and has not destroyed yet.
+/// `Live::default()` means everything was released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Live {
+    /// Allocated UAR pages.
+    pub uars: u32,
+    /// Allocated protection domains.
+    pub pds: u32,
+    /// Allocated transport domains.
+    pub tds: u32,
+    /// Event queues.
+    pub eqs: u32,
+    /// Completion queues.
+    pub cqs: u32,
+    /// Memory keys.
+    pub mkeys: u32,
+    /// Queue pairs.
+    pub qps: u32,
+    /// Pages the driver gave with MANAGE_PAGES and did not take back.
+    pub fw_pages: u32,
+    /// ENABLE_HCA done and no DISABLE_HCA since.
+    pub hca_enabled: bool,
+    /// INIT_HCA done and no TEARDOWN_HCA since.
+    pub hca_initialized: bool,
+}
+
+/// One completed command (the device's own log).
+#[derive(Clone, Copy, Debug)]
+pub struct CmdRecord {
+    /// Command queue slot.
+    pub slot: u8,
+    /// Opcode from the input header.
+    pub opcode: u16,
+    /// `op_mod` from the input header.
+    pub op_mod: u16,
+    /// Delivery status written to `status_own` (0 = delivered).
+    pub delivery: u8,
+    /// Output `status` (0 when not delivered).
+    pub status: u8,
+    /// Output `syndrome`.
+    pub syndrome: u32,
+}
+
+/// Device-side errors a test can see: driver mistakes that have no command status to carry
+/// them (or that the device records in addition to one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceError {
+    /// A DMA the IOMMU refused.
+    Dma(DmaFault),
+    /// A write to a UAR page that is not allocated, to an offset of a UAR page that is no
+    /// doorbell, naming an object that does not exist or does not belong to that UAR, or a
+    /// command doorbell with bits for slots beyond the queue.
+    BadDoorbell {
+        /// BAR0 offset of the write.
+        offset: usize,
+        /// The value written (big-endian bytes read as an integer, up to 8 bytes).
+        value: u64,
+    },
+    /// A command doorbell before the command queue address was written.
+    CmdqNotSet,
+    /// A command doorbell while the `initializing` bit is still set (ignored).
+    CmdWhileInitializing {
+        /// The doorbell value.
+        value: u32,
+    },
+    /// A command doorbell for an entry whose ownership bit is 0 (software-owned; ignored).
+    CmdNotOwned {
+        /// The slot.
+        slot: u8,
+    },
+    /// A write to a read-only init-segment register (ignored).
+    ReadOnlyRegister {
+        /// BAR0 offset.
+        offset: usize,
+        /// The value written.
+        value: u32,
+    },
+    /// An MMIO access of a size the device does not accept (4 or 8 bytes, or a 64-byte
+    /// BlueFlame burst into a UAR page), or beyond the BAR.
+    BadMmio {
+        /// BAR0 offset.
+        offset: usize,
+        /// Access size in bytes.
+        len: usize,
+    },
+    /// The driver let an EQ overflow (did not update its consumer index in time). Unless the
+    /// EQ was created with `oi`, the device also raises health syndrome 0xc.
+    EqOverrun {
+        /// EQ number.
+        eqn: u8,
+    },
+    /// An EQ doorbell with a consumer index beyond the producer index (ignored).
+    EqConsumerAhead {
+        /// EQ number.
+        eqn: u8,
+        /// Consumer index written.
+        ci: u32,
+        /// Device producer index (24 bits).
+        pi: u32,
+    },
+    /// DISABLE_HCA while the device still held pages (the pages stay held until taken back).
+    DisabledWithPagesHeld {
+        /// Pages still held.
+        pages: u32,
+    },
+    /// A force TEARDOWN_HCA freed objects the driver had not destroyed.
+    ForcedTeardownFreed {
+        /// The objects that were alive.
+        live: Live,
+    },
+}
+
+/// A write into a UAR page, as recorded (queue processing beyond EQ doorbells comes later).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UarWrite {
+    /// UAR index.
+    pub uar: u32,
+    /// Offset inside the 4 KiB UAR page.
+    pub offset: usize,
+    /// The bytes written.
+    pub data: Vec<u8>,
+}
+
+/// The emulated mlx5 device.
+pub struct Device {
+    pub(crate) profile: Profile,
+    pub(crate) mem: Arc<dyn AddressSpace>,
+    pub(crate) bar: Box<dyn BarMemory>,
+    pub(crate) faults: Faults,
+    pub(crate) regs: regs::Regs,
+    pub(crate) hca: state::Hca,
+    pub(crate) obj: objects::Objects,
+    pub(crate) log: Vec<CmdRecord>,
+    pub(crate) errors: Vec<DeviceError>,
+    pub(crate) uar_log: Vec<UarWrite>,
+    pub(crate) irqs: BTreeSet<u16>,
+}
+
+impl core::fmt::Debug for Device {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Device")
+            .field("profile", &self.profile)
+            .field("live", &self.live())
+            .field("errors", &self.errors)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most UAR writes kept by [`Device::uar_writes`] (older ones are dropped).
+const UAR_LOG_MAX: usize = 4096;
+
+impl Device {
+    /// A device fresh out of reset with a [`VecBar`] of `profile.bar_size` bytes.
+    pub fn new(profile: Profile, mem: Arc<dyn AddressSpace>) -> Device {
+        let bar = Box::new(VecBar::new(profile.bar_size));
+        Device::with_bar(profile, mem, bar)
+    }
+
+    /// A device fresh out of reset over the given BAR0 backing store (e.g. shared memory).
+    pub fn with_bar(
+        profile: Profile,
+        mem: Arc<dyn AddressSpace>,
+        bar: Box<dyn BarMemory>,
+    ) -> Device {
+        let regs = regs::Regs::new(&profile);
+        let hca = state::Hca::new(&profile);
+        let obj = objects::Objects::new(&profile, bar.len());
+        let mut dev = Device {
+            profile,
+            mem,
+            bar,
+            faults: Faults::default(),
+            regs,
+            hca,
+            obj,
+            log: Vec::new(),
+            errors: Vec::new(),
+            uar_log: Vec::new(),
+            irqs: BTreeSet::new(),
+        };
+        dev.reset_bar();
+        dev
+    }
+
+    /// A trapped BAR read (normally 4 or 8 bytes): updates what the read observes
+    /// (`initializing`, `health_counter`, timer) and returns the bytes.
+    pub fn mmio_read(&mut self, off: usize, buf: &mut [u8]) {
+        self.reg_read(off, buf);
+    }
+
+    /// A trapped BAR write (4 or 8 bytes, or a 64-byte BlueFlame burst): stores it and runs
+    /// whatever it triggers (command execution, EQ doorbells) before returning.
+    pub fn mmio_write(&mut self, off: usize, data: &[u8]) {
+        self.reg_write(off, data);
+    }
+
+    /// Untrapped mode: look at BAR memory and host memory for work (a nonzero command doorbell
+    /// word, changed queue address, EQ doorbells in UAR pages), do it, and return whether
+    /// anything was done. Also advances the health counter and the `initializing` countdown.
+    pub fn poll(&mut self) -> bool {
+        self.poll_bar()
+    }
+
+    /// The test knobs.
+    pub fn faults(&mut self) -> &mut Faults {
+        &mut self.faults
+    }
+
+    /// Raises a fatal health syndrome as firmware would (`synd` and the `rfr` bit in the
+    /// health buffer; the health counter stops). From then on every command completes with
+    /// status INTERNAL_ERR, syndrome [`syndrome::HEALTH_FATAL`].
+    pub fn raise_health(&mut self, synd: u8) {
+        self.fatal(synd);
+    }
+
+    /// Live object counts (leak check: `Live::default()` after a full teardown).
+    pub fn live(&self) -> Live {
+        let o = &self.obj;
+        Live {
+            uars: o.uars.len(),
+            pds: o.pds.len(),
+            tds: o.tds.len(),
+            eqs: o.eqs.len(),
+            cqs: o.cqs.len(),
+            mkeys: o.mkeys.len(),
+            qps: o.qps.len(),
+            fw_pages: u32::try_from(self.hca.pages.len()).unwrap_or(u32::MAX),
+            hca_enabled: self.hca.enabled,
+            hca_initialized: self.hca.initialized,
+        }
+    }
+
+    /// Every command completed so far, in completion order.
+    pub fn command_log(&self) -> &[CmdRecord] {
+        &self.log
+    }
+
+    /// Every device-side error so far, in order.
+    pub fn errors(&self) -> &[DeviceError] {
+        &self.errors
+    }
+
+    /// The state of QP `qpn` (`ctx::qpc::STATE_*` encoding), `None` if it does not exist.
+    pub fn qp_state(&self, qpn: u32) -> Option<u8> {
+        self.obj.qps.get(qpn).map(|q| q.state)
+    }
+
+    /// The most recent writes into allocated UAR pages (at most 4096 are kept).
+    pub fn uar_writes(&self) -> &[UarWrite] {
+        &self.uar_log
+    }
+
+    /// MSI-X vectors (EQ `intr` values) that fired since the last call, ascending. An EQ fires
+    /// when it is armed (doorbell at UAR 0x40) and has an EQE the driver has not consumed.
+    pub fn take_interrupts(&mut self) -> Vec<u16> {
+        core::mem::take(&mut self.irqs).into_iter().collect()
+    }
+
+    pub(crate) fn error(&mut self, e: DeviceError) {
+        self.errors.push(e);
+    }
+
+    pub(crate) fn record_uar_write(&mut self, w: UarWrite) {
+        if self.uar_log.len() >= UAR_LOG_MAX {
+            self.uar_log.drain(..UAR_LOG_MAX / 2);
+        }
+        self.uar_log.push(w);
+    }
+
+    /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`].
+    pub(crate) fn dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if iova.checked_add(buf.len() as u64).is_none() {
+            let f = DmaFault {
+                iova,
+                len: buf.len(),
+                write: false,
+            };
+            self.error(DeviceError::Dma(f));
+            return Err(f);
+        }
+        let r = self.mem.read(iova, buf);
+        if let Err(f) = r {
+            self.error(DeviceError::Dma(f));
+        }
+        r
+    }
+
+    /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`].
+    pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+        if iova.checked_add(data.len() as u64).is_none() {
+            let f = DmaFault {
+                iova,
+                len: data.len(),
+                write: true,
+            };
+            self.error(DeviceError::Dma(f));
+            return Err(f);
+        }
+        let r = self.mem.write(iova, data);
+        if let Err(f) = r {
+            self.error(DeviceError::Dma(f));
+        }
+        r
+    }
+
+    /// Checks that `len` bytes at `iova` are readable (reads them in chunks).
+    pub(crate) fn probe(&mut self, iova: u64, len: u64) -> Result<(), DmaFault> {
+        const CHUNK: u64 = 64 << 10;
+        let mut buf = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0u64;
+        while done < len {
+            let n = CHUNK.min(len - done) as usize;
+            let Some(a) = iova.checked_add(done) else {
+                let f = DmaFault {
+                    iova,
+                    len: len as usize,
+                    write: false,
+                };
+                self.error(DeviceError::Dma(f));
+                return Err(f);
+            };
+            self.dma_read(a, &mut buf[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! Event queues (spec §10) and UAR page doorbells (spec §6).
+//!
+//! An EQE for producer count `pi` goes to slot `pi % nent` with `owner = (pi / nent) & 1`, the
+//! event bytes first and the owner byte last. The driver reports its consumer index through the
+//! UAR doorbells 0x40 (update + arm) and 0x48 (update only). When an EQE would overwrite one
+//! the driver has not consumed (`pi - ci >= nent`), the EQ has overrun: the event is dropped,
+//! [`DeviceError::EqOverrun`] is recorded and, unless the EQ was created with `oi`, the device
+//! raises the fatal health syndrome 0xc (asynchronous EQ buffer overrun), as firmware does.
+
+use firmware_interface::init_seg::health_synd;
+use firmware_interface::{eqe, uar};
+
+use crate::{Device, DeviceError, UarWrite};
+
+const CI_MASK: u32 = uar::CI_MASK;
+
+fn be_value(data: &[u8]) -> u64 {
+    data.iter()
+        .take(8)
+        .fold(0u64, |a, b| a << 8 | u64::from(*b))
+}
+
+impl Device {
+    /// The EQs subscribed to event type `ev`.
+    pub(crate) fn subscribed(&self, ev: u8) -> Vec<u32> {
+        self.obj
+            .eqs
+            .iter()
+            .filter(|(_, eq)| eq.wants(ev))
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// Writes one EQE into EQ `eqn`.
+    pub(crate) fn post_eqe(&mut self, eqn: u32, ev: u8, sub_type: u8, data: &[u8; 28]) {
+        let Some(eq) = self.obj.eqs.get_mut(eqn) else {
+            return;
+        };
+        if eq.overrun {
+            return;
+        }
+        let log = u32::from(eq.log_size);
+        let nent = 1u32 << log;
+        let outstanding = eq.pi.wrapping_sub(eq.ci) & CI_MASK;
+        if outstanding >= nent && !eq.oi {
+            eq.overrun = true;
+            self.error(DeviceError::EqOverrun { eqn: eqn as u8 });
+            self.fatal(health_synd::ASYNCHRONOUS_EQ_BUF_OVERRUN);
+            return;
+        }
+        let slot = u64::from(eq.pi & (nent - 1));
+        let off = slot * eqe::SIZE as u64;
+        let page = 4096u64 << eq.log_page_size;
+        let Some(base) = eq.pas.get((off / page) as usize).copied() else {
+            return;
+        };
+        let addr = base.wrapping_add(off % page);
+        let owner = ((eq.pi >> log) & 1) as u8;
+        eq.pi = eq.pi.wrapping_add(1);
+        let fire = eq.armed;
+        eq.armed = false;
+        let intr = eq.intr;
+        let mut e = [0u8; eqe::SIZE];
+        e[eqe::TYPE] = ev;
+        e[eqe::SUB_TYPE] = sub_type;
+        e[eqe::DATA..eqe::DATA + 28].copy_from_slice(data);
+        e[eqe::OWNER] = owner;
+        if self.dma_write(addr, &e[..eqe::OWNER]).is_ok() {
+            let _ = self.dma_write(addr + eqe::OWNER as u64, &e[eqe::OWNER..]);
+        }
+        if fire {
+            self.irqs.insert(intr);
+        }
+    }
+
+    /// A (trapped) write into a UAR page (`off` ≥ the first UAR page).
+    pub(crate) fn uar_write(&mut self, off: usize, data: &[u8]) {
+        let idx = u32::try_from(off / uar::PAGE_SIZE).unwrap_or(u32::MAX);
+        let in_page = off % uar::PAGE_SIZE;
+        let value = be_value(data);
+        if !self.obj.uars.contains(idx) {
+            self.error(DeviceError::BadDoorbell { offset: off, value });
+            return;
+        }
+        self.bar.write(off, data);
+        self.record_uar_write(UarWrite {
+            uar: idx,
+            offset: in_page,
+            data: data.to_vec(),
+        });
+        let bf_size = 1usize << self.profile.log_bf_reg_size.clamp(2, 11);
+        let bf_end = uar::BF_OFFSET + uar::BFREGS_PER_UAR * bf_size;
+        let ok = match (in_page, data.len()) {
+            (uar::CQ_DOORBELL, 8) => {
+                // Upper BE32: sn/cmd/ci; lower BE32: cqn. Arming is the data path's business;
+                // here the CQ must exist and belong to this UAR.
+                let cqn = (value as u32) & CI_MASK;
+                self.obj.cqs.get(cqn).is_some_and(|cq| cq.uar == idx)
+            }
+            (uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NOARM, 4) => {
+                let k = usize::from(in_page == uar::EQ_DOORBELL_NOARM);
+                if let Some(u) = self.obj.uars.get_mut(idx) {
+                    u.seen_eq_db[k] = value as u32;
+                }
+                return self.eq_doorbell(idx, off, value as u32, in_page == uar::EQ_DOORBELL_ARM);
+            }
+            (o, 8 | 64)
+                if (uar::BF_OFFSET..bf_end).contains(&o)
+                    && (o - uar::BF_OFFSET).is_multiple_of(bf_size / 2) =>
+            {
+                // Send doorbell / BlueFlame: bytes 4..6 of the control segment are the QPN.
+                let qpn = u32::from_be_bytes([0, data[4], data[5], data[6]]);
+                self.obj.qps.get(qpn).is_some_and(|qp| qp.uar == idx)
+            }
+            _ => false,
+        };
+        if !ok {
+            self.error(DeviceError::BadDoorbell { offset: off, value });
+        }
+    }
+
+    /// EQ doorbell: `(eqn << 24) | ci` written to UAR `uar` + 0x40 (arm) or + 0x48.
+    fn eq_doorbell(&mut self, uar: u32, off: usize, v: u32, arm: bool) {
+        let eqn = v >> uar::EQ_DB_EQN_SHIFT;
+        let ci = v & CI_MASK;
+        let Some(eq) = self.obj.eqs.get_mut(eqn).filter(|eq| eq.uar == uar) else {
+            self.error(DeviceError::BadDoorbell {
+                offset: off,
+                value: u64::from(v),
+            });
+            return;
+        };
+        let avail = eq.pi.wrapping_sub(eq.ci) & CI_MASK;
+        let advance = ci.wrapping_sub(eq.ci) & CI_MASK;
+        if advance > avail {
+            let pi = eq.pi & CI_MASK;
+            self.error(DeviceError::EqConsumerAhead {
+                eqn: eqn as u8,
+                ci,
+                pi,
+            });
+            return;
+        }
+        eq.ci = ci;
+        if arm {
+            if eq.pi & CI_MASK != ci {
+                // Unconsumed EQEs: an armed EQ fires at once.
+                let intr = eq.intr;
+                eq.armed = false;
+                self.irqs.insert(intr);
+            } else {
+                eq.armed = true;
+            }
+        }
+    }
+
+    /// Untrapped mode: EQ doorbell words that changed in UAR pages that have EQs.
+    pub(crate) fn poll_uar_doorbells(&mut self) -> bool {
+        let mut uars: Vec<u32> = self.obj.eqs.values().map(|eq| eq.uar).collect();
+        uars.sort_unstable();
+        uars.dedup();
+        let mut did = false;
+        for idx in uars {
+            for (k, reg) in [uar::EQ_DOORBELL_ARM, uar::EQ_DOORBELL_NOARM]
+                .into_iter()
+                .enumerate()
+            {
+                let off = idx as usize * uar::PAGE_SIZE + reg;
+                let v = self.get32(off);
+                let Some(u) = self.obj.uars.get_mut(idx) else {
+                    continue;
+                };
+                if u.seen_eq_db[k] != v {
+                    u.seen_eq_db[k] = v;
+                    self.eq_doorbell(idx, off, v, reg == uar::EQ_DOORBELL_ARM);
+                    did = true;
+                }
+            }
+        }
+        did
+    }
+}

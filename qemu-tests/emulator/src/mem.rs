@@ -1,0 +1,79 @@
+//! The device's two memories: host memory seen through an IOMMU ([`AddressSpace`]) and its own
+//! BAR0 backing store ([`BarMemory`]).
+
+/// The device's view of host memory through an IOMMU.
+///
+/// Every DMA the device does goes through this trait; an address the IOMMU has no mapping for
+/// must be refused with a [`DmaFault`] (the device then records a
+/// [`DeviceError::Dma`](crate::DeviceError::Dma) and fails whatever needed the access).
+pub trait AddressSpace: Send + Sync {
+    /// DMA read of `buf.len()` bytes at `iova`.
+    fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault>;
+    /// DMA write of `data` at `iova`.
+    fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaFault>;
+}
+
+/// A DMA access the address space refused (some byte of it is not mapped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaFault {
+    /// First I/O virtual address of the access.
+    pub iova: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+    /// Whether the access was a write.
+    pub write: bool,
+}
+
+/// The BAR0 backing store: bytes as the device lays them out (registers big-endian).
+///
+/// With a trapped BAR (every access goes through [`Device::mmio_read`](crate::Device::mmio_read)
+/// / [`Device::mmio_write`](crate::Device::mmio_write)) this is private to the device; with an
+/// untrapped BAR (a shared-memory file) the driver reads and writes it directly and
+/// [`Device::poll`](crate::Device::poll) looks at it.
+pub trait BarMemory: Send {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Whether the BAR has no bytes at all.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Reads `buf.len()` bytes at `off`; bytes out of range read as 0xff (like a master abort).
+    fn read(&self, off: usize, buf: &mut [u8]);
+    /// Writes `data` at `off`; bytes out of range are dropped.
+    fn write(&mut self, off: usize, data: &[u8]);
+}
+
+/// A `Vec`-backed BAR (the default backing store).
+#[derive(Clone, Debug)]
+pub struct VecBar(Vec<u8>);
+
+impl VecBar {
+    /// A zeroed BAR of `len` bytes.
+    pub fn new(len: usize) -> VecBar {
+        VecBar(vec![0; len])
+    }
+}
+
+impl BarMemory for VecBar {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn read(&self, off: usize, buf: &mut [u8]) {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = off
+                .checked_add(i)
+                .and_then(|o| self.0.get(o))
+                .copied()
+                .unwrap_or(0xff);
+        }
+    }
+
+    fn write(&mut self, off: usize, data: &[u8]) {
+        for (i, b) in data.iter().enumerate() {
+            if let Some(d) = off.checked_add(i).and_then(|o| self.0.get_mut(o)) {
+                *d = *b;
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The capabilities the device reports, which also bound its object tables.
+
+/// Capabilities the device reports (QUERY_HCA_CAP, init segment) and bounds its tables by.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Firmware revision `(major, minor, sub_minor)` shown in `fw_rev` / `cmdif_rev_fw_sub`.
+    pub fw_rev: (u16, u16, u16),
+    /// Size of BAR0 in bytes (default 32 MiB). UAR pages must fit in it.
+    pub bar_size: usize,
+    /// log2 of the number of command queue entries (`cmdq_addr_l_sz` bits 7:4; at most 5).
+    pub log_cmdq_size: u8,
+    /// log2 of the command entry stride in bytes (`cmdq_addr_l_sz` bits 3:0; at least 6).
+    pub log_cmdq_stride: u8,
+    /// Pages QUERY_PAGES(boot) asks for.
+    pub boot_pages: u32,
+    /// Pages QUERY_PAGES(init) asks for.
+    pub init_pages: u32,
+    /// `log_max_qp`: QP numbers are `2 .. 1 << log_max_qp` (plus QP1).
+    pub log_max_qp: u8,
+    /// `log_max_cq`: CQ numbers are `1 .. 1 << log_max_cq`.
+    pub log_max_cq: u8,
+    /// `log_max_eq`: EQ numbers are `1 .. 1 << log_max_eq` (at most 8: EQNs are 8 bits).
+    pub log_max_eq: u8,
+    /// `log_max_mkey`: mkey indexes are `1 .. 1 << log_max_mkey`.
+    pub log_max_mkey: u8,
+    /// `log_max_pd`: PD numbers are `1 .. 1 << log_max_pd`.
+    pub log_max_pd: u8,
+    /// `log_max_transport_domain`: TD numbers are `1 .. 1 << log_max_td`.
+    pub log_max_td: u8,
+    /// Number of UAR pages ALLOC_UAR can hand out (indexes start at 3, above the init segment).
+    pub max_uars: u32,
+    /// `log_max_qp_sz`: log2 max WQEs (SQ: 64-byte basic blocks) per work queue.
+    pub log_max_qp_sz: u8,
+    /// `log_max_cq_sz`: log2 max CQEs per CQ.
+    pub log_max_cq_sz: u8,
+    /// `log_max_eq_sz`: log2 max EQEs per EQ.
+    pub log_max_eq_sz: u8,
+    /// `log_max_msg`: log2 max message size.
+    pub log_max_msg: u8,
+    /// `max_wqe_sz_sq`: max send WQE size in bytes.
+    pub max_wqe_sz_sq: u16,
+    /// `max_wqe_sz_rq`: max receive WQE size in bytes.
+    pub max_wqe_sz_rq: u16,
+    /// `log_bf_reg_size`: log2 BlueFlame register size in bytes.
+    pub log_bf_reg_size: u8,
+    /// Port type: Ethernet (RoCE) when true, InfiniBand otherwise.
+    pub port_type_eth: bool,
+    /// Permanent MAC address (QUERY_NIC_VPORT_CONTEXT).
+    pub mac: [u8; 6],
+    /// Reads of BAR0 0x1fc (or polls) that still show `initializing` after reset.
+    pub init_delay_reads: u32,
+    /// Enforce command entry / mailbox signatures while `cmdif_checksum` is on (the driver turns
+    /// it off with SET_HCA_CAP). When false the device reports `cmdif_checksum = 0` and never
+    /// checks.
+    pub cmd_signatures: bool,
+}
+
+impl Default for Profile {
+    fn default() -> Profile {
+        Profile {
+            fw_rev: (16, 35, 1012),
+            bar_size: 32 << 20,
+            log_cmdq_size: 5,
+            log_cmdq_stride: 6,
+            boot_pages: 8,
+            init_pages: 16,
+            log_max_qp: 10,
+            log_max_cq: 10,
+            log_max_eq: 4,
+            log_max_mkey: 12,
+            log_max_pd: 10,
+            log_max_td: 8,
+            max_uars: 64,
+            log_max_qp_sz: 15,
+            log_max_cq_sz: 22,
+            log_max_eq_sz: 22,
+            log_max_msg: 30,
+            max_wqe_sz_sq: 1024,
+            max_wqe_sz_rq: 512,
+            log_bf_reg_size: 9,
+            port_type_eth: true,
+            mac: [0x02, 0, 0, 0, 0, 0x01],
+            init_delay_reads: 2,
+            cmd_signatures: false,
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! Three things stand between a driver and a machine:
 //! - [`RegisterIo`]: 32/64-bit accesses to a BAR by offset. Real backends map the BAR and use
-//!   volatile accesses; the in-process emulator backend hands the access to the device model.
+//!   volatile accesses ([`MmioBar`]); the in-process emulator backend hands the access to the
+//!   device model.
 //!   No Rust reference to MMIO is ever formed.
 //! - [`DmaAllocator`] and the RAII [`DmaBuf`]: zeroed memory the device can reach, known by a
 //!   CPU address (`va`) and a device address (`iova`). The buffer is unmapped and freed on drop.
@@ -27,9 +28,11 @@ extern crate alloc;
 pub mod barrier;
 mod dma;
 mod heap;
+mod mmio;
 
 pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
 pub use heap::HeapDma;
+pub use mmio::MmioBar;
 
 /// Access to one device BAR by byte offset.
 ///

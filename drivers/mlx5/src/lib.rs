@@ -33,14 +33,27 @@
 //! With a device backend (`regs: impl RegisterIo`, `dma: Arc<dyn DmaAllocator>`,
 //! `platform: impl Platform`):
 //!
-//! ```ignore
-//! let dev = mlx5::Device::probe(regs, dma, platform, mlx5::Config::default())?;
-//! let cq = dev.create_cq(8, dev.driver_eqn()?)?;
-//! let qp = dev.create_qp(&mlx5::QpCreate { pd: dev.driver_pd()?, send_cqn: cq.cqn(),
-//!     recv_cqn: cq.cqn(), uar: dev.driver_uar()?, ..Default::default() })?;
-//! dev.destroy_qp(qp)?;
-//! dev.destroy_cq(cq)?;
-//! dev.shutdown()?;
+//! ```
+//! use std::sync::Arc;
+//! use nic_hal::{DmaAllocator, Platform, RegisterIo};
+//!
+//! fn bring_up<R: RegisterIo, P: Platform>(
+//!     regs: R,
+//!     dma: Arc<dyn DmaAllocator>,
+//!     platform: P,
+//! ) -> Result<(), mlx5::Error> {
+//!     let dev = mlx5::Device::probe(regs, dma, platform, mlx5::Config::default())?;
+//!     let cq = dev.create_cq(8, dev.driver_eqn()?)?;
+//!     let qp = dev.create_qp(&mlx5::QpCreate {
+//!         pd: dev.driver_pd()?,
+//!         send_cqn: cq.cqn(),
+//!         recv_cqn: cq.cqn(),
+//!         ..Default::default()
+//!     })?;
+//!     dev.destroy_qp(qp)?;
+//!     dev.destroy_cq(cq)?;
+//!     dev.shutdown()
+//! }
 //! ```
 #![cfg_attr(not(test), no_std)]
 

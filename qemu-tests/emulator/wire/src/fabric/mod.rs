@@ -1,0 +1,106 @@
+//! Fabrics: what carries frames between emulated NICs.
+//!
+//! A NIC [attaches](Fabric::attach) to a fabric at an IPv4 address and gets a [`Port`]. It
+//! sends whole frames (IPv4 header … ICRC, as [`crate::packet::Packet::encode`] makes them)
+//! and receives whole frames, whatever the backend:
+//!
+//! * [`InProcessFabric`]: a deterministic in-memory network with a clock of its own (virtual
+//!   by default) and seeded fault injection.
+//! * [`UdpFabric`]: one UDP socket per port on a loopback address (127.0.0.0/8), so NICs in
+//!   different processes (or behind QEMU) reach each other. Only the UDP payload (BTH … ICRC)
+//!   crosses the socket.
+//!
+//! Frames are routed by their IPv4 destination address; their source address must be the
+//! port's own. Undeliverable frames (no port at the destination) are dropped silently, as on a
+//! real network. Receiving never validates a frame: decode it with
+//! [`crate::packet::Packet::decode`], which catches corruption.
+
+mod inproc;
+mod rng;
+mod udp;
+
+use std::boxed::Box;
+use std::fmt;
+use std::io;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use std::vec::Vec;
+
+pub use inproc::{FabricStats, FaultConfig, InProcessFabric, InProcessPort};
+pub use rng::SplitMix64;
+pub use udp::{UdpFabric, UdpPort};
+
+use crate::packet::WireError;
+
+/// Why a fabric operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricError {
+    /// The address is outside 127.0.0.0/8 and the backend ([`UdpFabric`]) only allows
+    /// loopback: test traffic must never leave the machine.
+    NotLoopback(Ipv4Addr),
+    /// Another port is already attached at this address.
+    AddrInUse(Ipv4Addr),
+    /// The frame's IPv4 source address is not the sending port's address.
+    SourceMismatch {
+        /// The port's address.
+        port: Ipv4Addr,
+        /// The frame's source address.
+        frame: Ipv4Addr,
+    },
+    /// The frame is not an IPv4/UDP frame the backend can route.
+    Malformed(WireError),
+    /// A socket operation failed.
+    Io(io::ErrorKind),
+}
+
+impl fmt::Display for FabricError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotLoopback(a) => write!(f, "{a} is not in 127.0.0.0/8"),
+            Self::AddrInUse(a) => write!(f, "{a} is already attached"),
+            Self::SourceMismatch { port, frame } => {
+                write!(f, "frame source {frame} is not the port address {port}")
+            }
+            Self::Malformed(e) => write!(f, "malformed frame: {e}"),
+            Self::Io(k) => write!(f, "socket error: {k}"),
+        }
+    }
+}
+
+impl std::error::Error for FabricError {}
+
+impl From<io::Error> for FabricError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e.kind())
+    }
+}
+
+/// A network that NICs attach to.
+pub trait Fabric: Send + Sync {
+    /// Attaches a NIC at `addr`. The address is released when the port is dropped.
+    fn attach(&self, addr: Ipv4Addr) -> Result<Box<dyn Port>, FabricError>;
+}
+
+/// A NIC's attachment to a fabric.
+///
+/// All methods take `&self`; a port may be shared between a sending and a receiving thread
+/// (`Arc<dyn Port>`).
+pub trait Port: Send + Sync {
+    /// The address the port is attached at.
+    fn addr(&self) -> Ipv4Addr;
+
+    /// Sends a frame (IPv4 header … ICRC) to the frame's destination address. Succeeding
+    /// means the fabric took the frame, not that it will arrive.
+    fn send(&self, frame: Vec<u8>) -> Result<(), FabricError>;
+
+    /// The next frame that has arrived, without waiting.
+    fn recv(&self) -> Result<Option<Vec<u8>>, FabricError>;
+
+    /// The next frame, waiting up to `timeout` of wall-clock time for one to arrive.
+    fn recv_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>, FabricError>;
+}
+
+/// Whether `addr` is in 127.0.0.0/8.
+pub const fn is_loopback(addr: Ipv4Addr) -> bool {
+    addr.octets()[0] == 127
+}

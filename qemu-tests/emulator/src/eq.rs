@@ -90,12 +90,17 @@ impl Device {
         });
         let bf_size = 1usize << self.profile.log_bf_reg_size.clamp(2, 11);
         let bf_end = uar::BF_OFFSET + uar::BFREGS_PER_UAR * bf_size;
+        let half = bf_size / 2;
         let ok = match (in_page, data.len()) {
             (uar::CQ_DOORBELL, 8) => {
-                // Upper BE32: sn/cmd/ci; lower BE32: cqn. Arming is the data path's business;
-                // here the CQ must exist and belong to this UAR.
+                // Upper BE32: sn/cmd/ci; lower BE32: cqn. The CQ must exist and belong to
+                // this UAR.
                 let cqn = (value as u32) & CI_MASK;
-                self.obj.cqs.get(cqn).is_some_and(|cq| cq.uar == idx)
+                let ok = self.obj.cqs.get(cqn).is_some_and(|cq| cq.uar == idx);
+                if ok {
+                    self.cq_arm(cqn, (value >> 32) as u32);
+                }
+                ok
             }
             (uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NOARM, 4) => {
                 let k = usize::from(in_page == uar::EQ_DOORBELL_NOARM);
@@ -106,12 +111,18 @@ impl Device {
             }
             (o, 8 | 64)
                 if (uar::BF_OFFSET..bf_end).contains(&o)
-                    && (o - uar::BF_OFFSET).is_multiple_of(bf_size / 2) =>
+                    && (o - uar::BF_OFFSET).is_multiple_of(half) =>
             {
                 // Send doorbell / BlueFlame: bytes 4..6 of the control segment are the QPN.
                 let qpn = u32::from_be_bytes([0, data[4], data[5], data[6]]);
-                self.obj.qps.get(qpn).is_some_and(|qp| qp.uar == idx)
+                let ok = self.obj.qps.get(qpn).is_some_and(|qp| qp.uar == idx);
+                if ok {
+                    self.send_doorbell(qpn, data);
+                }
+                ok
             }
+            // The rest of a BlueFlame burst: the WQE is in host memory too.
+            (o, 64) => (uar::BF_OFFSET..bf_end).contains(&o),
             _ => false,
         };
         if !ok {

@@ -6,23 +6,37 @@
 //! driver mistake it can detect comes back as a delivery status, a command status + syndrome
 //! (see [`syndrome`]), or a [`DeviceError`]; nothing a driver writes can make it panic.
 //!
-//! What is modelled (spec `shared/spec/mlx5.md` §1, §2, §3, §5, §6, §10):
+//! What is modelled (spec `shared/spec/mlx5.md` §1–§10, §12, §14; `rocev2.md` §1–§9):
 //! * the initialization segment (firmware revision, command queue address, `initializing`,
 //!   health buffer and counter, internal timer) — `regs`;
 //! * the command queue: entries, mailbox chains, tokens, block numbers, signatures, delivery
 //!   status, CMD events — `cmdq`;
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
 //!   and its state machine, vport, RoCE GIDs) — `commands`;
-//! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`.
+//! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`;
+//! * the data path — `dp`: send doorbells and BlueFlame bursts, QP doorbell records, send and
+//!   receive WQE parsing and validation, MKEY checks (key variant, PD, bounds, access flags)
+//!   and PA/MTT translation, CQEs with the owner rule and overrun detection, CQ arming and
+//!   completion events, CQ_ERROR and QP affiliated events, error completions and flushes;
+//!   RC (PSNs, MTU segmentation, ACK coalescing, sequence / RNR / access / invalid-request
+//!   NAKs, go-back-N retransmission on a timer, duplicate detection with READ replay and an
+//!   atomic responder resource table, the outstanding READ/atomic limit), UC, UD (Q_Key,
+//!   GRH area) and QP1;
+//! * the port: real RoCEv2 frames ([`roce_wire`]) on an internal loopback for the device's
+//!   own addresses and on a fabric port ([`Device::attach`]) for the rest.
 //!
-//! Not modelled yet: the data path (WQE execution, CQEs, completion events, CQ arming, the
-//! wire), SRQs, XRC, UMR/KLM keys, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands
-//! (QUERY_HCA_VPORT_*), runtime page requests, MSI-X delivery (see
-//! [`Device::take_interrupts`]), the ATOMIC capability page contents.
+//! Not modelled yet: SRQs, XRC, UMR/KLM keys, memory windows, SEND with invalidate,
+//! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
+//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), the ATOMIC
+//! capability page contents, IPv6 GIDs on the wire, APM, congestion control (CNPs).
 //!
 //! Two ways to drive it: trapped ([`Device::mmio_read`] / [`Device::mmio_write`] run whatever
-//! the access triggers, inline) or untrapped ([`Device::poll`] looks at a shared BAR and
-//! host memory for work). Doorbells are hints; in-memory state is the truth.
+//! the access triggers, inline — a send doorbell runs the SQ and everything that loops back on
+//! the device before it returns) or untrapped ([`Device::poll`] looks at a shared BAR and
+//! host memory for work). Doorbells are hints; in-memory state (doorbell records, ownership
+//! bits) is the truth. [`Device::poll`] is also what takes frames in from the fabric and
+//! runs the transport timers, on the clock set by [`Device::set_clock`]; [`spawn_poller`]
+//! runs it on a thread.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -50,14 +64,26 @@
 //! dev.mmio_write(0x18, &1u32.to_be_bytes());
 //! assert_eq!(dev.errors(), &[nic_emulator::DeviceError::CmdqNotSet]);
 //! assert_eq!(dev.live(), nic_emulator::Live::default());
+//!
+//! // On a deterministic in-process fabric, on the fabric's virtual clock.
+//! use nic_emulator::roce_wire::fabric::InProcessFabric;
+//! let fabric = InProcessFabric::new(7);
+//! let addr = std::net::Ipv4Addr::new(10, 0, 0, 1);
+//! dev.attach(Box::new(fabric.attach_port(addr).unwrap()));
+//! let f = fabric.clone();
+//! dev.set_clock(Arc::new(move || f.now_ns()));
+//! assert_eq!(dev.port_addr(), Some(addr));
+//! assert!(!dev.poll() || dev.port_stats().rx_frames == 0);
 //! ```
 
 mod cmdq;
 mod commands;
+mod dp;
 mod eq;
 mod faults;
 mod mem;
 mod objects;
+mod poller;
 mod profile;
 mod regs;
 mod state;
@@ -69,9 +95,14 @@ mod tests;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub use dp::{Clock, PortStats};
 pub use faults::{FailCommand, Faults, OutputHook};
 pub use mem::{AddressSpace, BarMemory, DmaFault, VecBar};
+pub use poller::{Poller, spawn_poller};
 pub use profile::Profile;
+/// The RoCEv2 wire crate the device speaks (packets, fabrics), re-exported so that users
+/// attach devices without naming a second dependency.
+pub use roce_wire;
 
 /// Live object counts: what the driver created and has not destroyed yet.
 /// `Live::default()` means everything was released.
@@ -183,6 +214,87 @@ pub enum DeviceError {
         /// The objects that were alive.
         live: Live,
     },
+    /// A CQE would have overwritten an entry the driver has not consumed (consumer index in
+    /// the CQ doorbell record): nothing was written, the CQ is in error and a CQ_ERROR event
+    /// was posted.
+    CqOverrun {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// A CQ doorbell record holds a consumer index beyond the CQEs written (ignored).
+    CqConsumerAhead {
+        /// CQ number.
+        cqn: u32,
+        /// Consumer index in the record (24 bits).
+        ci: u32,
+        /// Device producer index (24 bits).
+        pi: u32,
+    },
+    /// A send doorbell for a QP in RESET or without a send queue (ignored).
+    SqDoorbellBadState {
+        /// QP number.
+        qpn: u32,
+        /// The QP state (`qpc::STATE_*`).
+        state: u8,
+    },
+    /// A send doorbell names a WQE the doorbell record (word 1) does not cover: the record
+    /// was not updated before the doorbell.
+    SqDoorbellBeyondRecord {
+        /// QP number.
+        qpn: u32,
+        /// The WQE index in the doorbell.
+        wqe_index: u16,
+        /// The producer counter in the record.
+        producer: u16,
+    },
+    /// A producer counter more than a ring ahead of the device's consumer counter: the QP
+    /// had a catastrophic error (WQ_CATAS_ERROR event, QP in ERR).
+    WqOverflow {
+        /// QP number.
+        qpn: u32,
+        /// Send queue (else receive queue).
+        sq: bool,
+        /// Producer counter from the doorbell record.
+        producer: u16,
+        /// Device consumer counter.
+        consumer: u16,
+    },
+    /// A malformed send WQE; it completed with LOCAL_QP_OP_ERR (LOCAL_LENGTH_ERR for a message
+    /// over `log_msg_max`) and the QP went to ERR.
+    BadWqe {
+        /// QP number.
+        qpn: u32,
+        /// Expected WQE index (the SQ position, in WQEBBs).
+        wqe_counter: u16,
+        /// What is wrong.
+        fault: WqeFault,
+    },
+}
+
+/// What is wrong with a send WQE ([`DeviceError::BadWqe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeFault {
+    /// The control segment's WQE index is not the SQ position it sits at.
+    BadIndex {
+        /// The SQ position.
+        expected: u16,
+        /// The index in the control segment.
+        found: u16,
+    },
+    /// `ds` is 0 or the WQE is larger than `max_wqe_sz_sq`, 16 WQEBBs or the SQ.
+    BadDs(u8),
+    /// The control segment names another QP.
+    QpnMismatch(u32),
+    /// An opcode this device does not execute for the QP's service type.
+    BadOpcode(u8),
+    /// The segments do not fit the opcode (missing remote address, atomic or datagram
+    /// segment; inline data where none is allowed or mixed with pointers; an inline length
+    /// running past the WQE).
+    BadSegments,
+    /// The message is longer than 2^`log_msg_max` bytes.
+    TooLong(u64),
+    /// The WQE is larger than what the doorbell record says was posted.
+    BeyondProducer,
 }
 
 /// A write into a UAR page, as recorded (queue processing beyond EQ doorbells comes later).
@@ -209,6 +321,7 @@ pub struct Device {
     pub(crate) errors: Vec<DeviceError>,
     pub(crate) uar_log: Vec<UarWrite>,
     pub(crate) irqs: BTreeSet<u16>,
+    pub(crate) net: dp::net::Net,
 }
 
 impl core::fmt::Debug for Device {
@@ -252,6 +365,7 @@ impl Device {
             errors: Vec::new(),
             uar_log: Vec::new(),
             irqs: BTreeSet::new(),
+            net: dp::net::Net::new(),
         };
         dev.reset_bar();
         dev
@@ -269,11 +383,62 @@ impl Device {
         self.reg_write(off, data);
     }
 
-    /// Untrapped mode: look at BAR memory and host memory for work (a nonzero command doorbell
-    /// word, changed queue address, EQ doorbells in UAR pages), do it, and return whether
-    /// anything was done. Also advances the health counter and the `initializing` countdown.
+    /// Look for work and do it; returns whether anything was done.
+    ///
+    /// Untrapped BAR: a nonzero command doorbell word, a changed queue address, EQ doorbells
+    /// in UAR pages. Data path (trapped or not): frames from the fabric and the internal
+    /// loopback, SQ doorbell records written without a doorbell (word 1), WQEs posted to QPs
+    /// in ERR (flushed), retransmission and RNR timers, CQ arm requests in doorbell records
+    /// (word 1). Also advances the health counter and the `initializing` countdown.
     pub fn poll(&mut self) -> bool {
-        self.poll_bar()
+        let bar = self.poll_bar();
+        let dp = self.progress();
+        bar || dp
+    }
+
+    /// Attaches the device's port to a fabric port (see [`roce_wire::fabric`]); returns the
+    /// port it was attached to before. From then on the port's address is the device's
+    /// source address and packets for other addresses go to the fabric; packets for the
+    /// device's own addresses (the port's, [`Profile::ipv4`], its GIDs) still loop back
+    /// inside the device.
+    pub fn attach(
+        &mut self,
+        port: Box<dyn roce_wire::fabric::Port>,
+    ) -> Option<Box<dyn roce_wire::fabric::Port>> {
+        self.net.port.replace(port)
+    }
+
+    /// Attaches the device to `fabric` at `addr` (see [`Device::attach`]).
+    pub fn attach_to(
+        &mut self,
+        fabric: &dyn roce_wire::fabric::Fabric,
+        addr: std::net::Ipv4Addr,
+    ) -> Result<(), roce_wire::fabric::FabricError> {
+        let port = fabric.attach(addr)?;
+        self.net.port = Some(port);
+        Ok(())
+    }
+
+    /// Detaches the device from its fabric port and returns it.
+    pub fn detach(&mut self) -> Option<Box<dyn roce_wire::fabric::Port>> {
+        self.net.port.take()
+    }
+
+    /// The address of the attached fabric port.
+    pub fn port_addr(&self) -> Option<std::net::Ipv4Addr> {
+        self.net.port.as_ref().map(|p| p.addr())
+    }
+
+    /// Replaces the device clock (nanoseconds, monotonic) that drives the transport timers
+    /// and CQE timestamps — e.g. the virtual clock of an in-process fabric, so that a test is
+    /// reproducible. The default is the wall clock since the device was created.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.net.clock = clock;
+    }
+
+    /// The port counters.
+    pub fn port_stats(&self) -> PortStats {
+        self.net.stats
     }
 
     /// The test knobs.

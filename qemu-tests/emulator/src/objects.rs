@@ -144,7 +144,6 @@ impl Eq {
 
 /// A completion queue.
 #[derive(Debug)]
-#[allow(dead_code)] // geometry is read by the data path (next issue)
 pub(crate) struct Cq {
     pub log_size: u8,
     /// 0 = 64-byte CQEs, 1 = 128-byte CQEs.
@@ -155,11 +154,12 @@ pub(crate) struct Cq {
     pub log_page_size: u8,
     pub pas: Vec<u64>,
     pub oi: bool,
+    /// Data-path state (producer index, arming, error).
+    pub dp: crate::dp::CqDp,
 }
 
 /// A memory key.
 #[derive(Debug)]
-#[allow(dead_code)] // read by the data path (next issue)
 pub(crate) struct Mkey {
     pub key_7_0: u8,
     pub pd: u32,
@@ -178,7 +178,6 @@ pub(crate) struct Mkey {
 
 /// A queue pair.
 #[derive(Debug)]
-#[allow(dead_code)] // geometry is read by the data path (next issue)
 pub(crate) struct Qp {
     pub st: u32,
     pub state: u8,
@@ -197,6 +196,8 @@ pub(crate) struct Qp {
     pub qpc: Vec<u8>,
     /// The context as created (2RST goes back to it).
     pub created: Vec<u8>,
+    /// Data-path state (rings, transport).
+    pub dp: crate::dp::QpDp,
 }
 
 /// All object tables.

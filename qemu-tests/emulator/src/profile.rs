@@ -53,6 +53,17 @@ pub struct Profile {
     /// it off with SET_HCA_CAP). When false the device reports `cmdif_checksum = 0` and never
     /// checks.
     pub cmd_signatures: bool,
+    /// The port's IPv4 address on the wire while no fabric port is attached (with a port
+    /// attached, the port's address is used). `None`: the IPv4 address of the source GID the
+    /// driver programs with SET_ROCE_ADDRESS (an IPv4-mapped GID). Either way the device
+    /// takes packets for this address, the port's, and every IPv4-mapped GID in its table.
+    pub ipv4: Option<std::net::Ipv4Addr>,
+    /// Unit of the RC ACK timeout: the timeout is `ack_timeout_unit_ns << ack_timeout`
+    /// (4096 = the IB 4.096 µs; tests use a smaller unit to run fast).
+    pub ack_timeout_unit_ns: u64,
+    /// Unit of the RNR NAK timer table, whose entries are multiples of 10 µs: the wait for
+    /// code `c` is `table[c] / 10 µs × rnr_timer_unit_ns` (10 000 = real time).
+    pub rnr_timer_unit_ns: u64,
 }
 
 impl Default for Profile {
@@ -82,6 +93,9 @@ impl Default for Profile {
             mac: [0x02, 0, 0, 0, 0, 0x01],
             init_delay_reads: 2,
             cmd_signatures: false,
+            ipv4: None,
+            ack_timeout_unit_ns: 4096,
+            rnr_timer_unit_ns: 10_000,
         }
     }
 }

@@ -146,6 +146,7 @@ pub(super) fn create_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
         sq,
         qpc: ctx.to_vec(),
         created: ctx.to_vec(),
+        dp: Default::default(),
     };
     let qpn = if st == q::ST_QP1 {
         d.obj.qps.insert_special(QP1, qp);
@@ -296,6 +297,7 @@ pub(super) fn modify_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
             }
             qp.state = to as u8;
         }
+        d.qp_transition(qpn, cur as u8, to as u8);
         return Ok(out(cmds::qp_2err_out::SIZE));
     }
     let ctx = ctx_of(input);
@@ -438,6 +440,7 @@ pub(super) fn modify_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
         qp.qpc = new;
         qp.state = to as u8;
     }
+    d.qp_transition(qpn, cur as u8, to as u8);
     Ok(out(cmds::modify_qp_out::SIZE))
 }
 
@@ -455,6 +458,21 @@ pub(super) fn query_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
     let mut r = out(fixed + 8 * n);
     r[QPC..QPC + qp.qpc.len()].copy_from_slice(&qp.qpc);
     q::STATE.at(QPC).set(&mut r, u32::from(qp.state));
+    // The data path's live counters.
+    let dp = &qp.dp;
+    if qp.state != q::STATE_RST as u8 && qp.state != q::STATE_INIT as u8 {
+        q::NEXT_RCV_PSN.at(QPC).set(&mut r, dp.resp.epsn);
+        q::RMSN.at(QPC).set(&mut r, dp.resp.msn);
+        if qp.state != q::STATE_RTR as u8 {
+            q::NEXT_SEND_PSN.at(QPC).set(&mut r, dp.sq.next_psn);
+            let last = dp.sq.una.wrapping_sub(1) & 0xff_ffff;
+            q::LAST_ACKED_PSN.at(QPC).set(&mut r, last);
+        }
+    }
+    q::HW_SQ_WQEBB_COUNTER
+        .at(QPC)
+        .set(&mut r, u32::from(dp.sq.ci));
+    q::HW_RQ_COUNTER.at(QPC).set(&mut r, u32::from(dp.rq_ci));
     for (k, a) in qp.pas.iter().take(n).enumerate() {
         r[fixed + 8 * k..fixed + 8 * k + 8].copy_from_slice(&a.to_be_bytes());
     }

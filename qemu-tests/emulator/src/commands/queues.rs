@@ -115,6 +115,7 @@ pub(super) fn create_cq(d: &mut Device, input: &Input<'_>) -> CmdResult {
         log_page_size: log_page_size as u8,
         pas,
         oi: c(cqc::OI) != 0,
+        dp: Default::default(),
     };
     let cqn = d.obj.cqs.alloc(cq).ok_or(super::fail(
         firmware_interface::cmd_status::NO_RES,

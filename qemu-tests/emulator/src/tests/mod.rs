@@ -2,6 +2,7 @@
 
 mod bringup;
 mod delivery;
+mod dp;
 mod faults;
 mod objects;
 mod qp;

@@ -8,8 +8,11 @@
 //!   execution: one thread, deterministic);
 //! - the driver's DMA memory comes from a [`HeapDma`], which is also the device's IOMMU
 //!   ([`IommuView`]): the device reaches only buffers the driver allocated and still holds;
-//! - [`EmuPlatform`] implements [`Platform`]: `relax` lets the device poll, `now_ns` is the
-//!   host's monotonic clock.
+//! - [`EmuPlatform`] implements [`Platform`]: `relax` lets every device of the test's [`World`]
+//!   poll and moves the world's virtual clock when all are idle; `now_ns` is that clock.
+//!
+//! Several NICs share a [`World`]: an in-process RoCEv2 fabric (deterministic, with seeded
+//! faults) and one clock.
 //!
 //! ```
 //! use nic_testbed::Testbed;
@@ -20,9 +23,10 @@
 //! assert_eq!(tb.live(), Default::default());
 //! ```
 
+use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
+use nic_emulator::roce_wire::fabric::InProcessFabric;
 use nic_emulator::{AddressSpace, Device, DmaFault, Profile};
 use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
 
@@ -89,20 +93,125 @@ impl RegisterIo for EmuRegs {
     }
 }
 
-/// Relax hook and clock for a driver attached to the emulated device.
+/// Every emulated NIC of a test, the fabric between them, and one virtual clock.
+///
+/// The world is a discrete-event simulation driven by the drivers' poll loops: each
+/// [`Platform::relax`] polls every device once; when none of them made progress, the clock
+/// jumps to the next thing that will happen (a frame due on the fabric, a device timer), or by
+/// [`IDLE_STEP_NS`] when nothing is scheduled (so that driver timeouts still expire). Runs are
+/// therefore reproducible from the fabric's seed, and a retransmission timeout of seconds
+/// costs no wall time.
+pub struct World {
+    fabric: InProcessFabric,
+    devices: Mutex<Vec<Arc<Mutex<Device>>>>,
+}
+
+/// How far the clock moves when nothing at all is scheduled.
+pub const IDLE_STEP_NS: u64 = 1_000_000;
+
+impl World {
+    /// A world whose fabric faults are drawn from `seed`.
+    pub fn new(seed: u64) -> Arc<World> {
+        Arc::new(World {
+            fabric: InProcessFabric::new(seed),
+            devices: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The fabric (fault knobs, cuts, statistics).
+    pub fn fabric(&self) -> &InProcessFabric {
+        &self.fabric
+    }
+
+    /// Adds a NIC with port address `ip` (a 127.0.0.0/8 address by convention).
+    pub fn nic(self: &Arc<Self>, ip: Ipv4Addr, profile: Profile) -> Testbed {
+        let dma = HeapDma::new(0x1_0000_0000);
+        let mut dev = Device::new(
+            Profile {
+                ipv4: Some(ip),
+                ..profile
+            },
+            Arc::new(IommuView(dma.clone())),
+        );
+        let fab = self.fabric.clone();
+        dev.set_clock(Arc::new(move || fab.now_ns()));
+        dev.attach_to(&self.fabric, ip)
+            .expect("attach the NIC to the in-process fabric");
+        let dev = Arc::new(Mutex::new(dev));
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dev.clone());
+        Testbed {
+            dev,
+            dma,
+            world: self.clone(),
+            ip,
+        }
+    }
+
+    /// Polls every device once; true if any made progress.
+    pub fn step(&self) -> bool {
+        let devs = self
+            .devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut progress = false;
+        for d in &devs {
+            progress |= lock(d).poll();
+        }
+        progress
+    }
+
+    /// One relax: poll everything, and move the clock if the world is idle.
+    pub fn relax(&self) {
+        if self.step() {
+            return;
+        }
+        let devs = self
+            .devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let now = self.fabric.now_ns();
+        let next = devs
+            .iter()
+            .filter_map(|d| lock(d).next_deadline())
+            .chain(self.fabric.next_event_ns())
+            .min();
+        match next {
+            Some(t) if t > now => {
+                self.fabric.advance_to(t);
+            }
+            Some(_) => {
+                self.fabric.advance(1);
+            }
+            None => {
+                self.fabric.advance(IDLE_STEP_NS);
+            }
+        }
+    }
+
+    /// The virtual time in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.fabric.now_ns()
+    }
+}
+
+/// Relax hook and clock for a driver attached to an emulated device: both belong to the
+/// device's [`World`].
 #[derive(Clone)]
 pub struct EmuPlatform {
-    dev: Arc<Mutex<Device>>,
-    start: Instant,
+    world: Arc<World>,
 }
 
 impl Platform for EmuPlatform {
     fn relax(&self) {
-        lock(&self.dev).poll();
-        std::hint::spin_loop();
+        self.world.relax();
     }
     fn now_ns(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.world.now_ns()
     }
 }
 
@@ -115,19 +224,24 @@ pub struct Testbed {
     pub dev: Arc<Mutex<Device>>,
     /// Host DMA memory, which is also the device's IOMMU.
     pub dma: Arc<HeapDma>,
-    start: Instant,
+    world: Arc<World>,
+    ip: Ipv4Addr,
 }
 
 impl Testbed {
-    /// A device built from `profile`, with a fresh DMA space.
+    /// A device built from `profile`, alone in a world of its own (port 127.0.0.1).
     pub fn new(profile: Profile) -> Testbed {
-        let dma = HeapDma::new(0x1_0000_0000);
-        let dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
-        Testbed {
-            dev: Arc::new(Mutex::new(dev)),
-            dma,
-            start: Instant::now(),
-        }
+        World::new(0).nic(Ipv4Addr::new(127, 0, 0, 1), profile)
+    }
+
+    /// The world this NIC lives in.
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    /// The NIC's port address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
     }
 
     /// Locks the device model.
@@ -143,8 +257,7 @@ impl Testbed {
     /// The platform backend.
     pub fn platform(&self) -> EmuPlatform {
         EmuPlatform {
-            dev: self.dev.clone(),
-            start: self.start,
+            world: self.world.clone(),
         }
     }
 

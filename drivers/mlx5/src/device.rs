@@ -765,21 +765,3 @@ impl<R: RegisterIo, P: Platform> Drop for Device<R, P> {
         }
     }
 }
-
-impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
-    fn query_device(&self) -> Result<verbs::DeviceAttr, verbs::Error> {
-        let c = &self.caps;
-        Ok(verbs::DeviceAttr {
-            fw_ver: self.fw_version,
-            vendor_id: self.config.vendor_id as u32,
-            vendor_part_id: self.config.device_id as u32,
-            max_qp: 1u32 << c.log_max_qp.min(24),
-            max_qp_wr: 1u32 << c.log_max_qp_sz.min(15),
-            max_cq: 1u32 << c.log_max_cq.min(24),
-            max_cqe: (1u32 << c.log_max_cq_sz.min(24)) - 1,
-            max_mr: 1u32 << c.log_max_mkey.min(24),
-            max_pd: 1u32 << c.log_max_pd.min(24),
-            phys_port_cnt: c.num_ports,
-        })
-    }
-}

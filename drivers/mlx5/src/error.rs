@@ -132,6 +132,76 @@ pub enum OutputFault {
     },
 }
 
+/// What was wrong with a CQE (see [`Error::BadCqe`]). Every field of a CQE is checked against
+/// the driver's own bookkeeping before it is used; a CQE failing a check is consumed and not
+/// turned into a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeFault {
+    /// The CQE names a QP that is not attached to this CQ (never created on it, or
+    /// destroyed).
+    UnknownQp {
+        /// The 24-bit QPN of the CQE.
+        qpn: u32,
+    },
+    /// A requester CQE for a QP whose send queue is not on this CQ, or a responder CQE for one
+    /// whose receive queue is not.
+    WrongQueue {
+        /// QPN.
+        qpn: u32,
+        /// CQE opcode.
+        opcode: u8,
+    },
+    /// `wqe_counter` does not name the start of an outstanding send WQE (requester), or is not
+    /// the next receive WQE (responder).
+    WqeCounter {
+        /// QPN.
+        qpn: u32,
+        /// The counter as read.
+        wqe_counter: u16,
+    },
+    /// A responder CQE while no receive WQE is outstanding.
+    RqEmpty {
+        /// QPN.
+        qpn: u32,
+    },
+    /// A CQE opcode that cannot occur on this CQ (resize, tag matching, signature error,
+    /// reserved values).
+    Opcode {
+        /// The `op_own` byte.
+        op_own: u8,
+    },
+    /// A CQE format the driver never enabled (inline scatter, compressed).
+    Format {
+        /// The `op_own` byte.
+        op_own: u8,
+    },
+    /// A successful requester CQE whose send opcode is not the posted WQE's.
+    SendOpcode {
+        /// QPN.
+        qpn: u32,
+        /// Opcode the WQE was posted with.
+        posted: u8,
+        /// Opcode in the CQE.
+        found: u8,
+    },
+    /// A successful requester CQE for a WQE that did not ask for one.
+    Unsignaled {
+        /// QPN.
+        qpn: u32,
+        /// The counter as read.
+        wqe_counter: u16,
+    },
+    /// A byte count larger than the buffers the work request named.
+    ByteCount {
+        /// QPN.
+        qpn: u32,
+        /// `byte_cnt` of the CQE.
+        byte_cnt: u32,
+        /// Bytes the work request can take.
+        posted: u32,
+    },
+}
+
 /// Errors of the mlx5 driver. `Copy`, so they can be stored and compared; each names the
 /// command (opcode) where one was involved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,6 +285,17 @@ pub enum Error {
     Busy,
     /// The device does not support this (capability bit clear, or wrong port type).
     NotSupported,
+    /// A malformed CQE (see [`CqeFault`]): it was consumed, the driver did not act on it.
+    BadCqe {
+        /// CQ number.
+        cqn: u32,
+        /// Consumer index of the CQE.
+        ci: u32,
+        /// What was wrong.
+        fault: CqeFault,
+    },
+    /// A work queue has no room for the work request (libibverbs: ENOMEM).
+    QueueFull,
     /// Teardown could not get all pages back from the firmware; they were not freed (leaked on
     /// purpose: the device may still write them).
     PagesNotReclaimed {
@@ -257,10 +338,11 @@ impl Error {
             Error::Delivery { .. }
             | Error::BadOutput { .. }
             | Error::Health { .. }
-            | Error::InterfaceDown { .. } => errno::EIO,
+            | Error::InterfaceDown { .. }
+            | Error::BadCqe { .. } => errno::EIO,
             Error::Cmd { status, .. } => cmd_status_errno(status),
             Error::DeviceGone => errno::ENODEV,
-            Error::Dma(DmaError::NoMemory) | Error::NoResources => errno::ENOMEM,
+            Error::Dma(DmaError::NoMemory) | Error::NoResources | Error::QueueFull => errno::ENOMEM,
             Error::Dma(DmaError::InvalidRequest) => errno::EINVAL,
             Error::Dma(_) => errno::EIO,
             Error::Busy | Error::PagesNotReclaimed { .. } => errno::EBUSY,
@@ -278,7 +360,8 @@ impl From<Error> for verbs::Error {
             Error::UnsupportedCmdIf { .. } | Error::NotSupported => verbs::Error::NotSupported,
             _ => match e.errno() {
                 errno::EINVAL => verbs::Error::InvalidArgument,
-                errno::ENOMEM | errno::EAGAIN => verbs::Error::NoMemory,
+                errno::ENOMEM => verbs::Error::NoMemory,
+                errno::EAGAIN => verbs::Error::Again,
                 errno::EBUSY => verbs::Error::Busy,
                 _ => verbs::Error::Io,
             },

@@ -55,30 +55,93 @@
 //!     dev.shutdown()
 //! }
 //! ```
+//!
+//! # Data path and verbs provider
+//!
+//! [`Device`] implements [`verbs::Provider`] (see `provider.rs` for the object mapping and
+//! the QP sizing rules). The fast path follows rdma-core's order (spec §12):
+//! [`Device::post_send`] builds WQEs in the QP's SQ (control, remote address, atomic,
+//! datagram, data or inline segments, wrapping at the ring end), publishes the producer
+//! position, `dma_wmb`, doorbell record, `mmio_wmb`, then one 8-byte doorbell per batch (or a
+//! BlueFlame copy of a single small WQE); [`Device::post_recv`] writes receive WQEs and the
+//! record; [`Cq::poll`] applies the ownership rule, checks every CQE against the driver's own
+//! bookkeeping ([`CqeFault`]) and publishes the consumer index once per call;
+//! [`Device::req_notify_cq`] arms. None of them allocates. A QP is posted to through
+//! `&mut Qp`; a CQ may be polled from any thread. Completion events come from a
+//! [`CompChannel`] the caller polls; asynchronous events from [`Device::get_async_event`].
+//!
+//! **The device is not trusted on the data path either:** a CQE naming a QP not attached to
+//! the CQ, a `wqe_counter` that is not an outstanding WQE, an unknown opcode or format, a byte
+//! count larger than the buffers posted — each is consumed, counted and reported as
+//! [`Error::BadCqe`], never a panic.
+//!
+//! ```
+//! use verbs::{
+//!     AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, Sge,
+//!     WorkCompletion,
+//! };
+//! let bench = mlx5::fake::bench(); // a fake device for the example
+//! let dev = bench.probe().unwrap();
+//! let pd = Provider::alloc_pd(&dev).unwrap();
+//! let buf = nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap();
+//! let mr = dev
+//!     .reg_mr(&pd, &MemRegion { addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE)
+//!     .unwrap();
+//! let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, cap, sq_sig_all: false };
+//! let (mut qp, actual) = Provider::create_qp(&dev, &pd, &init).unwrap();
+//! assert!(actual.max_send_wr >= 16);
+//! // Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first).
+//! let sge = [Sge { addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
+//! # use verbs::{QpAttr, QpAttrMask as M, QpState};
+//! # let a = QpAttr { qp_state: QpState::Init, port_num: 1, ..QpAttr::default() };
+//! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS).unwrap();
+//! Provider::post_recv(&dev, &mut qp, &[RecvWr { wr_id: 1, sg_list: &sge }]).unwrap();
+//! let mut wc = [WorkCompletion::default(); 8];
+//! assert_eq!(Provider::poll_cq(&dev, &cq, &mut wc), Ok(0)); // nothing arrived
+//! ```
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
+#[cfg(all(feature = "fake", not(test)))]
+extern crate std;
 
+mod ah;
 mod caps;
+mod channel;
 mod cmdq;
 mod cq;
 mod device;
+#[cfg(test)]
+mod dp_tests;
 mod eq;
 mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 mod mem;
 mod mkey;
 mod pages;
+mod poll;
+mod post;
+mod provider;
 mod qp;
+mod ring;
 #[cfg(test)]
 mod tests;
+mod wq;
 
+pub use ah::{Ah, roce_udp_sport};
 pub use caps::{Caps, PortType};
+pub use channel::{CHANNEL_MAX_CQS, CompChannel, async_event};
 pub use cmdq::MAX_MSG_LEN;
 pub use cq::Cq;
 pub use device::Device;
 pub use eq::{Eq, Event};
-pub use error::{CapField, Error, OutputFault};
+pub use error::{CapField, CqeFault, Error, OutputFault};
 pub use mkey::{Mkey, MkeyAccess};
+pub use poll::wc_status;
+pub use provider::{Mr, Pd, verbs_state};
 pub use qp::{
     AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, QueryQp, ServiceType, Transition,
 };
@@ -116,6 +179,10 @@ pub struct Config {
     pub vendor_id: u16,
     /// PCI device id of the function, reported by `query_device`.
     pub device_id: u16,
+    /// The verbs provider gives each QP a UAR of its own and sends single small WQEs by
+    /// BlueFlame (when the device has `bf`); off: every QP rings the driver's UAR with 8-byte
+    /// doorbells.
+    pub blueflame: bool,
 }
 
 impl Default for Config {
@@ -132,6 +199,7 @@ impl Default for Config {
             heartbeat_timeout_ns: None,
             vendor_id: pci::VENDOR_MELLANOX,
             device_id: 0,
+            blueflame: true,
         }
     }
 }

@@ -152,7 +152,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             0,
             create_mkey_in::SIZE + n * create_mkey_in::MTT_ENTRY_SIZE,
         );
-        let variant = self.mkey_variant.fetch_add(1, Ordering::Relaxed);
+        // Variants run 1..=255, never 0: key `1 << 8 | 0` would be 0x100, the receive
+        // scatter-list terminator (`wqe::INVALID_LKEY`), and a device handing out mkey index 1
+        // would then see every SGE of that key as the end of the list.
+        let variant = self.mkey_variant.fetch_add(1, Ordering::Relaxed) % 255 + 1;
         let c = create_mkey_in::MEMORY_KEY_MKEY_ENTRY.byte_off();
         mkc::LR.at(c).set(&mut inp, 1);
         mkc::LW

@@ -4,19 +4,24 @@
 //! `16 << log_rq_stride` bytes), the SQ right after it (`2^log_sq_size` 64-byte WQEBBs). The
 //! doorbell record is a separate 64-byte buffer (word 0 receive counter, word 1 send counter).
 
+use alloc::sync::Arc;
 use firmware_interface::cmds::{
     create_qp_in, create_qp_out, destroy_qp_in, qp_2err_in, qp_2rst_in, query_qp_in, query_qp_out,
     rst2init_qp_in,
 };
+
 use firmware_interface::ctx::{ads, qpc};
-use firmware_interface::{Field, dbr, opcode};
+use firmware_interface::{Field, dbr, opcode, uar};
 use nic_hal::{DmaBuf, Platform, RegisterIo};
 
 use crate::caps::{Caps, PortType};
+use crate::cq::{Cq, CqCore};
 use crate::device::{Device, cmd_in};
 use crate::error::{Error, OutputFault};
 use crate::mem::{Shared, write_pas};
+use crate::ring::{DbRec, Ring};
 use crate::uar_page_ok;
+use crate::wq::{BfReg, QpCore, RqState, SqState, max_wqe_bytes, sq_limits};
 
 /// Transport service of a QP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -308,6 +313,10 @@ pub struct QpCreate {
     /// UAR index whose BlueFlame registers ring this QP's send doorbell; `None`: the
     /// driver's UAR.
     pub uar: Option<u32>,
+    /// Use BlueFlame (copy a single small WQE to the register instead of an 8-byte doorbell)
+    /// when the device offers it. Only for a QP that is the only one ringing the first
+    /// register of its UAR: the register's two halves alternate per doorbell, tracked per QP.
+    pub blueflame: bool,
 }
 
 impl Default for QpCreate {
@@ -321,6 +330,7 @@ impl Default for QpCreate {
             log_rq_size: 6,
             log_rq_stride: 2,
             uar: None,
+            blueflame: false,
         }
     }
 }
@@ -328,6 +338,9 @@ impl Default for QpCreate {
 /// A queue pair. Owns its work-queue buffer (RQ first, then SQ) and doorbell record; the
 /// driver tracks its state as the transitions it executed. Dropped without
 /// [`Device::destroy_qp`], its memory is leaked (the device may still access it).
+///
+/// The data path: [`Device::post_send`] / [`Device::post_recv`] (take `&mut Qp`: one poster
+/// per QP, no lock), completions through the CQs it is attached to ([`Device::attach_qp`]).
 #[derive(Debug)]
 pub struct Qp {
     qpn: u32,
@@ -344,6 +357,18 @@ pub struct Qp {
     sq_offset: usize,
     buf: Shared,
     dbrec: Shared,
+    pub(crate) core: Arc<QpCore>,
+    pub(crate) sq: SqState,
+    pub(crate) rq: RqState,
+    pub(crate) rec: DbRec,
+    /// Send and receive CQ while attached.
+    pub(crate) cqs: [Option<Arc<CqCore>>; 2],
+    /// Q_Key (UD), as last set.
+    pub(crate) qkey: u32,
+    /// A UAR allocated for this QP alone (freed with it).
+    pub(crate) own_uar: Option<u32>,
+    /// The verbs attributes as last set (provider bookkeeping).
+    pub(crate) attr: verbs::QpAttr,
 }
 
 impl Qp {
@@ -420,6 +445,110 @@ impl Qp {
     /// The doorbell record (`dbr::QP_RCV`, `dbr::QP_SND`).
     pub fn doorbell_record(&self) -> &DmaBuf {
         &self.dbrec
+    }
+
+    /// Number of SQ WQEBBs.
+    pub fn sq_wqebbs(&self) -> u32 {
+        self.sq.wqe_cnt
+    }
+
+    /// SQ producer position in WQEBBs (free running; the WQE index is its low 16 bits).
+    pub fn sq_producer(&self) -> u32 {
+        self.sq.cur_post
+    }
+
+    /// SQ consumer position: the first WQEBB not retired by a completion.
+    pub fn sq_consumer(&self) -> u32 {
+        self.core
+            .sq_tail
+            .0
+            .load(core::sync::atomic::Ordering::Acquire)
+    }
+
+    /// RQ producer position (WQEs posted, free running).
+    pub fn rq_producer(&self) -> u32 {
+        self.rq.head
+    }
+
+    /// RQ consumer position (WQEs completed).
+    pub fn rq_consumer(&self) -> u32 {
+        self.core
+            .rq_tail
+            .0
+            .load(core::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Most data segments per send WQE.
+    pub fn max_send_sge(&self) -> u32 {
+        self.sq.max_sge
+    }
+
+    /// Most inline bytes per send WQE.
+    pub fn max_inline_data(&self) -> u32 {
+        self.sq.max_inline
+    }
+
+    /// Most data segments per receive WQE.
+    pub fn max_recv_sge(&self) -> u32 {
+        self.rq.max_sge
+    }
+
+    /// Every send WQE asks for a completion.
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq.sig_all
+    }
+
+    /// Makes every send WQE ask for a completion (or only the SIGNALED ones).
+    pub fn set_sq_sig_all(&mut self, on: bool) {
+        self.sq.sig_all = on;
+        self.sq.fm = crate::post::fm_table(on);
+    }
+
+    /// Whether single small WQEs are sent by BlueFlame.
+    pub fn blueflame(&self) -> bool {
+        self.sq.bf.blueflame
+    }
+
+    /// BAR offset of the send doorbell register (UAR page + 0x800) and the half in use next.
+    pub fn doorbell_register(&self) -> (usize, usize) {
+        (self.sq.bf.reg, self.sq.bf.offset)
+    }
+
+    /// Q_Key (UD) as last set by RST2INIT or RTS2RTS.
+    pub fn qkey(&self) -> u32 {
+        self.qkey
+    }
+
+    /// Whether the QP is attached to its CQs.
+    pub fn is_attached(&self) -> bool {
+        self.cqs[0].is_some()
+    }
+
+    /// Forgets everything posted: positions back to 0 (after RESET; the CQs were cleaned).
+    fn reset_queues(&mut self) {
+        self.core.reset();
+        self.sq.cur_post = 0;
+        self.sq.tail = 0;
+        self.rq.head = 0;
+        self.rq.tail = 0;
+    }
+
+    /// Marks this QP's unpolled CQEs in its CQs to be skipped; with `detach`, removes it from
+    /// their tables.
+    fn clean_cqs(&mut self, detach: bool) {
+        let cqs = if detach {
+            [self.cqs[0].take(), self.cqs[1].take()]
+        } else {
+            self.cqs.clone()
+        };
+        for (i, cq) in cqs.iter().enumerate() {
+            if let Some(cq) = cq {
+                let same = i == 1 && cqs[0].as_ref().is_some_and(|c| Arc::ptr_eq(c, cq));
+                if !same {
+                    cq.clean(self.qpn, detach);
+                }
+            }
+        }
     }
 }
 
@@ -558,6 +687,24 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         };
         let qpn =
             self.object_number(opcode::CREATE_QP, &out, create_qp_out::QPN, caps.log_max_qp)?;
+        let ud = attr.service == ServiceType::Ud;
+        let sq_cnt = 1u32 << attr.log_sq_size;
+        let rq_cnt = 1u32 << attr.log_rq_size;
+        let (max_sge, max_inline) = sq_limits(max_wqe_bytes(caps.max_wqe_sz_sq, sq_cnt), ud);
+        let half = (1usize << caps.log_bf_reg_size) / 2;
+        // SAFETY: the Rings and the DbRec live in the Qp that owns `buf` and `dbrec`; those are
+        // only released when the Qp is taken apart in `destroy_qp`.
+        let (sq_ring, rq_ring, rec) = unsafe {
+            (
+                Ring::new(&buf, rq_bytes, sq_bytes),
+                Ring::new(&buf, 0, rq_bytes),
+                DbRec::new(&dbrec),
+            )
+        };
+        let (Some(sq_ring), Some(rq_ring), Some(rec)) = (sq_ring, rq_ring, rec) else {
+            // Sizes are powers of two of at least 64 bytes and lie in the buffer: not reached.
+            return Err(Error::InvalidArgument);
+        };
         Ok(Qp {
             qpn,
             service: attr.service,
@@ -573,16 +720,81 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             sq_offset: rq_bytes,
             buf,
             dbrec,
+            core: Arc::new(QpCore::new(qpn, ud, sq_cnt, rq_cnt)),
+            sq: SqState {
+                ring: sq_ring,
+                wqe_cnt: sq_cnt,
+                cur_post: 0,
+                tail: 0,
+                max_sge,
+                max_inline,
+                sig_all: false,
+                fm: crate::post::fm_table(false),
+                ops: crate::post::op_table(ud),
+                bf: BfReg {
+                    reg: uar as usize * uar::PAGE_SIZE + uar::BF_OFFSET,
+                    offset: 0,
+                    half,
+                    blueflame: attr.blueflame && caps.bf && half >= 64,
+                },
+            },
+            rq: RqState {
+                ring: rq_ring,
+                wqe_cnt: rq_cnt,
+                log_stride: attr.log_rq_stride as u32 + 4,
+                head: 0,
+                tail: 0,
+                max_sge: 1 << attr.log_rq_stride,
+            },
+            rec,
+            cqs: [None, None],
+            qkey: 0,
+            own_uar: None,
+            attr: verbs::QpAttr::default(),
         })
     }
 
-    /// Destroys a QP and frees its memory. If the command fails the memory is leaked.
+    /// Attaches a QP to its CQs (the ones named at creation): from now on their pollers accept
+    /// CQEs naming it. The verbs provider's `create_qp` does this itself.
+    pub fn attach_qp(&self, qp: &mut Qp, send_cq: &Cq, recv_cq: &Cq) -> Result<(), Error> {
+        if qp.is_attached() || send_cq.cqn() != qp.send_cqn || recv_cq.cqn() != qp.recv_cqn {
+            return Err(Error::InvalidArgument);
+        }
+        let same = Arc::ptr_eq(&send_cq.core, &recv_cq.core);
+        send_cq.core.attach(qp.core.clone(), true, same);
+        if !same {
+            recv_cq.core.attach(qp.core.clone(), false, true);
+        }
+        qp.cqs = [Some(send_cq.core.clone()), Some(recv_cq.core.clone())];
+        Ok(())
+    }
+
+    /// Destroys a QP and frees its memory; its completions still in its CQs are discarded
+    /// (they are skipped by the next polls) and it is detached from them. A UAR allocated for
+    /// it alone is freed too. If the command fails the memory is leaked.
     pub fn destroy_qp(&self, qp: Qp) -> Result<(), Error> {
+        self.destroy_qp_keep(qp).map_err(|(e, _)| e)
+    }
+
+    /// Destroys a QP; on failure hands it back when it is still intact (the firmware refused).
+    // Handing the object back by value is the point; destroy is not a hot path.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn destroy_qp_keep(&self, mut qp: Qp) -> Result<(), (Error, Option<Qp>)> {
         let mut inp = cmd_in(opcode::DESTROY_QP, 0, 16);
         destroy_qp_in::QPN.set(&mut inp, qp.qpn);
-        self.cmd(&inp, 16)?;
+        if let Err(e) = self.cmd(&inp, 16) {
+            if crate::device_may_hold(&e) {
+                return Err((e, None));
+            }
+            return Err((e, Some(qp)));
+        }
+        qp.clean_cqs(true);
+        let own_uar = qp.own_uar.take();
         qp.buf.release();
         qp.dbrec.release();
+        if let Some(u) = own_uar {
+            self.dealloc_uar(u).map_err(|e| (e, None))?;
+        }
         Ok(())
     }
 
@@ -618,7 +830,21 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if transition == Transition::Rst2Init {
             qp.port = attr.port;
         }
+        if qp.service == ServiceType::Ud {
+            let named = attr.opt_param_mask & qpc::optpar::Q_KEY != 0;
+            match transition {
+                Transition::Rst2Init => qp.qkey = attr.qkey,
+                Transition::Init2Rtr | Transition::Rtr2Rts | Transition::Rts2Rts if named => {
+                    qp.qkey = attr.qkey
+                }
+                _ => {}
+            }
+        }
         if transition == Transition::ToRst {
+            // The device forgot the queues: so does the driver, and the QP's CQEs still in its
+            // CQs are dropped.
+            qp.clean_cqs(false);
+            qp.reset_queues();
             qp.dbrec.write_be32(dbr::QP_RCV, 0)?;
             qp.dbrec.write_be32(dbr::QP_SND, 0)?;
         }
@@ -692,6 +918,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 }
             }
             Transition::Init2Rtr => {
+                if !rc && a.opt_param_mask & qpc::optpar::Q_KEY != 0 {
+                    q(&mut inp, qpc::Q_KEY, a.qkey);
+                }
                 if rc {
                     q(&mut inp, qpc::MTU, a.mtu.prm());
                     q(&mut inp, qpc::LOG_MSG_MAX, caps.log_max_msg as u32);
@@ -705,17 +934,30 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
             Transition::Rtr2Rts => {
                 q(&mut inp, qpc::NEXT_SEND_PSN, a.sq_psn);
+                let opt = a.opt_param_mask;
                 if rc {
                     pp(&mut inp, ads::ACK_TIMEOUT, p.ack_timeout as u32);
                     q(&mut inp, qpc::RETRY_COUNT, a.retry_count as u32);
                     q(&mut inp, qpc::RNR_RETRY, a.rnr_retry as u32);
                     q(&mut inp, qpc::LOG_SRA_MAX, log_sra);
+                    if opt & (qpc::optpar::RRE | qpc::optpar::RWE | qpc::optpar::RAE) != 0 {
+                        access(&mut inp);
+                    }
+                    if opt & qpc::optpar::RNR_TIMEOUT != 0 {
+                        q(&mut inp, qpc::MIN_RNR_NAK, a.min_rnr_nak as u32);
+                    }
+                } else if opt & qpc::optpar::Q_KEY != 0 {
+                    q(&mut inp, qpc::Q_KEY, a.qkey);
                 }
             }
             Transition::Rts2Rts => {
                 if rc {
                     pp(&mut inp, ads::ACK_TIMEOUT, p.ack_timeout as u32);
                     q(&mut inp, qpc::MIN_RNR_NAK, a.min_rnr_nak as u32);
+                    let opt = a.opt_param_mask;
+                    if opt & (qpc::optpar::RRE | qpc::optpar::RWE | qpc::optpar::RAE) != 0 {
+                        access(&mut inp);
+                    }
                 } else {
                     q(&mut inp, qpc::Q_KEY, a.qkey);
                 }

@@ -1,0 +1,373 @@
+//! Polling a CQ (spec §9, §12.2) and arming it (§6.2, §7).
+//!
+//! Per CQE: the ownership rule with the driver's consumer index, `dma_rmb`, then every field
+//! is checked against the driver's bookkeeping before use ([`CqeFault`] lists the checks): the
+//! QPN must be a QP attached to this CQ in the right role, a requester `wqe_counter` must be
+//! the start of an outstanding send WQE (signalled, of the same opcode, for a success), a
+//! responder CQE needs an outstanding receive WQE and must name it, byte counts must fit the
+//! buffers posted. A bad CQE is consumed, counted and returned as [`Error::BadCqe`] (after
+//! the good completions before it); it never panics or indexes out of bounds.
+//!
+//! With selective signalling one CQE retires every earlier WQE: the SQ tail moves to the end
+//! of the completed WQE. The consumer index is published to doorbell-record word 0 once per
+//! call.
+
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use firmware_interface::cqe::{self, opcode as cqe_op, syndrome};
+use firmware_interface::{dbr, uar};
+use nic_hal::barrier::{dma_rmb, dma_wmb, mmio_wmb};
+use nic_hal::{Platform, RegisterIo};
+use verbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+use crate::cq::{Attached, Cq, CqCore};
+use crate::device::Device;
+use crate::error::{CqeFault, Error};
+use crate::ring::Ring;
+use crate::wq::{META_ATOMIC, META_READ, META_SIGNALED, META_START, META_WC_SHIFT};
+
+/// CQE field offsets (spec §9.1).
+mod off {
+    pub(super) const SLID: usize = 0x16;
+    pub(super) const FLAGS_RQPN: usize = 0x18;
+    pub(super) const L4_L3_HDR_TYPE: usize = 0x1d;
+    pub(super) const VLAN_INFO: usize = 0x1e;
+    pub(super) const ML_PATH: usize = 0x11;
+    pub(super) const IMM_INVAL_PKEY: usize = 0x24;
+    pub(super) const BYTE_CNT: usize = 0x2c;
+    pub(super) const OP_OWN: usize = 0x3f;
+    pub(super) const VENDOR_ERR_SYND: usize = 0x36;
+    pub(super) const SYNDROME: usize = 0x37;
+    /// The big-endian u64 holding `sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`.
+    pub(super) const TAIL: usize = 0x38;
+}
+
+/// The verbs status of an error CQE syndrome (spec §9.2, one to one; others GENERAL_ERR).
+pub fn wc_status(syn: u8) -> WcStatus {
+    match syn {
+        syndrome::LOCAL_LENGTH_ERR => WcStatus::LocLenErr,
+        syndrome::LOCAL_QP_OP_ERR => WcStatus::LocQpOpErr,
+        syndrome::LOCAL_PROT_ERR => WcStatus::LocProtErr,
+        syndrome::WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        syndrome::MW_BIND_ERR => WcStatus::MwBindErr,
+        syndrome::BAD_RESP_ERR => WcStatus::BadRespErr,
+        syndrome::LOCAL_ACCESS_ERR => WcStatus::LocAccessErr,
+        syndrome::REMOTE_INVAL_REQ_ERR => WcStatus::RemInvReqErr,
+        syndrome::REMOTE_ACCESS_ERR => WcStatus::RemAccessErr,
+        syndrome::REMOTE_OP_ERR => WcStatus::RemOpErr,
+        syndrome::TRANSPORT_RETRY_EXC_ERR => WcStatus::RetryExcErr,
+        syndrome::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        syndrome::REMOTE_ABORTED_ERR => WcStatus::RemAbortErr,
+        _ => WcStatus::GeneralErr,
+    }
+}
+
+/// Completion opcodes by `SqSlot::meta` index (`verbs::WcOpcode` values 0..=4).
+const WC_OPS: [WcOpcode; 8] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::CompSwap,
+    WcOpcode::FetchAdd,
+    WcOpcode::Send,
+    WcOpcode::Send,
+    WcOpcode::Send,
+];
+
+/// A requester CQE (success or error) of QP `a`.
+#[inline(always)]
+fn requester(
+    ring: Ring,
+    a: &Attached,
+    o: usize,
+    tail_word: u64,
+    op_own: u8,
+    w: &mut WorkCompletion,
+) -> Result<(), CqeFault> {
+    let qpn = a.qpn;
+    let opcode = cqe::opcode_of(op_own);
+    if !a.send {
+        return Err(CqeFault::WrongQueue { qpn, opcode });
+    }
+    let q = &*a.core;
+    let counter = (tail_word >> 16) as u16;
+    let tail = q.sq_tail.0.load(Relaxed);
+    let head = q.sq_head.0.load(Acquire);
+    // The free-running position the 16-bit counter names, taken at or after `tail`.
+    let p = tail.wrapping_add(counter.wrapping_sub(tail as u16) as u32);
+    let bad = CqeFault::WqeCounter {
+        qpn,
+        wqe_counter: counter,
+    };
+    if p.wrapping_sub(tail) >= head.wrapping_sub(tail) {
+        return Err(bad);
+    }
+    let slot = q.sq_slot(p);
+    let meta = slot.meta.load(Relaxed);
+    if (meta >> 32) as u32 != p || meta & META_START == 0 {
+        return Err(bad);
+    }
+    let posted = (meta >> 8) as u8;
+    let end = p.wrapping_add((meta & 0xff) as u32);
+    let mut status = WcStatus::Success;
+    let mut vendor_err = 0;
+    let mut byte_len = 0;
+    if opcode == cqe_op::REQ {
+        let found = (tail_word >> 56) as u8;
+        if found != posted {
+            return Err(CqeFault::SendOpcode { qpn, posted, found });
+        }
+        if meta & META_SIGNALED == 0 {
+            return Err(CqeFault::Unsignaled {
+                qpn,
+                wqe_counter: counter,
+            });
+        }
+        if meta & (META_READ | META_ATOMIC) != 0 {
+            byte_len = if meta & META_ATOMIC != 0 {
+                8
+            } else {
+                let b = ring.read_be32(o + off::BYTE_CNT);
+                let len = slot.len.load(Relaxed);
+                if b > len {
+                    return Err(CqeFault::ByteCount {
+                        qpn,
+                        byte_cnt: b,
+                        posted: len,
+                    });
+                }
+                b
+            };
+        }
+    } else {
+        status = wc_status(ring.read_u8(o + off::SYNDROME));
+        vendor_err = ring.read_u8(o + off::VENDOR_ERR_SYND) as u32;
+    }
+    // This WQE and every unsignalled one before it are done.
+    q.sq_tail.0.store(end, Release);
+    *w = WorkCompletion {
+        wr_id: slot.wr_id.load(Relaxed),
+        status,
+        opcode: WC_OPS[((meta >> META_WC_SHIFT) & 7) as usize],
+        vendor_err,
+        byte_len,
+        imm_data: 0,
+        qp_num: qpn,
+        src_qp: 0,
+        wc_flags: WcFlags::empty(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    };
+    Ok(())
+}
+
+/// A responder CQE (success or error) of QP `a`.
+#[inline(always)]
+fn responder(
+    core: &CqCore,
+    a: &Attached,
+    o: usize,
+    tail_word: u64,
+    op_own: u8,
+    w: &mut WorkCompletion,
+) -> Result<(), CqeFault> {
+    let qpn = a.qpn;
+    let opcode = cqe::opcode_of(op_own);
+    if !a.recv {
+        return Err(CqeFault::WrongQueue { qpn, opcode });
+    }
+    let q = &*a.core;
+    let tail = q.rq_tail.0.load(Relaxed);
+    let head = q.rq_head.0.load(Acquire);
+    if tail == head {
+        return Err(CqeFault::RqEmpty { qpn });
+    }
+    let counter = (tail_word >> 16) as u16;
+    let bad = CqeFault::WqeCounter {
+        qpn,
+        wqe_counter: counter,
+    };
+    if counter != tail as u16 {
+        return Err(bad);
+    }
+    let slot = q.rq_slot(tail);
+    let mut wc = WorkCompletion {
+        wr_id: slot.wr_id.load(Relaxed),
+        opcode: WcOpcode::Recv,
+        qp_num: qpn,
+        ..WorkCompletion::default()
+    };
+    if opcode == cqe_op::RESP_ERR {
+        wc.status = wc_status(core.ring.read_u8(o + off::SYNDROME));
+        wc.vendor_err = core.ring.read_u8(o + off::VENDOR_ERR_SYND) as u32;
+    } else {
+        let byte_cnt = core.ring.read_be32(o + off::BYTE_CNT);
+        match opcode {
+            cqe_op::RESP_WR_IMM => {
+                // The data went where the RDMA write pointed, not into the receive buffers.
+                wc.opcode = WcOpcode::RecvRdmaWithImm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+                wc.imm_data = core.ring.read_raw32(o + off::IMM_INVAL_PKEY);
+            }
+            _ => {
+                let len = slot.len.load(Relaxed);
+                if byte_cnt > len {
+                    return Err(CqeFault::ByteCount {
+                        qpn,
+                        byte_cnt,
+                        posted: len,
+                    });
+                }
+                if opcode == cqe_op::RESP_SEND_IMM {
+                    wc.wc_flags = WcFlags::WITH_IMM;
+                    wc.imm_data = core.ring.read_raw32(o + off::IMM_INVAL_PKEY);
+                } else if opcode == cqe_op::RESP_SEND_INV {
+                    wc.wc_flags = WcFlags::WITH_INV;
+                    wc.imm_data = core.ring.read_be32(o + off::IMM_INVAL_PKEY);
+                }
+            }
+        }
+        wc.byte_len = byte_cnt;
+        if q.ud {
+            let f = core.ring.read_be32(o + off::FLAGS_RQPN);
+            wc.src_qp = f & cqe::QPN_MASK;
+            if (f >> cqe::GRH_SHIFT) & cqe::GRH_MASK != 0 {
+                wc.wc_flags |= WcFlags::GRH;
+            }
+            if opcode == cqe_op::RESP_SEND {
+                wc.pkey_index = core.ring.read_be32(o + off::IMM_INVAL_PKEY) as u16;
+            }
+            if core.eth {
+                if core.ring.read_u8(o + off::L4_L3_HDR_TYPE) & cqe::VLAN_PRESENT != 0 {
+                    wc.sl = (core.ring.read_be16(o + off::VLAN_INFO) >> 13) as u8;
+                }
+            } else {
+                wc.sl = ((f >> cqe::SL_SHIFT) & cqe::SL_MASK) as u8;
+                wc.slid = core.ring.read_be16(o + off::SLID);
+                wc.dlid_path_bits = core.ring.read_u8(o + off::ML_PATH) & 0x7f;
+            }
+        }
+    }
+    q.rq_tail.0.store(tail.wrapping_add(1), Release);
+    *w = wc;
+    Ok(())
+}
+
+impl Cq {
+    /// Polls up to `wc.len()` completions; returns how many were written.
+    ///
+    /// A malformed CQE is consumed and counted ([`bad_cqes`](Self::bad_cqes)); if good
+    /// completions were found before it they are returned and the error comes from the next
+    /// call, else the error ([`Error::BadCqe`]) is returned now. No heap allocation.
+    pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize, Error> {
+        let core = &*self.core;
+        let mut guard = core.poll.lock();
+        let st = &mut *guard;
+        if let Some(e) = st.pending.take() {
+            return Err(e);
+        }
+        let ring = core.ring;
+        let log = core.log_size;
+        let idx_mask = (1u32 << log) - 1;
+        let start = st.ci;
+        let mut ci = start;
+        let mut n = 0;
+        let mut fault = None;
+        let mut skips = st.skips != 0;
+        // The QP of the last CQE: (qpn, table index), in registers for the batch.
+        let mut hit = (u32::MAX, 0usize);
+        while n < wc.len() {
+            let o = ((ci & idx_mask) as usize) << 6;
+            let op_own = ring.read_u8(o + off::OP_OWN);
+            // Software owned: a real opcode and the owner bit of this pass.
+            if (cqe::opcode_of(op_own) == cqe_op::INVALID) | ((op_own ^ (ci >> log) as u8) & 1 != 0)
+            {
+                break;
+            }
+            dma_rmb();
+            ci = ci.wrapping_add(1);
+            if skips && st.take_skip((ci.wrapping_sub(1)) & idx_mask) {
+                skips = st.skips != 0;
+                continue;
+            }
+            let tail_word = ring.read_be64(o + off::TAIL);
+            let qpn = (tail_word >> 32) as u32 & cqe::QPN_MASK;
+            let w = &mut wc[n];
+            let r = if op_own & cqe::FORMAT_MASK != 0 {
+                Err(CqeFault::Format { op_own })
+            } else {
+                if hit.0 != qpn {
+                    hit = (qpn, st.find(qpn).unwrap_or(usize::MAX));
+                }
+                match st.table.get(hit.1) {
+                    None => Err(CqeFault::UnknownQp { qpn }),
+                    Some(a) => match cqe::opcode_of(op_own) {
+                        cqe_op::REQ | cqe_op::REQ_ERR => {
+                            requester(ring, a, o, tail_word, op_own, w)
+                        }
+                        cqe_op::RESP_SEND
+                        | cqe_op::RESP_SEND_IMM
+                        | cqe_op::RESP_SEND_INV
+                        | cqe_op::RESP_WR_IMM
+                        | cqe_op::RESP_ERR => responder(core, a, o, tail_word, op_own, w),
+                        _ => Err(CqeFault::Opcode { op_own }),
+                    },
+                }
+            };
+            if let Err(f) = r {
+                fault = Some(f);
+                break;
+            }
+            n += 1;
+        }
+        if ci != start {
+            st.ci = ci;
+            // CQE reads are done before the device may reuse the entries.
+            dma_wmb();
+            core.rec.set(dbr::CQ_SET_CI / 4, ci & uar::CI_MASK);
+        }
+        if let Some(fault) = fault {
+            let e = Error::BadCqe {
+                cqn: core.cqn,
+                ci: ci.wrapping_sub(1),
+                fault,
+            };
+            st.bad_cqes += 1;
+            st.last_bad = Some(e);
+            if n == 0 {
+                return Err(e);
+            }
+            st.pending = Some(e);
+        }
+        Ok(n)
+    }
+}
+
+impl<R: RegisterIo, P: Platform> Device<R, P> {
+    /// Requests a completion event (spec §6.2, §12.2 step 5): writes the arm record
+    /// (doorbell-record word 1 = `sn << 28 | cmd | ci`) and then the 64-bit CQ doorbell at UAR
+    /// offset 0x20 (`arm record << 32 | cqn`). `sn` is the number of events received for the
+    /// CQ (see [`Cq::arm_sn`]); with `solicited_only` only a solicited completion fires.
+    pub fn req_notify_cq(&self, cq: &Cq, solicited_only: bool) -> Result<(), Error> {
+        let core = &*cq.core;
+        let ci = core.poll.lock().ci & uar::CI_MASK;
+        let sn = core.arm_sn.load(Relaxed) & uar::CQ_DB_SN_MASK;
+        let cmd = if solicited_only {
+            uar::CQ_DB_REQ_NOT_SOL
+        } else {
+            uar::CQ_DB_REQ_NOT
+        };
+        let v = (sn << uar::CQ_DB_SN_SHIFT) | cmd | ci;
+        core.rec.set(dbr::CQ_ARM / 4, v);
+        mmio_wmb();
+        let db = ((v as u64) << 32) | core.cqn as u64;
+        self.regs.write64(
+            core.uar as usize * uar::PAGE_SIZE + uar::CQ_DOORBELL,
+            db.to_be(),
+        );
+        mmio_wmb();
+        Ok(())
+    }
+}

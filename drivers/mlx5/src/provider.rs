@@ -1,0 +1,660 @@
+//! The verbs provider: [`verbs::Provider`] for [`Device`], over the driver's objects.
+//!
+//! | verbs | mlx5 |
+//! |---|---|
+//! | `Pd` | [`Pd`] (ALLOC_PD) |
+//! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::MemRegion`]) |
+//! | `Cq` | [`Cq`] (64-byte CQEs, `2^n ≥ cqe + 1` entries) |
+//! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used) |
+//! | `Ah` | [`Ah`] (a prepared datagram segment) |
+//! | `CompChannel` | [`CompChannel`] (an EQ the caller polls) |
+//!
+//! QP sizes (`create_qp`): a send WQE is sized for the largest of `max_send_sge` data
+//! segments and `max_inline_data` inline bytes after the QP type's headers (RC: control +
+//! remote address, at least the 64-byte atomic WQE; UD: control + datagram), rounded up to
+//! WQEBBs; the SQ holds `max_send_wr` of those, rounded up to a power of two. The RQ stride is
+//! `max_recv_sge` × 16 rounded up to a power of two. The actual values are reported back.
+
+use alloc::vec::Vec;
+
+use firmware_interface::cmds::{query_nic_vport_context_out, query_roce_address_in};
+use firmware_interface::ctx::{nic_vport_context, qpc, roce_addr_layout};
+use firmware_interface::{cmds::query_roce_address_out, opcode};
+use nic_hal::{Platform, RegisterIo};
+use verbs::{
+    AccessFlags, AhAttr, AsyncEvent, CqEvent, DestroyError, DeviceAttr, Gid, LinkLayer, MemRegion,
+    PortAttr, PortState, PostError, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr,
+    SendWr, WorkCompletion,
+};
+
+use crate::ah::{Ah, roce_udp_sport};
+use crate::caps::PortType;
+use crate::channel::CompChannel;
+use crate::cq::Cq;
+use crate::device::{Device, cmd_in};
+use crate::error::Error;
+use crate::mkey::{Mkey, MkeyAccess};
+use crate::qp::{
+    AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, ServiceType, Transition,
+};
+use crate::wq::{max_wqe_bytes, sq_limits, sq_overhead};
+
+/// A protection domain.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pd {
+    pdn: u32,
+}
+
+impl Pd {
+    /// The PD number.
+    pub fn pdn(&self) -> u32 {
+        self.pdn
+    }
+}
+
+/// A registered memory region.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Mr {
+    mkey: Mkey,
+}
+
+impl Mr {
+    /// The memory key.
+    pub fn mkey(&self) -> &Mkey {
+        &self.mkey
+    }
+}
+
+impl verbs::MemoryRegion for Mr {
+    fn lkey(&self) -> u32 {
+        self.mkey.lkey()
+    }
+    fn rkey(&self) -> u32 {
+        self.mkey.rkey()
+    }
+    fn addr(&self) -> u64 {
+        self.mkey.iova()
+    }
+    fn length(&self) -> u64 {
+        self.mkey.len()
+    }
+}
+
+impl verbs::CompletionQueue for Cq {
+    fn cqe(&self) -> u32 {
+        self.entries() - 1
+    }
+    fn cqn(&self) -> u32 {
+        Cq::cqn(self)
+    }
+    fn cq_context(&self) -> u64 {
+        Cq::cq_context(self)
+    }
+}
+
+/// The verbs state of a driver QP state.
+pub fn verbs_state(s: QpState) -> verbs::QpState {
+    match s {
+        QpState::Reset => verbs::QpState::Reset,
+        QpState::Init => verbs::QpState::Init,
+        QpState::Rtr => verbs::QpState::Rtr,
+        QpState::Rts => verbs::QpState::Rts,
+        QpState::SqError => verbs::QpState::Sqe,
+        QpState::SqDrained | QpState::SqDraining => verbs::QpState::Sqd,
+        QpState::Error | QpState::Suspended => verbs::QpState::Err,
+    }
+}
+
+impl Qp {
+    /// Actual queue sizes (what `create_qp` reports).
+    pub fn cap(&self) -> QpCap {
+        let ud = self.service() == ServiceType::Ud;
+        let data = (self.sq.max_sge * 16).max((self.sq.max_inline + 4).next_multiple_of(16));
+        let bytes = (sq_overhead(ud) + data).max(64);
+        let bbs = bytes.div_ceil(64).max(1);
+        QpCap {
+            max_send_wr: self.sq.wqe_cnt / bbs,
+            max_recv_wr: self.rq.wqe_cnt,
+            max_send_sge: self.sq.max_sge,
+            max_recv_sge: self.rq.max_sge,
+            max_inline_data: self.sq.max_inline,
+        }
+    }
+}
+
+impl verbs::QueuePair for Qp {
+    fn qp_num(&self) -> u32 {
+        self.qpn()
+    }
+    fn qp_type(&self) -> QpType {
+        match self.service() {
+            ServiceType::Rc => QpType::Rc,
+            ServiceType::Ud => QpType::Ud,
+        }
+    }
+    fn state(&self) -> verbs::QpState {
+        verbs_state(Qp::state(self))
+    }
+    fn cap(&self) -> QpCap {
+        Qp::cap(self)
+    }
+}
+
+fn mtu(m: verbs::Mtu) -> Mtu {
+    match m {
+        verbs::Mtu::Mtu256 => Mtu::Mtu256,
+        verbs::Mtu::Mtu512 => Mtu::Mtu512,
+        verbs::Mtu::Mtu1024 => Mtu::Mtu1024,
+        verbs::Mtu::Mtu2048 => Mtu::Mtu2048,
+        verbs::Mtu::Mtu4096 => Mtu::Mtu4096,
+    }
+}
+
+fn qp_access(a: AccessFlags) -> QpAccess {
+    let mut r = QpAccess::NONE;
+    if a.contains(AccessFlags::REMOTE_WRITE) {
+        r = r | QpAccess::REMOTE_WRITE;
+    }
+    if a.contains(AccessFlags::REMOTE_READ) {
+        r = r | QpAccess::REMOTE_READ;
+    }
+    if a.contains(AccessFlags::REMOTE_ATOMIC) {
+        r = r | QpAccess::REMOTE_ATOMIC;
+    }
+    r
+}
+
+/// Copies the attributes `mask` names from `a` into `s`.
+fn merge(s: &mut QpAttr, a: &QpAttr, mask: M) {
+    let has = |b| mask.contains(b);
+    if has(M::STATE) {
+        s.qp_state = a.qp_state;
+    }
+    if has(M::ACCESS_FLAGS) {
+        s.qp_access_flags = a.qp_access_flags;
+    }
+    if has(M::PKEY_INDEX) {
+        s.pkey_index = a.pkey_index;
+    }
+    if has(M::PORT) {
+        s.port_num = a.port_num;
+    }
+    if has(M::QKEY) {
+        s.qkey = a.qkey;
+    }
+    if has(M::AV) {
+        s.ah_attr = a.ah_attr;
+    }
+    if has(M::PATH_MTU) {
+        s.path_mtu = a.path_mtu;
+    }
+    if has(M::TIMEOUT) {
+        s.timeout = a.timeout;
+    }
+    if has(M::RETRY_CNT) {
+        s.retry_cnt = a.retry_cnt;
+    }
+    if has(M::RNR_RETRY) {
+        s.rnr_retry = a.rnr_retry;
+    }
+    if has(M::RQ_PSN) {
+        s.rq_psn = a.rq_psn;
+    }
+    if has(M::MAX_QP_RD_ATOMIC) {
+        s.max_rd_atomic = a.max_rd_atomic;
+    }
+    if has(M::MIN_RNR_TIMER) {
+        s.min_rnr_timer = a.min_rnr_timer;
+    }
+    if has(M::SQ_PSN) {
+        s.sq_psn = a.sq_psn;
+    }
+    if has(M::MAX_DEST_RD_ATOMIC) {
+        s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if has(M::DEST_QPN) {
+        s.dest_qp_num = a.dest_qp_num;
+    }
+}
+
+/// The driver's modify parameters for the verbs attributes `s`, naming in `opt_param_mask`
+/// the attributes of `optional` (the transition's optional attributes the caller gave).
+fn modify_params(s: &QpAttr, optional: M) -> QpModify {
+    let mask = optional;
+    let ah = &s.ah_attr;
+    let mut opt = 0;
+    if mask.contains(M::ACCESS_FLAGS) {
+        opt |= qpc::optpar::RRE | qpc::optpar::RWE | qpc::optpar::RAE;
+    }
+    if mask.contains(M::PKEY_INDEX) {
+        opt |= qpc::optpar::PKEY_INDEX;
+    }
+    if mask.contains(M::QKEY) {
+        opt |= qpc::optpar::Q_KEY;
+    }
+    if mask.contains(M::MIN_RNR_TIMER) {
+        opt |= qpc::optpar::RNR_TIMEOUT;
+    }
+    QpModify {
+        port: s.port_num,
+        pkey_index: s.pkey_index,
+        qkey: s.qkey,
+        access: qp_access(s.qp_access_flags),
+        mtu: mtu(s.path_mtu),
+        remote_qpn: s.dest_qp_num,
+        rq_psn: s.rq_psn,
+        sq_psn: s.sq_psn,
+        path: AddressPath {
+            rgid: ah.dgid.0,
+            rmac: ah.dmac,
+            src_gid_index: ah.sgid_index,
+            hop_limit: ah.hop_limit,
+            traffic_class: ah.traffic_class,
+            flow_label: ah.flow_label,
+            udp_sport: roce_udp_sport(ah.flow_label),
+            sl: ah.sl,
+            dlid: ah.dlid,
+            grh: ah.is_global,
+            stat_rate: ah.static_rate,
+            ack_timeout: s.timeout,
+        },
+        retry_count: s.retry_cnt,
+        rnr_retry: s.rnr_retry,
+        min_rnr_nak: s.min_rnr_timer,
+        max_rd_atomic: s.max_rd_atomic,
+        max_dest_rd_atomic: s.max_dest_rd_atomic,
+        opt_param_mask: opt,
+    }
+}
+
+/// A verbs destroy error from a driver one.
+fn destroy_err<T>(e: Error, obj: Option<T>) -> DestroyError<T> {
+    DestroyError {
+        error: e.into(),
+        object: obj,
+    }
+}
+
+impl<R: RegisterIo, P: Platform> Device<R, P> {
+    /// The Ethernet MTU of the port's vport (QUERY_NIC_VPORT_CONTEXT).
+    pub fn vport_mtu(&self) -> Result<u16, Error> {
+        if self.caps.port_type != PortType::Ethernet {
+            return Err(Error::NotSupported);
+        }
+        let out = self.cmd(
+            &cmd_in(opcode::QUERY_NIC_VPORT_CONTEXT, 0, 16),
+            query_nic_vport_context_out::SIZE,
+        )?;
+        Ok(nic_vport_context::MTU
+            .at(query_nic_vport_context_out::NIC_VPORT_CONTEXT.byte_off())
+            .get(&out) as u16)
+    }
+
+    /// RoCE GID table entry `index` (QUERY_ROCE_ADDRESS); zero when unset.
+    pub fn roce_gid(&self, index: u16) -> Result<[u8; 16], Error> {
+        if self.caps.port_type != PortType::Ethernet {
+            return Err(Error::NotSupported);
+        }
+        if self.caps.roce_address_table_size != 0 && index >= self.caps.roce_address_table_size {
+            return Err(Error::InvalidArgument);
+        }
+        let mut inp = cmd_in(opcode::QUERY_ROCE_ADDRESS, 0, query_roce_address_in::SIZE);
+        query_roce_address_in::ROCE_ADDRESS_INDEX.set(&mut inp, index as u32);
+        if self.caps.num_vhca_ports > 0 {
+            query_roce_address_in::VHCA_PORT_NUM.set(&mut inp, 1);
+        }
+        let out = self.cmd(&inp, query_roce_address_out::SIZE)?;
+        let mut gid = [0u8; 16];
+        if let Some(src) = roce_addr_layout::SOURCE_L3_ADDRESS
+            .at(query_roce_address_out::ROCE_ADDRESS.byte_off())
+            .slice(&out)
+        {
+            gid.copy_from_slice(src);
+        }
+        Ok(gid)
+    }
+
+    fn port_ok(&self, port: u8) -> Result<(), verbs::Error> {
+        if port == 0 || port > self.caps.num_ports {
+            return Err(verbs::Error::InvalidArgument);
+        }
+        Ok(())
+    }
+}
+
+impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
+    type Pd = Pd;
+    type Mr = Mr;
+    type Cq = Cq;
+    type Qp = Qp;
+    type Ah = Ah;
+    type CompChannel = CompChannel;
+
+    fn query_device(&self) -> Result<DeviceAttr, verbs::Error> {
+        let c = &self.caps;
+        Ok(DeviceAttr {
+            fw_ver: self.fw_version(),
+            vendor_id: self.config.vendor_id as u32,
+            vendor_part_id: self.config.device_id as u32,
+            max_qp: 1u32 << c.log_max_qp.min(24),
+            max_qp_wr: 1u32 << c.log_max_qp_sz.min(15),
+            max_cq: 1u32 << c.log_max_cq.min(24),
+            max_cqe: (1u32 << c.log_max_cq_sz.min(24)) - 1,
+            max_mr: 1u32 << c.log_max_mkey.min(24),
+            max_pd: 1u32 << c.log_max_pd.min(24),
+            phys_port_cnt: c.num_ports,
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr, verbs::Error> {
+        self.port_ok(port)?;
+        let c = &self.caps;
+        let state = if self.port_up()? {
+            PortState::Active
+        } else {
+            PortState::Down
+        };
+        let max_msg_sz = if c.log_max_msg >= 32 {
+            u32::MAX
+        } else {
+            1u32 << c.log_max_msg
+        };
+        Ok(match c.port_type {
+            PortType::Ethernet => {
+                let eth = self.vport_mtu()? as u32;
+                PortAttr {
+                    state,
+                    max_mtu: verbs::Mtu::Mtu4096,
+                    active_mtu: verbs::Mtu::for_ethernet(eth).unwrap_or(verbs::Mtu::Mtu1024),
+                    gid_tbl_len: c.roce_address_table_size as u32,
+                    max_msg_sz,
+                    pkey_tbl_len: 1,
+                    lid: 0,
+                    link_layer: LinkLayer::Ethernet,
+                }
+            }
+            PortType::InfiniBand => PortAttr {
+                state,
+                max_mtu: verbs::Mtu::Mtu4096,
+                active_mtu: verbs::Mtu::Mtu4096,
+                gid_tbl_len: c.gid_table_size as u32,
+                max_msg_sz,
+                pkey_tbl_len: c.pkey_table_size,
+                lid: 0,
+                link_layer: LinkLayer::InfiniBand,
+            },
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u16) -> Result<Gid, verbs::Error> {
+        self.port_ok(port)?;
+        Ok(Gid(self.roce_gid(index)?))
+    }
+
+    fn alloc_pd(&self) -> Result<Pd, verbs::Error> {
+        Ok(Pd {
+            pdn: Device::alloc_pd(self)?,
+        })
+    }
+
+    fn dealloc_pd(&self, pd: Pd) -> Result<(), DestroyError<Pd>> {
+        Device::dealloc_pd(self, pd.pdn).map_err(|e| {
+            let keep = !crate::device_may_hold(&e);
+            destroy_err(e, keep.then_some(pd))
+        })
+    }
+
+    fn reg_mr(
+        &self,
+        pd: &Pd,
+        mem: &MemRegion<'_>,
+        access: AccessFlags,
+    ) -> Result<Mr, verbs::Error> {
+        if !AccessFlags::all().contains(access) {
+            return Err(verbs::Error::InvalidArgument);
+        }
+        let mut a = MkeyAccess::LOCAL_READ;
+        for (v, m) in [
+            (AccessFlags::LOCAL_WRITE, MkeyAccess::LOCAL_WRITE),
+            (AccessFlags::REMOTE_WRITE, MkeyAccess::REMOTE_WRITE),
+            (AccessFlags::REMOTE_READ, MkeyAccess::REMOTE_READ),
+            (AccessFlags::REMOTE_ATOMIC, MkeyAccess::REMOTE_ATOMIC),
+        ] {
+            if access.contains(v) {
+                a |= m;
+            }
+        }
+        let end = mem
+            .addr
+            .checked_add(mem.length)
+            .ok_or(verbs::Error::InvalidArgument)?;
+        let contiguous: Vec<u64>;
+        let pages = if mem.pages.is_empty() {
+            let first = mem.addr & !0xfff;
+            let n = end.div_ceil(4096).saturating_sub(first / 4096);
+            contiguous = (0..n).map(|i| first + i * 4096).collect();
+            &contiguous[..]
+        } else {
+            mem.pages
+        };
+        let mkey = self.create_mkey(pd.pdn, mem.addr, mem.length, a, pages)?;
+        Ok(Mr { mkey })
+    }
+
+    fn dereg_mr(&self, mr: Mr) -> Result<(), DestroyError<Mr>> {
+        self.destroy_mkey(mr.mkey).map_err(|e| {
+            let keep = !crate::device_may_hold(&e);
+            destroy_err(e, keep.then_some(mr))
+        })
+    }
+
+    fn create_comp_channel(&self) -> Result<CompChannel, verbs::Error> {
+        Ok(Device::create_comp_channel(self)?)
+    }
+
+    fn destroy_comp_channel(&self, ch: CompChannel) -> Result<(), DestroyError<CompChannel>> {
+        Device::destroy_comp_channel(self, ch).map_err(|(e, o)| destroy_err(e, o))
+    }
+
+    fn get_cq_event(&self, ch: &mut CompChannel) -> Result<Option<CqEvent>, verbs::Error> {
+        Ok(Device::get_cq_event(self, ch)?)
+    }
+
+    fn create_cq(
+        &self,
+        cqe: u32,
+        cq_context: u64,
+        channel: Option<&CompChannel>,
+    ) -> Result<Cq, verbs::Error> {
+        let max = 1u32 << self.caps.log_max_cq_sz.min(24);
+        if cqe == 0 || cqe >= max {
+            return Err(verbs::Error::InvalidArgument);
+        }
+        let log = (cqe + 1).next_power_of_two().trailing_zeros() as u8;
+        Ok(self.create_cq_on(log.max(1), cq_context, channel)?)
+    }
+
+    fn destroy_cq(&self, cq: Cq) -> Result<(), DestroyError<Cq>> {
+        self.destroy_cq_keep(cq).map_err(|(e, o)| destroy_err(e, o))
+    }
+
+    #[inline]
+    fn poll_cq(&self, cq: &Cq, wc: &mut [WorkCompletion]) -> Result<usize, verbs::Error> {
+        Ok(cq.poll(wc)?)
+    }
+
+    fn req_notify_cq(&self, cq: &Cq, solicited_only: bool) -> Result<(), verbs::Error> {
+        Ok(Device::req_notify_cq(self, cq, solicited_only)?)
+    }
+
+    fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_, Cq>) -> Result<(Qp, QpCap), verbs::Error> {
+        let caps = &self.caps;
+        let ud = attr.qp_type == QpType::Ud;
+        let c = attr.cap;
+        let log_max = caps.log_max_qp_sz.min(15);
+        let max_wr = 1u32 << log_max;
+        let inval = verbs::Error::InvalidArgument;
+        if c.max_send_wr > max_wr || c.max_recv_wr > max_wr {
+            return Err(inval);
+        }
+        // Send WQE size: headers + the larger of the gather list and the inline data.
+        let inline = if c.max_inline_data > 0 {
+            c.max_inline_data
+                .checked_add(4)
+                .ok_or(inval)?
+                .next_multiple_of(16)
+        } else {
+            0
+        };
+        let data = c.max_send_sge.checked_mul(16).ok_or(inval)?.max(inline);
+        let bytes = (sq_overhead(ud) + data).max(64).next_multiple_of(64);
+        if bytes > max_wqe_bytes(caps.max_wqe_sz_sq, 16).next_multiple_of(64) {
+            return Err(inval);
+        }
+        let bbs = bytes / 64;
+        let sq_cnt = (c.max_send_wr.max(1) * bbs).next_power_of_two();
+        let log_sq = sq_cnt.trailing_zeros();
+        // Receive WQE stride.
+        let stride = (c.max_recv_sge.max(1).checked_mul(16).ok_or(inval)?).next_power_of_two();
+        if stride > caps.max_wqe_sz_rq as u32 || stride > 16 << 7 {
+            return Err(inval);
+        }
+        let mut rq_cnt = c.max_recv_wr.max(1).next_power_of_two();
+        while stride * rq_cnt < 64 {
+            rq_cnt *= 2;
+        }
+        let log_rq = rq_cnt.trailing_zeros();
+        if log_sq > log_max as u32 || log_rq > log_max as u32 {
+            return Err(inval);
+        }
+        // BlueFlame needs a register no other QP rings: a UAR of its own.
+        let own_uar = if self.config.blueflame && caps.bf {
+            self.alloc_uar().ok()
+        } else {
+            None
+        };
+        let create = QpCreate {
+            service: if ud { ServiceType::Ud } else { ServiceType::Rc },
+            pd: pd.pdn,
+            send_cqn: attr.send_cq.cqn(),
+            recv_cqn: attr.recv_cq.cqn(),
+            log_sq_size: log_sq as u8,
+            log_rq_size: log_rq as u8,
+            log_rq_stride: (stride.trailing_zeros() - 4) as u8,
+            uar: own_uar,
+            blueflame: own_uar.is_some(),
+        };
+        let mut qp = match Device::create_qp(self, &create) {
+            Ok(qp) => qp,
+            Err(e) => {
+                if let Some(u) = own_uar {
+                    let _ = self.dealloc_uar(u);
+                }
+                return Err(e.into());
+            }
+        };
+        qp.own_uar = own_uar;
+        let (max_sge, max_inline) = sq_limits(bytes.min(63 * 16), ud);
+        qp.sq.max_sge = max_sge;
+        qp.sq.max_inline = max_inline;
+        qp.set_sq_sig_all(attr.sq_sig_all);
+        if let Err(e) = self.attach_qp(&mut qp, attr.send_cq, attr.recv_cq) {
+            let _ = Device::destroy_qp(self, qp);
+            return Err(e.into());
+        }
+        let cap = qp.cap();
+        qp.attr.cap = cap;
+        Ok((qp, cap))
+    }
+
+    fn modify_qp(&self, qp: &mut Qp, attr: &QpAttr, mask: M) -> Result<(), verbs::Error> {
+        let qp_type = verbs::QueuePair::qp_type(qp);
+        let cur = verbs_state(qp.state());
+        let next = verbs::check_modify(qp_type, cur, attr, mask)?;
+        if mask.intersects(M::ALT_PATH | M::PATH_MIG_STATE | M::EN_SQD_ASYNC_NOTIFY) {
+            return Err(verbs::Error::NotSupported);
+        }
+        let from = if mask.contains(M::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            cur
+        };
+        use verbs::QpState as S;
+        let transition = match (from, next) {
+            (_, S::Reset) => {
+                if from == S::Reset {
+                    return Ok(());
+                }
+                Transition::ToRst
+            }
+            (_, S::Err) => Transition::ToErr,
+            (S::Reset, S::Init) => Transition::Rst2Init,
+            (S::Init, S::Rtr) => Transition::Init2Rtr,
+            (S::Rtr, S::Rts) => Transition::Rtr2Rts,
+            (S::Rts, S::Rts) => Transition::Rts2Rts,
+            _ => return Err(verbs::Error::NotSupported),
+        };
+        let mut shadow = qp.attr;
+        merge(&mut shadow, attr, mask);
+        if transition == Transition::ToRst {
+            // RESET forgets the attributes (the cap stays).
+            shadow = QpAttr {
+                cap: shadow.cap,
+                ..QpAttr::default()
+            };
+        }
+        // Only the transition's optional attributes are opt-params (a required one is a plain
+        // field of the command).
+        let optional = verbs::transition_params(qp_type, from, next)
+            .map_or(M::empty(), |t| t.optional.intersection(mask));
+        let params = modify_params(&shadow, optional);
+        Device::modify_qp(self, qp, transition, &params)?;
+        shadow.qp_state = next;
+        shadow.cur_qp_state = next;
+        qp.attr = shadow;
+        Ok(())
+    }
+
+    fn query_qp(&self, qp: &Qp) -> Result<QpAttr, verbs::Error> {
+        let q = Device::query_qp(self, qp)?;
+        let mut a = qp.attr;
+        a.qp_state = verbs_state(q.state);
+        a.cur_qp_state = a.qp_state;
+        a.sq_psn = q.next_send_psn;
+        a.rq_psn = q.next_rcv_psn;
+        a.cap = qp.cap();
+        Ok(a)
+    }
+
+    fn destroy_qp(&self, qp: Qp) -> Result<(), DestroyError<Qp>> {
+        self.destroy_qp_keep(qp).map_err(|(e, o)| destroy_err(e, o))
+    }
+
+    #[inline]
+    fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
+        Device::post_send(self, qp, wrs).map_err(|(e, i)| PostError {
+            error: e.into(),
+            bad_wr: i,
+        })
+    }
+
+    #[inline]
+    fn post_recv(&self, qp: &mut Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        Device::post_recv(self, qp, wrs).map_err(|(e, i)| PostError {
+            error: e.into(),
+            bad_wr: i,
+        })
+    }
+
+    fn create_ah(&self, pd: &Pd, attr: &AhAttr) -> Result<Ah, verbs::Error> {
+        Ok(Device::create_ah(self, pd.pdn, attr)?)
+    }
+
+    fn destroy_ah(&self, _ah: Ah) -> Result<(), DestroyError<Ah>> {
+        Ok(())
+    }
+
+    fn get_async_event(&self) -> Result<Option<AsyncEvent>, verbs::Error> {
+        Ok(Device::get_async_event(self)?)
+    }
+}

@@ -1,0 +1,151 @@
+//! The provider trait: what a device driver offers the verbs layer.
+
+use crate::error::{DestroyError, Error, PostError};
+use crate::flags::{AccessFlags, QpAttrMask};
+use crate::types::{
+    AhAttr, DeviceAttr, Gid, MemRegion, PortAttr, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+};
+use crate::wr::{AsyncEvent, CqEvent, RecvWr, SendWr, WorkCompletion};
+
+/// A registered memory region.
+pub trait MemoryRegion {
+    /// Local key (for SGEs).
+    fn lkey(&self) -> u32;
+    /// Remote key (for peers' RDMA and atomics).
+    fn rkey(&self) -> u32;
+    /// First address covered.
+    fn addr(&self) -> u64;
+    /// Length in bytes.
+    fn length(&self) -> u64;
+}
+
+/// A completion queue.
+pub trait CompletionQueue {
+    /// Number of completions it can hold (at least what was asked for).
+    fn cqe(&self) -> u32;
+    /// CQ number.
+    fn cqn(&self) -> u32;
+    /// The context value it was created with (returned by completion events).
+    fn cq_context(&self) -> u64;
+}
+
+/// A queue pair.
+pub trait QueuePair {
+    /// QP number.
+    fn qp_num(&self) -> u32;
+    /// Transport service.
+    fn qp_type(&self) -> QpType;
+    /// State after the last successful modify (the provider's view; `query_qp` asks the
+    /// device).
+    fn state(&self) -> QpState;
+    /// Actual queue sizes.
+    fn cap(&self) -> QpCap;
+}
+
+/// What a device driver offers the verbs layer: libibverbs' verbs with Rust ownership.
+///
+/// Objects are values owned by the caller. Destroying one consumes it; if the provider finds
+/// it busy, or the device refuses the command, the object comes back in
+/// [`DestroyError::object`].
+///
+/// The fast path takes `&mut` QPs (one poster per QP, no lock) and `&` CQs (a CQ may be polled
+/// from any thread; the provider serialises pollers of one CQ). Neither allocates.
+///
+/// Events are polled, not waited for (no kernel, no interrupts): a completion channel is a
+/// queue the caller drains with [`get_cq_event`](Self::get_cq_event); asynchronous events come
+/// from [`get_async_event`](Self::get_async_event).
+pub trait Provider {
+    /// Protection domain.
+    type Pd;
+    /// Memory region.
+    type Mr: MemoryRegion;
+    /// Completion queue.
+    type Cq: CompletionQueue;
+    /// Queue pair.
+    type Qp: QueuePair;
+    /// Address handle (UD destinations).
+    type Ah;
+    /// Completion channel.
+    type CompChannel;
+
+    /// Device attributes (`ibv_query_device`).
+    fn query_device(&self) -> Result<DeviceAttr, Error>;
+    /// Port attributes (`ibv_query_port`); ports are numbered from 1.
+    fn query_port(&self, port: u8) -> Result<PortAttr, Error>;
+    /// GID table entry (`ibv_query_gid`); an unset entry reads as the zero GID.
+    fn query_gid(&self, port: u8, index: u16) -> Result<Gid, Error>;
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    fn alloc_pd(&self) -> Result<Self::Pd, Error>;
+    /// Frees a protection domain (`ibv_dealloc_pd`); EBUSY while objects use it.
+    fn dealloc_pd(&self, pd: Self::Pd) -> Result<(), DestroyError<Self::Pd>>;
+
+    /// Registers memory (`ibv_reg_mr`), named by device address (see [`MemRegion`]). The
+    /// memory must stay allocated and mapped until [`dereg_mr`](Self::dereg_mr) returned.
+    fn reg_mr(
+        &self,
+        pd: &Self::Pd,
+        mem: &MemRegion<'_>,
+        access: AccessFlags,
+    ) -> Result<Self::Mr, Error>;
+    /// Deregisters memory (`ibv_dereg_mr`); after success the device no longer touches it.
+    fn dereg_mr(&self, mr: Self::Mr) -> Result<(), DestroyError<Self::Mr>>;
+
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    fn create_comp_channel(&self) -> Result<Self::CompChannel, Error>;
+    /// Destroys a completion channel; EBUSY while CQs use it.
+    fn destroy_comp_channel(
+        &self,
+        channel: Self::CompChannel,
+    ) -> Result<(), DestroyError<Self::CompChannel>>;
+    /// The next completion event of the channel, if any (`ibv_get_cq_event`, non-blocking).
+    /// Each event re-enables the CQ for one [`req_notify_cq`](Self::req_notify_cq).
+    fn get_cq_event(&self, channel: &mut Self::CompChannel) -> Result<Option<CqEvent>, Error>;
+
+    /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); its completion events go to
+    /// `channel` (none: events are not delivered).
+    fn create_cq(
+        &self,
+        cqe: u32,
+        cq_context: u64,
+        channel: Option<&Self::CompChannel>,
+    ) -> Result<Self::Cq, Error>;
+    /// Destroys a CQ (`ibv_destroy_cq`); EBUSY while QPs use it.
+    fn destroy_cq(&self, cq: Self::Cq) -> Result<(), DestroyError<Self::Cq>>;
+    /// Polls up to `wc.len()` completions (`ibv_poll_cq`); returns how many were written. A
+    /// malformed completion from the device is consumed and reported as an error (after the
+    /// good completions before it were returned).
+    fn poll_cq(&self, cq: &Self::Cq, wc: &mut [WorkCompletion]) -> Result<usize, Error>;
+    /// Requests a completion event for the next completion (`ibv_req_notify_cq`; with
+    /// `solicited_only`, the next solicited one).
+    fn req_notify_cq(&self, cq: &Self::Cq, solicited_only: bool) -> Result<(), Error>;
+
+    /// Creates a QP in RESET (`ibv_create_qp`); returns it and the actual sizes.
+    fn create_qp(
+        &self,
+        pd: &Self::Pd,
+        attr: &QpInitAttr<'_, Self::Cq>,
+    ) -> Result<(Self::Qp, QpCap), Error>;
+    /// Modifies a QP (`ibv_modify_qp`); the mask is checked with
+    /// [`check_modify`](crate::check_modify) first.
+    fn modify_qp(&self, qp: &mut Self::Qp, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error>;
+    /// Queries a QP (`ibv_query_qp`): the state and PSNs from the device, the other
+    /// attributes as last set.
+    fn query_qp(&self, qp: &Self::Qp) -> Result<QpAttr, Error>;
+    /// Destroys a QP (`ibv_destroy_qp`); its completions still in its CQs are discarded.
+    fn destroy_qp(&self, qp: Self::Qp) -> Result<(), DestroyError<Self::Qp>>;
+    /// Posts send work requests (`ibv_post_send`). On error, the requests before
+    /// [`PostError::bad_wr`] were posted.
+    fn post_send(&self, qp: &mut Self::Qp, wrs: &[SendWr<'_, Self::Ah>]) -> Result<(), PostError>;
+    /// Posts receive work requests (`ibv_post_recv`). On error, the requests before
+    /// [`PostError::bad_wr`] were posted.
+    fn post_recv(&self, qp: &mut Self::Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+
+    /// Creates an address handle (`ibv_create_ah`).
+    fn create_ah(&self, pd: &Self::Pd, attr: &AhAttr) -> Result<Self::Ah, Error>;
+    /// Destroys an address handle (`ibv_destroy_ah`).
+    fn destroy_ah(&self, ah: Self::Ah) -> Result<(), DestroyError<Self::Ah>>;
+
+    /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
+    fn get_async_event(&self) -> Result<Option<AsyncEvent>, Error>;
+}

@@ -1,0 +1,399 @@
+//! Unit tests: libibverbs numeric values and the QP transition table, table by table.
+
+use crate::*;
+use QpAttrMask as M;
+use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+const ERR: QpState = QpState::Err;
+
+const ALL_STATES: [QpState; 7] = [Reset, Init, Rtr, Rts, Sqd, Sqe, ERR];
+
+/// Every single attribute bit (STATE excluded).
+fn attr_bits() -> impl Iterator<Item = M> {
+    (1..=20).map(|b| M::from_bits_retain(1 << b))
+}
+
+fn attr(next: QpState) -> QpAttr {
+    QpAttr {
+        qp_state: next,
+        ..Default::default()
+    }
+}
+
+/// The IB spec's table (chapter 11), written out independently of `transition_params`:
+/// (from, to, RC required, RC optional, UD required, UD optional); `None` = not valid.
+type Row = (QpState, QpState, Option<(M, M)>, Option<(M, M)>);
+
+fn spec_table() -> Vec<Row> {
+    let e = M::empty();
+    let rc_rtr_req =
+        M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    let rc_rts_req = M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    let rc_rts_opt =
+        M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE;
+    let ud_rts_opt = M::CUR_STATE | M::QKEY;
+    let rc_sqd_sqd = M::PORT
+        | M::AV
+        | M::TIMEOUT
+        | M::RETRY_CNT
+        | M::RNR_RETRY
+        | M::MAX_QP_RD_ATOMIC
+        | M::MAX_DEST_RD_ATOMIC
+        | M::ALT_PATH
+        | M::ACCESS_FLAGS
+        | M::PKEY_INDEX
+        | M::MIN_RNR_TIMER
+        | M::PATH_MIG_STATE;
+    vec![
+        (
+            Reset,
+            Init,
+            Some((M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, e)),
+            Some((M::PKEY_INDEX | M::PORT | M::QKEY, e)),
+        ),
+        (
+            Init,
+            Init,
+            Some((e, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)),
+            Some((e, M::PKEY_INDEX | M::PORT | M::QKEY)),
+        ),
+        (
+            Init,
+            Rtr,
+            Some((rc_rtr_req, M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX)),
+            Some((e, M::PKEY_INDEX | M::QKEY)),
+        ),
+        (
+            Rtr,
+            Rts,
+            Some((rc_rts_req, rc_rts_opt)),
+            Some((M::SQ_PSN, ud_rts_opt)),
+        ),
+        (
+            Rts,
+            Rts,
+            Some((
+                e,
+                M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE | M::MIN_RNR_TIMER,
+            )),
+            Some((e, ud_rts_opt)),
+        ),
+        (
+            Rts,
+            Sqd,
+            Some((e, M::EN_SQD_ASYNC_NOTIFY)),
+            Some((e, M::EN_SQD_ASYNC_NOTIFY)),
+        ),
+        (
+            Sqd,
+            Rts,
+            Some((
+                e,
+                M::CUR_STATE | M::ALT_PATH | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::PATH_MIG_STATE,
+            )),
+            Some((e, ud_rts_opt)),
+        ),
+        (
+            Sqd,
+            Sqd,
+            Some((e, rc_sqd_sqd)),
+            Some((e, M::PKEY_INDEX | M::QKEY)),
+        ),
+        (Sqe, Rts, None, Some((e, ud_rts_opt))),
+    ]
+}
+
+fn expected(t: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
+    if to == Reset || to == ERR {
+        return Some((M::empty(), M::empty()));
+    }
+    spec_table()
+        .into_iter()
+        .find(|r| r.0 == from && r.1 == to)
+        .and_then(|r| if t == QpType::Rc { r.2 } else { r.3 })
+}
+
+/// The effective "from" state of a request: with CUR_STATE in the mask it is the attribute.
+fn check(t: QpType, from: QpState, to: QpState, mask: M) -> Result<QpState, Error> {
+    let a = QpAttr {
+        qp_state: to,
+        cur_qp_state: from,
+        ..Default::default()
+    };
+    let base = if mask.contains(M::CUR_STATE) {
+        Reset
+    } else {
+        from
+    };
+    check_modify(t, base, &a, mask | M::STATE)
+}
+
+#[test]
+fn every_transition_of_the_table_for_rc_and_ud() {
+    for t in [QpType::Rc, QpType::Ud] {
+        for from in ALL_STATES {
+            for to in ALL_STATES {
+                let exp = expected(t, from, to);
+                // What the library says agrees with the written table.
+                assert_eq!(
+                    transition_params(t, from, to).map(|p| (p.required, p.optional)),
+                    exp,
+                    "{t:?} {from:?}->{to:?}"
+                );
+                let Some((req, opt)) = exp else {
+                    assert_eq!(
+                        check_modify(t, from, &attr(to), M::STATE | M::all()),
+                        Err(Error::InvalidArgument)
+                    );
+                    assert_eq!(
+                        check_modify(t, from, &attr(to), M::STATE),
+                        Err(Error::InvalidArgument),
+                        "{t:?} {from:?}->{to:?} must not exist"
+                    );
+                    continue;
+                };
+                let plain = req.difference(M::CUR_STATE);
+                // Exactly the required attributes: fine.
+                assert_eq!(check(t, from, to, plain), Ok(to), "{t:?} {from:?}->{to:?}");
+                // With every optional one too.
+                let cur_ok = matches!(from, Rtr | Rts | Sqd | Sqe);
+                let full = if cur_ok {
+                    plain | opt
+                } else {
+                    plain | opt.difference(M::CUR_STATE)
+                };
+                assert_eq!(check(t, from, to, full), Ok(to), "{t:?} {from:?}->{to:?}");
+                for bit in attr_bits() {
+                    let r = check(t, from, to, plain | bit);
+                    if req.contains(bit) {
+                        // Dropping a required attribute is refused.
+                        assert_eq!(
+                            check(t, from, to, plain.difference(bit)),
+                            Err(Error::InvalidArgument),
+                            "{t:?} {from:?}->{to:?} without {bit:?}"
+                        );
+                    } else if opt.contains(bit) && (bit != M::CUR_STATE || cur_ok) {
+                        assert_eq!(r, Ok(to), "{t:?} {from:?}->{to:?} + {bit:?}");
+                    } else {
+                        assert_eq!(
+                            r,
+                            Err(Error::InvalidArgument),
+                            "{t:?} {from:?}->{to:?} + {bit:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_brief_s_required_sets() {
+    let a = |s| attr(s);
+    let rc_init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+    let ud_init = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
+    assert_eq!(check_modify(QpType::Rc, Reset, &a(Init), rc_init), Ok(Init));
+    assert_eq!(check_modify(QpType::Ud, Reset, &a(Init), ud_init), Ok(Init));
+    assert!(check_modify(QpType::Ud, Reset, &a(Init), rc_init).is_err());
+    assert!(check_modify(QpType::Rc, Reset, &a(Init), ud_init).is_err());
+    let rc_rtr = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER;
+    assert_eq!(check_modify(QpType::Rc, Init, &a(Rtr), rc_rtr), Ok(Rtr));
+    assert_eq!(check_modify(QpType::Ud, Init, &a(Rtr), M::STATE), Ok(Rtr));
+    let rc_rts =
+        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    assert_eq!(check_modify(QpType::Rc, Rtr, &a(Rts), rc_rts), Ok(Rts));
+    assert_eq!(
+        check_modify(QpType::Ud, Rtr, &a(Rts), M::STATE | M::SQ_PSN),
+        Ok(Rts)
+    );
+    assert!(check_modify(QpType::Ud, Rtr, &a(Rts), M::STATE).is_err());
+    // Skipping a state is refused.
+    assert!(check_modify(QpType::Rc, Reset, &a(Rtr), rc_rtr).is_err());
+    assert!(check_modify(QpType::Rc, Init, &a(Rts), rc_rts).is_err());
+}
+
+#[test]
+fn reset_and_error_from_anywhere_take_no_attributes() {
+    for t in [QpType::Rc, QpType::Ud] {
+        for from in ALL_STATES {
+            for to in [Reset, ERR] {
+                assert_eq!(check_modify(t, from, &attr(to), M::STATE), Ok(to));
+                assert_eq!(
+                    check_modify(t, from, &attr(to), M::STATE | M::QKEY),
+                    Err(Error::InvalidArgument)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn without_state_the_qp_stays_and_only_same_state_modifies_exist() {
+    let a = attr(Reset); // ignored without STATE
+    assert_eq!(check_modify(QpType::Rc, Rts, &a, M::MIN_RNR_TIMER), Ok(Rts));
+    assert_eq!(check_modify(QpType::Ud, Rts, &a, M::QKEY), Ok(Rts));
+    assert_eq!(
+        check_modify(QpType::Rc, Rts, &a, M::SQ_PSN),
+        Err(Error::InvalidArgument)
+    );
+    // RTR -> RTR does not exist.
+    assert_eq!(
+        check_modify(QpType::Rc, Rtr, &a, M::empty()),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(check_modify(QpType::Rc, Reset, &a, M::empty()), Ok(Reset));
+}
+
+#[test]
+fn cur_state_is_a_hint_from_rtr_rts_sqd_sqe_only() {
+    let mut a = attr(Rts);
+    a.cur_qp_state = Rtr;
+    // The QP believes it is in INIT; CUR_STATE says RTR: the RTR -> RTS row applies.
+    assert_eq!(
+        check_modify(QpType::Ud, Init, &a, M::STATE | M::CUR_STATE | M::SQ_PSN),
+        Ok(Rts)
+    );
+    a.cur_qp_state = Init;
+    assert_eq!(
+        check_modify(QpType::Ud, Init, &a, M::STATE | M::CUR_STATE),
+        Err(Error::InvalidArgument)
+    );
+    a.cur_qp_state = Sqe;
+    assert_eq!(
+        check_modify(QpType::Ud, Rts, &a, M::STATE | M::CUR_STATE),
+        Ok(Rts)
+    );
+    assert_eq!(
+        check_modify(QpType::Rc, Rts, &a, M::STATE | M::CUR_STATE),
+        Err(Error::InvalidArgument)
+    );
+}
+
+#[test]
+fn libibverbs_numeric_values() {
+    use WcStatus as S;
+    let statuses = [
+        (S::Success, 0),
+        (S::LocLenErr, 1),
+        (S::LocQpOpErr, 2),
+        (S::LocEecOpErr, 3),
+        (S::LocProtErr, 4),
+        (S::WrFlushErr, 5),
+        (S::MwBindErr, 6),
+        (S::BadRespErr, 7),
+        (S::LocAccessErr, 8),
+        (S::RemInvReqErr, 9),
+        (S::RemAccessErr, 10),
+        (S::RemOpErr, 11),
+        (S::RetryExcErr, 12),
+        (S::RnrRetryExcErr, 13),
+        (S::LocRddViolErr, 14),
+        (S::RemInvRdReqErr, 15),
+        (S::RemAbortErr, 16),
+        (S::InvEecnErr, 17),
+        (S::InvEecStateErr, 18),
+        (S::FatalErr, 19),
+        (S::RespTimeoutErr, 20),
+        (S::GeneralErr, 21),
+    ];
+    for (s, v) in statuses {
+        assert_eq!(s as u8, v, "{s:?}");
+    }
+    use WcOpcode as O;
+    for (o, v) in [
+        (O::Send, 0u8),
+        (O::RdmaWrite, 1),
+        (O::RdmaRead, 2),
+        (O::CompSwap, 3),
+        (O::FetchAdd, 4),
+        (O::Recv, 128),
+        (O::RecvRdmaWithImm, 129),
+    ] {
+        assert_eq!(o as u8, v, "{o:?}");
+    }
+    use WrOpcode as W;
+    for (o, v) in [
+        (W::RdmaWrite, 0u8),
+        (W::RdmaWriteWithImm, 1),
+        (W::Send, 2),
+        (W::SendWithImm, 3),
+        (W::RdmaRead, 4),
+        (W::AtomicCmpAndSwp, 5),
+        (W::AtomicFetchAndAdd, 6),
+    ] {
+        assert_eq!(o as u8, v, "{o:?}");
+    }
+    assert_eq!(AccessFlags::LOCAL_WRITE.bits(), 1);
+    assert_eq!(AccessFlags::REMOTE_WRITE.bits(), 2);
+    assert_eq!(AccessFlags::REMOTE_READ.bits(), 4);
+    assert_eq!(AccessFlags::REMOTE_ATOMIC.bits(), 8);
+    assert_eq!(SendFlags::FENCE.bits(), 1);
+    assert_eq!(SendFlags::SIGNALED.bits(), 2);
+    assert_eq!(SendFlags::SOLICITED.bits(), 4);
+    assert_eq!(SendFlags::INLINE.bits(), 8);
+    assert_eq!(WcFlags::GRH.bits(), 1);
+    assert_eq!(WcFlags::WITH_IMM.bits(), 2);
+    assert_eq!(M::STATE.bits(), 1);
+    assert_eq!(M::AV.bits(), 1 << 7);
+    assert_eq!(M::MIN_RNR_TIMER.bits(), 1 << 15);
+    assert_eq!(M::DEST_QPN.bits(), 1 << 20);
+    assert_eq!(M::all().bits(), (1 << 21) - 1);
+    assert_eq!((QpType::Rc as u8, QpType::Ud as u8), (2, 4));
+    assert_eq!((Reset as u8, ERR as u8, Sqe as u8), (0, 6, 5));
+    assert_eq!((Mtu::Mtu256 as u8, Mtu::Mtu4096 as u8), (1, 5));
+    assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+    assert_eq!(AsyncEventType::PortActive as u8, 9);
+    assert_eq!(AsyncEventType::QpLastWqeReached as u8, 16);
+    assert_eq!(LinkLayer::Ethernet as u8, 2);
+    assert_eq!(PortState::Active as u8, 4);
+}
+
+#[test]
+fn errno_values() {
+    for (e, n) in [
+        (Error::InvalidArgument, 22),
+        (Error::NoMemory, 12),
+        (Error::Again, 11),
+        (Error::Busy, 16),
+        (Error::Io, 5),
+        (Error::TimedOut, 110),
+        (Error::NotSupported, 95),
+        (Error::NoDevice, 19),
+    ] {
+        assert_eq!(e.errno(), n);
+    }
+}
+
+#[test]
+fn gid_and_mtu_helpers() {
+    let g = Gid::from_ipv4([10, 0, 0, 1]);
+    assert_eq!(g.ipv4(), Some([10, 0, 0, 1]));
+    assert!(!g.is_zero());
+    assert_eq!(Gid([0xfe; 16]).ipv4(), None);
+    assert!(Gid::default().is_zero());
+    assert_eq!(Mtu::for_ethernet(1500), Some(Mtu::Mtu1024));
+    assert_eq!(Mtu::for_ethernet(4200), Some(Mtu::Mtu4096));
+    assert_eq!(Mtu::for_ethernet(9000), Some(Mtu::Mtu4096));
+    assert_eq!(Mtu::for_ethernet(2200), Some(Mtu::Mtu2048));
+    assert_eq!(Mtu::for_ethernet(100), None);
+}
+
+#[test]
+fn flags_debug_and_ops() {
+    let f = SendFlags::SIGNALED | SendFlags::INLINE;
+    assert!(f.contains(SendFlags::SIGNALED));
+    assert!(!f.contains(SendFlags::FENCE));
+    assert_eq!(format!("{f:?}"), "SendFlags(SIGNALED | INLINE)");
+    assert_eq!(
+        format!("{:?}", WcFlags::from_bits_retain(0x101)),
+        "WcFlags(GRH | 0x100)"
+    );
+    let wr: SendWr<'_, ()> = SendWr::default();
+    assert_eq!(wr.opcode, WrOpcode::Send);
+    assert!(matches!(wr.remote, RemoteOp::None));
+}

@@ -1,0 +1,316 @@
+//! Attribute types: device, port, GID, address handle, memory region, QP.
+
+use crate::flags::AccessFlags;
+
+/// Device attributes, as `ibv_query_device` reports the ones a provider knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version as (major, minor, sub-minor).
+    pub fw_ver: (u16, u16, u16),
+    /// PCI vendor id.
+    pub vendor_id: u32,
+    /// PCI device id.
+    pub vendor_part_id: u32,
+    /// Maximum number of QPs.
+    pub max_qp: u32,
+    /// Maximum work requests per queue.
+    pub max_qp_wr: u32,
+    /// Maximum number of CQs.
+    pub max_cq: u32,
+    /// Maximum CQEs per CQ.
+    pub max_cqe: u32,
+    /// Maximum number of memory regions.
+    pub max_mr: u32,
+    /// Maximum number of protection domains.
+    pub max_pd: u32,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// A 128-bit global identifier (`union ibv_gid`), in network byte order. RoCE v2 over IPv4
+/// uses the IPv4-mapped IPv6 form `::ffff:a.b.c.d`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The IPv4-mapped GID of `ip` (`::ffff:a.b.c.d`).
+    pub const fn from_ipv4(ip: [u8; 4]) -> Gid {
+        Gid([
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3],
+        ])
+    }
+
+    /// The IPv4 address if this is an IPv4-mapped GID.
+    pub fn ipv4(&self) -> Option<[u8; 4]> {
+        let g = &self.0;
+        (g[..10] == [0u8; 10] && g[10] == 0xff && g[11] == 0xff)
+            .then(|| [g[12], g[13], g[14], g[15]])
+    }
+
+    /// Whether all bytes are zero (an unset GID table entry).
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0u8; 16]
+    }
+}
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// The MTU in bytes.
+    pub const fn bytes(self) -> u32 {
+        128 << self as u32
+    }
+
+    /// The largest IB MTU whose packets fit in an Ethernet MTU of `eth_mtu` bytes after the
+    /// RoCE headers (GRH 40, BTH 12, the largest extension header 28 + 4, ICRC 4), as the
+    /// Linux RoCE drivers compute it; `None` below 256.
+    pub const fn for_ethernet(eth_mtu: u32) -> Option<Mtu> {
+        let room = eth_mtu.saturating_sub(40 + 12 + 4 + 28 + 4);
+        Some(if room >= 4096 {
+            Mtu::Mtu4096
+        } else if room >= 2048 {
+            Mtu::Mtu2048
+        } else if room >= 1024 {
+            Mtu::Mtu1024
+        } else if room >= 512 {
+            Mtu::Mtu512
+        } else if room >= 256 {
+            Mtu::Mtu256
+        } else {
+            return None;
+        })
+    }
+}
+
+/// Logical port state (`enum ibv_port_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PortState {
+    /// `IBV_PORT_NOP`.
+    #[default]
+    Nop = 0,
+    /// `IBV_PORT_DOWN`.
+    Down = 1,
+    /// `IBV_PORT_INIT`.
+    Init = 2,
+    /// `IBV_PORT_ARMED`.
+    Armed = 3,
+    /// `IBV_PORT_ACTIVE`.
+    Active = 4,
+    /// `IBV_PORT_ACTIVE_DEFER`.
+    ActiveDefer = 5,
+}
+
+/// Link layer of a port (`IBV_LINK_LAYER_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum LinkLayer {
+    /// Not reported.
+    #[default]
+    Unspecified = 0,
+    /// InfiniBand.
+    InfiniBand = 1,
+    /// Ethernet (RoCE).
+    Ethernet = 2,
+}
+
+/// Port attributes (`ibv_query_port`), the fields a provider without a subnet manager knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Logical port state.
+    pub state: PortState,
+    /// Largest MTU the port supports.
+    pub max_mtu: Mtu,
+    /// MTU in effect (RoCE: derived from the Ethernet MTU).
+    pub active_mtu: Mtu,
+    /// Entries in the GID table.
+    pub gid_tbl_len: u32,
+    /// Largest message size.
+    pub max_msg_sz: u32,
+    /// Entries in the P_Key table.
+    pub pkey_tbl_len: u16,
+    /// LID (InfiniBand; 0 on Ethernet).
+    pub lid: u16,
+    /// Link layer.
+    pub link_layer: LinkLayer,
+}
+
+/// Address handle attributes (`ibv_ah_attr` with its GRH flattened in), also a connected QP's
+/// primary path (`QpAttr::ah_attr`).
+///
+/// RoCE has no neighbour resolution here: the caller supplies the destination MAC (`dmac`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Flow label (20 bits); RoCE v2 also derives the UDP source port from it.
+    pub flow_label: u32,
+    /// Source GID table index.
+    pub sgid_index: u8,
+    /// Hop limit / TTL.
+    pub hop_limit: u8,
+    /// Traffic class (RoCE v2: DSCP in the upper 6 bits).
+    pub traffic_class: u8,
+    /// Destination LID (InfiniBand).
+    pub dlid: u16,
+    /// Service level (RoCE: Ethernet priority, `sl & 7`).
+    pub sl: u8,
+    /// Source path bits (InfiniBand).
+    pub src_path_bits: u8,
+    /// Static rate code (0 = port rate).
+    pub static_rate: u8,
+    /// A GRH is present (always so on RoCE).
+    pub is_global: bool,
+    /// Port number (1-based).
+    pub port_num: u8,
+    /// Destination MAC (RoCE).
+    pub dmac: [u8; 6],
+}
+
+/// Memory to register, by device address.
+///
+/// A process without a kernel has nothing to pin and translate a virtual address range: the
+/// memory an MR covers is memory the caller got from the platform's DMA allocator (a
+/// `nic_hal::DmaBuf`, or any region whose device addresses it knows). `addr` is the address
+/// SGEs and remote peers use for it (usually the buffer's IOVA); `pages` lists the device
+/// addresses of the 4 KiB pages covering `[addr, addr + length)`, the first being the page that
+/// holds `addr`. An empty `pages` means the range is device-contiguous at `addr` itself (what a
+/// `DmaBuf` is: register it with `addr = buf.iova()`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemRegion<'a> {
+    /// First address covered, as work requests name it.
+    pub addr: u64,
+    /// Length in bytes (not 0).
+    pub length: u64,
+    /// Device addresses of the 4 KiB pages, or empty for device-contiguous memory at `addr`.
+    pub pages: &'a [u64],
+}
+
+/// Transport service type of a QP (`enum ibv_qp_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpType {
+    /// `IBV_QPT_RC`.
+    #[default]
+    Rc = 2,
+    /// `IBV_QPT_UD`.
+    Ud = 4,
+}
+
+/// QP state (`enum ibv_qp_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpState {
+    /// `IBV_QPS_RESET`.
+    #[default]
+    Reset = 0,
+    /// `IBV_QPS_INIT`.
+    Init = 1,
+    /// `IBV_QPS_RTR`.
+    Rtr = 2,
+    /// `IBV_QPS_RTS`.
+    Rts = 3,
+    /// `IBV_QPS_SQD`.
+    Sqd = 4,
+    /// `IBV_QPS_SQE`.
+    Sqe = 5,
+    /// `IBV_QPS_ERR`.
+    Err = 6,
+}
+
+/// Queue sizes of a QP (`ibv_qp_cap`): asked for at creation, the actual values reported back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCap {
+    /// Outstanding send work requests (of the largest size the other limits allow).
+    pub max_send_wr: u32,
+    /// Outstanding receive work requests.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send work request.
+    pub max_inline_data: u32,
+}
+
+/// QP creation attributes (`ibv_qp_init_attr`); `C` is the provider's CQ type.
+#[derive(Debug)]
+pub struct QpInitAttr<'a, C> {
+    /// Transport service.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a C,
+    /// CQ for receive completions (may be the same CQ).
+    pub recv_cq: &'a C,
+    /// Sizes wanted.
+    pub cap: QpCap,
+    /// Every send work request generates a completion, SIGNALED or not.
+    pub sq_sig_all: bool,
+}
+
+impl<C> Clone for QpInitAttr<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for QpInitAttr<'_, C> {}
+
+/// QP attributes (`ibv_qp_attr`): what [`check_modify`](crate::check_modify) and a provider's
+/// `modify_qp` read (the fields the mask names) and `query_qp` fills.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    /// State to move to.
+    pub qp_state: QpState,
+    /// Current state (used with `QpAttrMask::CUR_STATE`).
+    pub cur_qp_state: QpState,
+    /// Path MTU (RC).
+    pub path_mtu: Mtu,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Receive PSN (24 bits).
+    pub rq_psn: u32,
+    /// Send PSN (24 bits).
+    pub sq_psn: u32,
+    /// Remote QP number (RC, 24 bits).
+    pub dest_qp_num: u32,
+    /// Remote access the QP allows as responder.
+    pub qp_access_flags: AccessFlags,
+    /// Queue sizes (query only).
+    pub cap: QpCap,
+    /// Primary path (RC).
+    pub ah_attr: AhAttr,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// SQD asynchronous event wanted.
+    pub en_sqd_async_notify: bool,
+    /// Port (1-based).
+    pub port_num: u8,
+    /// Outstanding RDMA reads/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA reads/atomics as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer code (0..=31).
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout code (0..=31; 4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retry count (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retry count (0..=7, 7 = infinite).
+    pub rnr_retry: u8,
+}

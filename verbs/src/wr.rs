@@ -1,0 +1,330 @@
+//! Work requests, work completions and events.
+
+use crate::flags::{SendFlags, WcFlags};
+
+/// A scatter/gather element (`ibv_sge`): `length` bytes at device address `addr` inside the
+/// memory region whose local key is `lkey`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Address (as registered, see [`MemRegion`](crate::MemRegion)).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// Send work request opcode (`enum ibv_wr_opcode`, with its values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WrOpcode {
+    /// `IBV_WR_RDMA_WRITE`.
+    RdmaWrite = 0,
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+    RdmaWriteWithImm = 1,
+    /// `IBV_WR_SEND`.
+    #[default]
+    Send = 2,
+    /// `IBV_WR_SEND_WITH_IMM`.
+    SendWithImm = 3,
+    /// `IBV_WR_RDMA_READ`.
+    RdmaRead = 4,
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+    AtomicCmpAndSwp = 5,
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+    AtomicFetchAndAdd = 6,
+}
+
+/// The remote part of a send work request (`ibv_send_wr.wr`); `A` is the provider's address
+/// handle type.
+#[derive(Debug, Default)]
+pub enum RemoteOp<'a, A> {
+    /// Nothing remote (RC SEND).
+    #[default]
+    None,
+    /// RDMA write / read target.
+    Rdma {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Atomic target: compare-and-swap compares with `compare_add` and writes `swap`;
+    /// fetch-and-add adds `compare_add` (`swap` is ignored).
+    Atomic {
+        /// Remote address (8-byte aligned).
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Compare value (CAS) or addend (FAA).
+        compare_add: u64,
+        /// Swap value (CAS).
+        swap: u64,
+    },
+    /// UD destination.
+    Ud {
+        /// Address handle of the destination.
+        ah: &'a A,
+        /// Destination QP number.
+        remote_qpn: u32,
+        /// Q_Key; with bit 31 set the QP's own Q_Key is used instead (controlled Q_Key).
+        remote_qkey: u32,
+    },
+}
+
+impl<A> Clone for RemoteOp<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for RemoteOp<'_, A> {}
+
+/// A send work request (`ibv_send_wr`, one element of the list).
+///
+/// Inline sends: Rust cannot read memory it knows only by a device address, so with
+/// [`SendFlags::INLINE`] the payload is `inline_data` (CPU memory, copied into the work queue
+/// entry) and `sg_list` must be empty. Without INLINE, `inline_data` must be empty.
+///
+/// `imm_data` is in network byte order, as libibverbs' `__be32 imm_data` (write
+/// `value.to_be()`).
+#[derive(Debug)]
+pub struct SendWr<'a, A> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Gather list (zero-length entries are skipped).
+    pub sg_list: &'a [Sge],
+    /// Inline payload (with [`SendFlags::INLINE`]).
+    pub inline_data: &'a [u8],
+    /// Immediate data for the *_WITH_IMM opcodes, network byte order.
+    pub imm_data: u32,
+    /// Remote target.
+    pub remote: RemoteOp<'a, A>,
+}
+
+impl<A> Clone for SendWr<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for SendWr<'_, A> {}
+
+impl<A> Default for SendWr<'_, A> {
+    fn default() -> Self {
+        SendWr {
+            wr_id: 0,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::empty(),
+            sg_list: &[],
+            inline_data: &[],
+            imm_data: 0,
+            remote: RemoteOp::None,
+        }
+    }
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list (zero-length entries are skipped). UD: the first 40 bytes receive the GRH.
+    pub sg_list: &'a [Sge],
+}
+
+/// Completion status (`enum ibv_wc_status`, with its values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcStatus {
+    /// `IBV_WC_SUCCESS`.
+    #[default]
+    Success = 0,
+    /// `IBV_WC_LOC_LEN_ERR`.
+    LocLenErr = 1,
+    /// `IBV_WC_LOC_QP_OP_ERR`.
+    LocQpOpErr = 2,
+    /// `IBV_WC_LOC_EEC_OP_ERR`.
+    LocEecOpErr = 3,
+    /// `IBV_WC_LOC_PROT_ERR`.
+    LocProtErr = 4,
+    /// `IBV_WC_WR_FLUSH_ERR`.
+    WrFlushErr = 5,
+    /// `IBV_WC_MW_BIND_ERR`.
+    MwBindErr = 6,
+    /// `IBV_WC_BAD_RESP_ERR`.
+    BadRespErr = 7,
+    /// `IBV_WC_LOC_ACCESS_ERR`.
+    LocAccessErr = 8,
+    /// `IBV_WC_REM_INV_REQ_ERR`.
+    RemInvReqErr = 9,
+    /// `IBV_WC_REM_ACCESS_ERR`.
+    RemAccessErr = 10,
+    /// `IBV_WC_REM_OP_ERR`.
+    RemOpErr = 11,
+    /// `IBV_WC_RETRY_EXC_ERR`.
+    RetryExcErr = 12,
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`.
+    RnrRetryExcErr = 13,
+    /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+    LocRddViolErr = 14,
+    /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+    RemInvRdReqErr = 15,
+    /// `IBV_WC_REM_ABORT_ERR`.
+    RemAbortErr = 16,
+    /// `IBV_WC_INV_EECN_ERR`.
+    InvEecnErr = 17,
+    /// `IBV_WC_INV_EEC_STATE_ERR`.
+    InvEecStateErr = 18,
+    /// `IBV_WC_FATAL_ERR`.
+    FatalErr = 19,
+    /// `IBV_WC_RESP_TIMEOUT_ERR`.
+    RespTimeoutErr = 20,
+    /// `IBV_WC_GENERAL_ERR`.
+    GeneralErr = 21,
+    /// `IBV_WC_TM_ERR`.
+    TmErr = 22,
+    /// `IBV_WC_TM_RNDV_INCOMPLETE`.
+    TmRndvIncomplete = 23,
+}
+
+/// Completion opcode (`enum ibv_wc_opcode`, with its values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcOpcode {
+    /// `IBV_WC_SEND`.
+    #[default]
+    Send = 0,
+    /// `IBV_WC_RDMA_WRITE`.
+    RdmaWrite = 1,
+    /// `IBV_WC_RDMA_READ`.
+    RdmaRead = 2,
+    /// `IBV_WC_COMP_SWAP`.
+    CompSwap = 3,
+    /// `IBV_WC_FETCH_ADD`.
+    FetchAdd = 4,
+    /// `IBV_WC_BIND_MW`.
+    BindMw = 5,
+    /// `IBV_WC_LOCAL_INV`.
+    LocalInv = 6,
+    /// `IBV_WC_RECV`.
+    Recv = 128,
+    /// `IBV_WC_RECV_RDMA_WITH_IMM`.
+    RecvRdmaWithImm = 129,
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Operation (for errors: the operation of the work request as posted, or RECV).
+    pub opcode: WcOpcode,
+    /// Vendor syndrome of an error completion.
+    pub vendor_err: u32,
+    /// Bytes received (receives), read (RDMA read) or 8 (atomics); 0 otherwise.
+    pub byte_len: u32,
+    /// Immediate data (with `WcFlags::WITH_IMM`) in network byte order, or the invalidated
+    /// rkey (with `WcFlags::WITH_INV`).
+    pub imm_data: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Source QP number (UD receives).
+    pub src_qp: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// P_Key index (UD receives).
+    pub pkey_index: u16,
+    /// Source LID (InfiniBand receives).
+    pub slid: u16,
+    /// Service level (receives).
+    pub sl: u8,
+    /// Destination LID path bits (InfiniBand receives).
+    pub dlid_path_bits: u8,
+}
+
+/// A completion event from a completion channel (`ibv_get_cq_event`): CQ `cqn` (created with
+/// `cq_context`) has a new completion since it was armed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqEvent {
+    /// The CQ's number.
+    pub cqn: u32,
+    /// The context value the CQ was created with.
+    pub cq_context: u64,
+}
+
+/// Asynchronous event type (`enum ibv_event_type`, with its values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AsyncEventType {
+    /// `IBV_EVENT_CQ_ERR` (CQ overrun or access error).
+    CqErr = 0,
+    /// `IBV_EVENT_QP_FATAL`.
+    QpFatal = 1,
+    /// `IBV_EVENT_QP_REQ_ERR`.
+    QpReqErr = 2,
+    /// `IBV_EVENT_QP_ACCESS_ERR`.
+    QpAccessErr = 3,
+    /// `IBV_EVENT_COMM_EST`.
+    CommEst = 4,
+    /// `IBV_EVENT_SQ_DRAINED`.
+    SqDrained = 5,
+    /// `IBV_EVENT_PATH_MIG`.
+    PathMig = 6,
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    PathMigErr = 7,
+    /// `IBV_EVENT_DEVICE_FATAL`.
+    DeviceFatal = 8,
+    /// `IBV_EVENT_PORT_ACTIVE`.
+    PortActive = 9,
+    /// `IBV_EVENT_PORT_ERR`.
+    PortErr = 10,
+    /// `IBV_EVENT_LID_CHANGE`.
+    LidChange = 11,
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    PkeyChange = 12,
+    /// `IBV_EVENT_SM_CHANGE`.
+    SmChange = 13,
+    /// `IBV_EVENT_SRQ_ERR`.
+    SrqErr = 14,
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    SrqLimitReached = 15,
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+    QpLastWqeReached = 16,
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    ClientReregister = 17,
+    /// `IBV_EVENT_GID_CHANGE`.
+    GidChange = 18,
+    /// `IBV_EVENT_WQ_FATAL`.
+    WqFatal = 19,
+}
+
+/// What an asynchronous event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncElement {
+    /// A CQ, by number.
+    Cq(u32),
+    /// A QP, by number.
+    Qp(u32),
+    /// An SRQ, by number.
+    Srq(u32),
+    /// A port (1-based).
+    Port(u8),
+    /// The device.
+    Device,
+}
+
+/// An asynchronous event (`ibv_get_async_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AsyncEvent {
+    /// Event type.
+    pub event_type: AsyncEventType,
+    /// Object it concerns.
+    pub element: AsyncElement,
+}

@@ -14,6 +14,11 @@
 //! Several NICs share a [`World`]: an in-process RoCEv2 fabric (deterministic, with seeded
 //! faults) and one clock.
 //!
+//! NICs in different processes meet on the UDP fabric instead ([`udp`]): a [`UdpNic`] has a
+//! socket on a 127.0.0.x address as its port, runs its device on a poller thread and lives in
+//! real time (`relax` is a spin hint, `now_ns` the monotonic clock). The `rc-peer` binary is
+//! one end of an RC connection between two such processes.
+//!
 //! ```
 //! use nic_testbed::Testbed;
 //! let tb = Testbed::new(Default::default());
@@ -29,6 +34,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nic_emulator::roce_wire::fabric::InProcessFabric;
 use nic_emulator::{AddressSpace, Device, DmaFault, Profile};
 use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
+
+pub mod udp;
+pub use udp::{RealTime, UdpDevice, UdpNic};
 
 /// The device's view of host memory: only what the driver's allocator has mapped.
 pub struct IommuView(pub Arc<HeapDma>);

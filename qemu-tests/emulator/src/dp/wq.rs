@@ -371,6 +371,9 @@ impl Device {
         let mut saw_data = false;
         let need = if gather { access::LR } else { access::LW };
         let mut key_err = None;
+        // The message length is what the data segments say, whether or not their keys
+        // check out (a bad key is a protection error, not a length error).
+        let mut declared = 0u64;
         for s in segs {
             match s {
                 Seg::Inline(d) => {
@@ -382,6 +385,7 @@ impl Device {
                     if len == 0 {
                         continue;
                     }
+                    declared += u64::from(len);
                     match self.translate(lkey, pd, addr, u64::from(len), need) {
                         Ok(s) => sgl.extend(s),
                         Err(e) => {
@@ -397,7 +401,7 @@ impl Device {
         w.len = if saw_inline {
             inline.len() as u64
         } else {
-            sgl.len
+            declared
         };
         if atomic && w.len != 8 {
             w.err = Some(cs::LOCAL_LENGTH_ERR);

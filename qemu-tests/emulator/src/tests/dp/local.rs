@@ -208,6 +208,31 @@ fn atomics_are_big_endian_and_return_the_old_value() {
 }
 
 #[test]
+fn atomic_with_a_bad_local_key_is_a_protection_error_not_a_length_error() {
+    // The SGE names the right 8 bytes; its key is what is wrong (a wrong variant byte, or no
+    // local write access for the result).
+    for read_only in [false, true] {
+        let mut t = pair();
+        let local = t.n.mr(64, if read_only { LR } else { ALL });
+        let remote = t.n.mr(64, ALL);
+        t.n.h.mem.wr(remote.addr, &7u64.to_be_bytes());
+        let key = if read_only {
+            local
+        } else {
+            Mr {
+                key: local.key ^ 0x01,
+                ..local
+            }
+        };
+        let mut wr = Wr::new(ATOMIC_FA).sge(&key, 0, 8).remote(&remote, 0);
+        wr.atomic = Some((1, 0));
+        t.n.post_send(&mut t.a, &wr);
+        t.n.cqe(&mut t.cq_a).err(co::REQ_ERR, cs::LOCAL_PROT_ERR);
+        assert_eq!(t.n.h.mem.rd(remote.addr, 8), 7u64.to_be_bytes());
+    }
+}
+
+#[test]
 fn mtt_keys_translate_page_by_page() {
     let mut t = pair();
     // Three physical pages that are not contiguous, mapped at one virtual range.

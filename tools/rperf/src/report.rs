@@ -1,0 +1,282 @@
+//! Output: perftest's banner and tables, or one JSON object per size.
+
+use std::fmt::Write as _;
+
+use crate::cli::Test;
+use crate::setup::{End, Pair};
+use crate::stats::{BwStats, LatStats};
+
+/// perftest's separator line.
+pub const RULE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// What the banner says about a run's parameters.
+pub struct RunInfo {
+    /// The test.
+    pub test: Test,
+    /// Send queue depth (1 for latency tests, as perftest).
+    pub tx_depth: u32,
+    /// Completion moderation (bandwidth).
+    pub cq_mod: u32,
+    /// Inline threshold.
+    pub inline: u32,
+    /// Outstanding READs / atomics.
+    pub rd_atomic: u8,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+}
+
+/// perftest's way of printing a GID: 16 decimal bytes.
+fn gid(g: &verbs::Gid) -> String {
+    g.0.iter()
+        .map(|b| format!("{b:02}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn address(e: &End, who: &str) -> String {
+    use verbs::MemoryRegion;
+    format!(
+        " {who} address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}\n GID: {}\n",
+        e.qpn(),
+        e.psn,
+        e.mr.rkey(),
+        e.mem.iova(),
+        gid(&e.gid)
+    )
+}
+
+/// The banner printed before a test's table.
+pub fn banner(info: &RunInfo, pair: &Pair) -> String {
+    let (maj, min, sub) = pair.c.dev.fw_version();
+    let mut b = String::new();
+    let _ = writeln!(b, "{RULE}");
+    let _ = writeln!(b, "{:>20}{}", "", info.test.title());
+    let _ = writeln!(
+        b,
+        " Mode            : EMBEDDED (both ends in this process, two emulated NICs)"
+    );
+    let _ = writeln!(
+        b,
+        " Device          : emulated mlx5 (fw {maj}.{min}.{sub})\tTransport type : IB"
+    );
+    let _ = writeln!(b, " Number of qps   : 1\t\tConnection type : RC");
+    if info.test.is_lat() {
+        let _ = writeln!(b, " TX depth        : 1");
+    } else {
+        let _ = writeln!(
+            b,
+            " TX depth        : {}\t\tCQ Moderation  : {}",
+            info.tx_depth, info.cq_mod
+        );
+    }
+    let _ = writeln!(
+        b,
+        " Mtu             : {}[B]\tLink type      : Ethernet",
+        info.mtu
+    );
+    match info.test {
+        Test::ReadLat | Test::ReadBw | Test::AtomicLat => {
+            let _ = writeln!(b, " Outstand reads  : {}", info.rd_atomic);
+        }
+        _ => {
+            let _ = writeln!(b, " Max inline data : {}[B]", info.inline);
+        }
+    }
+    let _ = writeln!(b, " Timing          : wall clock (std::time::Instant)");
+    let _ = writeln!(b, "{RULE}");
+    b.push_str(&address(&pair.c, "local"));
+    b.push_str(&address(&pair.s, "remote"));
+    let _ = write!(b, "{RULE}");
+    b
+}
+
+/// Latency table columns: header and width.
+const LAT_COLS: [(&str, usize); 9] = [
+    ("#bytes", 11),
+    ("#iterations", 12),
+    ("t_min[usec]", 14),
+    ("t_max[usec]", 14),
+    ("t_typical[usec]", 17),
+    ("t_avg[usec]", 14),
+    ("t_stdev[usec]", 16),
+    ("99% percentile[usec]", 23),
+    ("99.9% percentile[usec]", 25),
+];
+
+/// Bandwidth table columns.
+const BW_COLS: [(&str, usize); 5] = [
+    ("#bytes", 11),
+    ("#iterations", 14),
+    ("BW peak[MB/sec]", 19),
+    ("BW average[MB/sec]", 22),
+    ("MsgRate[Mpps]", 17),
+];
+
+/// The table header of `test`.
+pub fn header(test: Test) -> String {
+    let cols: &[(&str, usize)] = if test.is_lat() { &LAT_COLS } else { &BW_COLS };
+    let mut h = String::new();
+    for (i, (name, w)) in cols.iter().enumerate() {
+        if i < 2 {
+            let _ = write!(h, " {name:<w$}", w = w - 1);
+        } else {
+            let _ = write!(h, "{name:>w$}");
+        }
+    }
+    h
+}
+
+/// One latency table row.
+pub fn lat_row(size: usize, iters: usize, s: &LatStats) -> String {
+    let v = [s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999];
+    let mut r = format!(
+        " {size:<w0$} {iters:<w1$}",
+        w0 = LAT_COLS[0].1 - 1,
+        w1 = LAT_COLS[1].1 - 1
+    );
+    for (x, (_, w)) in v.iter().zip(&LAT_COLS[2..]) {
+        let _ = write!(r, "{x:>w$.2}");
+    }
+    r
+}
+
+/// One bandwidth table row.
+pub fn bw_row(size: usize, iters: usize, s: &BwStats) -> String {
+    format!(
+        " {size:<w0$} {iters:<w1$}{:>w2$.2}{:>w3$.2}{:>w4$.6}",
+        s.peak_mbs,
+        s.avg_mbs,
+        s.msg_rate_mpps,
+        w0 = BW_COLS[0].1 - 1,
+        w1 = BW_COLS[1].1 - 1,
+        w2 = BW_COLS[2].1,
+        w3 = BW_COLS[3].1,
+        w4 = BW_COLS[4].1,
+    )
+}
+
+/// A JSON string literal.
+fn js(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// A JSON number with `decimals` decimals (non-finite values, which the figures never are,
+/// become 0).
+fn jn(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        "0".into()
+    }
+}
+
+fn json_common(info: &RunInfo, size: usize, iters: usize) -> String {
+    format!(
+        "{{\"test\":{},\"mode\":\"embedded\",\"bytes\":{size},\"iterations\":{iters},\"mtu\":{},\"inline\":{}",
+        js(info.test.name()),
+        info.mtu,
+        info.inline as usize >= size && info.test.can_inline()
+    )
+}
+
+fn json_verified(verified: &Result<(), String>) -> String {
+    match verified {
+        Ok(()) => ",\"data_verified\":true}".into(),
+        Err(e) => format!(",\"data_verified\":false,\"verify_error\":{}}}", js(e)),
+    }
+}
+
+/// One latency result as a JSON object (one line).
+pub fn lat_json(
+    info: &RunInfo,
+    size: usize,
+    iters: usize,
+    s: &LatStats,
+    verified: &Result<(), String>,
+) -> String {
+    format!(
+        "{},\"t_min_usec\":{},\"t_max_usec\":{},\"t_typical_usec\":{},\"t_avg_usec\":{},\"t_stdev_usec\":{},\"p99_usec\":{},\"p99_9_usec\":{}{}",
+        json_common(info, size, iters),
+        jn(s.min, 4),
+        jn(s.max, 4),
+        jn(s.typical, 4),
+        jn(s.avg, 4),
+        jn(s.stdev, 4),
+        jn(s.p99, 4),
+        jn(s.p999, 4),
+        json_verified(verified)
+    )
+}
+
+/// One bandwidth result as a JSON object (one line).
+pub fn bw_json(
+    info: &RunInfo,
+    size: usize,
+    iters: usize,
+    s: &BwStats,
+    verified: &Result<(), String>,
+) -> String {
+    format!(
+        "{},\"tx_depth\":{},\"cq_mod\":{},\"bw_peak_mb_s\":{},\"bw_avg_mb_s\":{},\"msg_rate_mpps\":{}{}",
+        json_common(info, size, iters),
+        info.tx_depth,
+        info.cq_mod,
+        jn(s.peak_mbs, 3),
+        jn(s.avg_mbs, 3),
+        jn(s.msg_rate_mpps, 9),
+        json_verified(verified)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_line_up_with_headers() {
+        let l = LatStats {
+            min: 1.0,
+            max: 2.0,
+            typical: 1.5,
+            avg: 1.5,
+            stdev: 0.1,
+            p99: 1.9,
+            p999: 2.0,
+        };
+        let h = header(Test::SendLat);
+        let r = lat_row(2, 1000, &l);
+        assert_eq!(h.len(), r.len(), "\n{h}\n{r}");
+        assert!(h.contains("t_typical[usec]") && h.contains("99.9% percentile[usec]"));
+        let b = BwStats {
+            peak_mbs: 1000.0,
+            avg_mbs: 900.0,
+            msg_rate_mpps: 0.5,
+        };
+        let h = header(Test::WriteBw);
+        let r = bw_row(65536, 1000, &b);
+        assert_eq!(h.len(), r.len(), "\n{h}\n{r}");
+        assert!(h.contains("BW average[MB/sec]"));
+    }
+
+    #[test]
+    fn json_escapes() {
+        assert_eq!(js("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
+        assert_eq!(jn(f64::NAN, 2), "0");
+        assert_eq!(jn(0.25, 3), "0.250");
+    }
+}

@@ -31,6 +31,7 @@ pub extern "C" fn nostd_check_entry() -> u32 {
     let mut sum = firmware_interface::Field::dw(0x8, 23, 0).width;
     sum += verbs::Error::NoMemory.errno() as u32;
     sum += mlx5::is_supported_pci(0x15b3, 0x1017) as u32;
+    sum += cm::Error::ConnectionRefused.errno() as u32;
     let _ = core::hint::black_box(nic_hal::barrier::dma_wmb as fn());
     sum
 }

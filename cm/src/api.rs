@@ -1,0 +1,505 @@
+//! The public calls of [`Cm`]: devices, PDs, channels, ids, endpoints; and the waiting
+//! machinery every blocking call shares.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::net::{SocketAddr, SocketAddrV4};
+use core::sync::atomic::Ordering;
+
+use nic_hal::{DmaAllocator, Platform};
+use verbs::{Provider, QueuePair};
+
+use crate::Cm;
+use crate::addr::{AddrInfo, PortSpace, RaiFlags};
+use crate::core::{
+    CmConfig, CmPd, CmStats, Dev, DeviceId, DeviceInfo, Gsi, NEXT_CM, Neighbor, PdRec, Shared,
+    State, guid_of,
+};
+use crate::error::Error;
+use crate::event::{Chan, CmEvent, EventChannel, EventRec, EventType};
+use crate::id::{CmId, IdHandle, QpInitAttr};
+use crate::ops::saved_attr;
+use crate::slab::Key;
+
+/// Time `create_ep` gives address and route resolution (librdmacm's).
+const EP_TIMEOUT_MS: u32 = 2000;
+
+/// The IPv4 address of a socket address (IPv6: EAFNOSUPPORT).
+pub(crate) fn v4(a: &SocketAddr) -> Result<SocketAddrV4, Error> {
+    match a {
+        SocketAddr::V4(a) => Ok(*a),
+        SocketAddr::V6(_) => Err(Error::AfNotSupported),
+    }
+}
+
+/// The error a synchronous call returns for the event that completed it (librdmacm's
+/// `ucma_complete`): REJECTED → ECONNREFUSED whatever the reason, another non-zero status →
+/// that errno (its absolute value).
+pub(crate) fn event_result(ev: &EventRec) -> Result<(), Error> {
+    if ev.ty == EventType::Rejected {
+        return Err(Error::ConnectionRefused);
+    }
+    match ev.status {
+        0 => Ok(()),
+        s => Err(Error::from_errno(s.saturating_abs())),
+    }
+}
+
+impl<P: Provider> Cm<P> {
+    /// A connection manager with no device yet. `platform` supplies the clock for timeouts
+    /// and the relax hook blocking calls spin on (where an in-process device makes progress).
+    pub fn new(platform: impl Platform + Send + Sync + 'static, cfg: CmConfig) -> Cm<P> {
+        let uid = NEXT_CM.fetch_add(1, Ordering::Relaxed);
+        Cm {
+            sh: Arc::new(Shared {
+                platform: Box::new(platform),
+                st: spin::Mutex::new(State::new(cfg, uid)),
+            }),
+        }
+    }
+
+    /// Runs `f` on the state (after refreshing the clock), without the progress engine.
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State<P>) -> R) -> R {
+        let now = self.sh.platform.now_ns();
+        let mut st = self.sh.st.lock();
+        st.now = now;
+        f(&mut st)
+    }
+
+    /// Runs the progress engine until `f` has an answer, relaxing in between.
+    pub(crate) fn wait<R>(
+        &self,
+        mut f: impl FnMut(&mut State<P>) -> Option<Result<R, Error>>,
+    ) -> Result<R, Error> {
+        let start = self.sh.platform.now_ns();
+        loop {
+            let now = self.sh.platform.now_ns();
+            let limit = {
+                let mut st = self.sh.st.lock();
+                st.now = now;
+                st.progress();
+                if let Some(r) = f(&mut st) {
+                    return r;
+                }
+                st.cfg.wait_limit_ns
+            };
+            if limit.is_some_and(|l| now.saturating_sub(start) > l) {
+                return Err(Error::TimedOut);
+            }
+            self.sh.platform.relax();
+        }
+    }
+
+    /// One pass of the progress engine (for programs that poll instead of blocking).
+    pub fn progress(&self) {
+        self.with_state(|st| st.progress());
+    }
+
+    /// Live ids (all of them, including requests not yet retrieved) and event channels
+    /// (user and private): both 0 once everything is destroyed.
+    pub fn live(&self) -> (usize, usize) {
+        self.with_state(|st| (st.ids.len(), st.chans.len()))
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> CmStats {
+        self.with_state(|st| st.stats)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> CmConfig {
+        self.with_state(|st| st.cfg)
+    }
+
+    // -------------------------------------------------------------- devices
+
+    /// Adds an RDMA device (librdmacm finds them with `ibv_get_device_list`). Its port 1 must
+    /// have an IPv4-mapped GID at index 0 (that is the device's address); `mac` is its
+    /// Ethernet address. The manager creates its MAD QP: the verbs provider cannot create
+    /// QP1, so this is an ordinary UD QP with the GSI Q_Key 0x80010000, and peers learn its
+    /// number through [`Neighbor::cm_qpn`] where real RoCE would use QP1. The device and its
+    /// MAD QP are entered in the neighbour table. On failure the provider is handed back.
+    pub fn add_device(
+        &self,
+        provider: P,
+        dma: Arc<dyn DmaAllocator>,
+        mac: [u8; 6],
+    ) -> Result<DeviceId, (Error, P)> {
+        let gid = match provider.query_gid(1, 0) {
+            Ok(g) => g,
+            Err(e) => return Err((e.into(), provider)),
+        };
+        let Some(ip) = gid.ipv4().map(core::net::Ipv4Addr::from) else {
+            return Err((Error::NoDevice, provider));
+        };
+        let mtu = match provider.query_port(1) {
+            Ok(p) => p.active_mtu,
+            Err(e) => return Err((e.into(), provider)),
+        };
+        let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
+        let gsi = match Gsi::create(&provider, &dma, rs, ss) {
+            Ok(g) => g,
+            Err(e) => return Err((e, provider)),
+        };
+        let cm_qpn = gsi.qp.qp_num();
+        Ok(self.with_state(|st| {
+            let agent = st.rng.next() as u32;
+            let key = st.devs.insert(Dev {
+                provider,
+                ip,
+                gid,
+                mac,
+                guid: guid_of(mac),
+                mtu,
+                agent,
+                pds: Default::default(),
+                default_pd: None,
+                refcnt: 0,
+                gsi: Some(gsi),
+            });
+            st.set_neighbor(ip, Neighbor { mac, cm_qpn });
+            st.device_id(key)
+        }))
+    }
+
+    /// Removes a device and hands its provider back: EBUSY while ids are bound to it or a
+    /// PD of it cannot be freed (user PDs, MRs still registered on the default PD).
+    pub fn remove_device(&self, dev: DeviceId) -> Result<P, Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            if st.ids.iter().any(|(_, s)| s.dev == Some(d)) {
+                return Err(Error::Busy);
+            }
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            for k in x.pds.keys() {
+                if let Some(rec) = x.pds.remove(k)
+                    && let Err(e) = x.provider.dealloc_pd(rec.pd)
+                {
+                    if let Some(pd) = e.object {
+                        x.pds.insert(PdRec { pd, users: 0 });
+                    }
+                    return Err(Error::Busy);
+                }
+            }
+            x.default_pd = None;
+            let mut x = st.devs.remove(d).ok_or(Error::NoDevice)?;
+            if let Some(g) = x.gsi.take() {
+                g.destroy(&x.provider);
+            }
+            st.forget_device(d, x.ip);
+            Ok(x.provider)
+        })
+    }
+
+    /// What the manager knows of a device.
+    pub fn device(&self, dev: DeviceId) -> Option<DeviceInfo> {
+        self.with_state(|st| st.dev_key(dev).and_then(|k| st.device_info(k)))
+    }
+
+    /// Every device.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.with_state(|st| {
+            st.devs
+                .keys()
+                .into_iter()
+                .filter_map(|k| st.device_info(k))
+                .collect()
+        })
+    }
+
+    /// Runs `f` with a device's provider (its own verbs: memory, queries, ...). `f` must not
+    /// call back into the manager (the state is locked meanwhile).
+    pub fn with_provider<R>(&self, dev: DeviceId, f: impl FnOnce(&P) -> R) -> Result<R, Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get(d).ok_or(Error::NoDevice)?;
+            Ok(f(&x.provider))
+        })
+    }
+
+    /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
+    /// ARP): `resolve_addr` to `ip` waits for one.
+    pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
+        self.with_state(|st| st.set_neighbor(ip, n));
+    }
+
+    /// Allocates a PD on a device (`ibv_alloc_pd` on the manager's context).
+    pub fn alloc_pd(&self, dev: DeviceId) -> Result<CmPd, Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            let pd = x.provider.alloc_pd()?;
+            let key = x.pds.insert(PdRec { pd, users: 0 });
+            Ok(CmPd { dev, key })
+        })
+    }
+
+    /// Frees a PD: EBUSY while QPs or passive endpoints use it; the provider's error (EBUSY
+    /// with MRs on it) otherwise. On failure the handle comes back.
+    pub fn dealloc_pd(&self, pd: CmPd) -> Result<(), (Error, CmPd)> {
+        self.with_state(|st| {
+            let Some(d) = st.dev_key(pd.dev) else {
+                return Err((Error::NoDevice, pd));
+            };
+            let Some(x) = st.devs.get_mut(d) else {
+                return Err((Error::NoDevice, pd));
+            };
+            match x.pds.get(pd.key) {
+                None => return Err((Error::InvalidArgument, pd)),
+                Some(r) if r.users > 0 || x.default_pd == Some(pd.key) => {
+                    return Err((Error::Busy, pd));
+                }
+                Some(_) => {}
+            }
+            let Some(rec) = x.pds.remove(pd.key) else {
+                return Err((Error::InvalidArgument, pd));
+            };
+            match x.provider.dealloc_pd(rec.pd) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let error = e.error.into();
+                    match e.object {
+                        Some(p) => {
+                            let key = x.pds.insert(PdRec { pd: p, users: 0 });
+                            Err((error, CmPd { dev: pd.dev, key }))
+                        }
+                        None => Err((error, pd)),
+                    }
+                }
+            }
+        })
+    }
+
+    /// Runs `f` with a PD's provider object (to register memory on it, say). `f` must not
+    /// call back into the manager.
+    pub fn with_pd<R>(&self, pd: &CmPd, f: impl FnOnce(&P, &P::Pd) -> R) -> Result<R, Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(pd.dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get(d).ok_or(Error::NoDevice)?;
+            let rec = x.pds.get(pd.key).ok_or(Error::InvalidArgument)?;
+            Ok(f(&x.provider, &rec.pd))
+        })
+    }
+
+    /// Deregisters an MR of a device (`rdma_dereg_mr`).
+    pub fn dereg_mr(&self, dev: DeviceId, mr: P::Mr) -> Result<(), Error> {
+        self.with_provider(dev, |p| p.dereg_mr(mr).map_err(|e| e.error.into()))?
+    }
+
+    // -------------------------------------------------------------- channels and ids
+
+    /// `rdma_create_event_channel`.
+    pub fn create_event_channel(&self) -> Result<EventChannel<P>, Error> {
+        let key = self.with_state(|st| st.chans.insert(Chan::default()));
+        Ok(EventChannel {
+            cm: self.clone(),
+            key,
+        })
+    }
+
+    pub(crate) fn destroy_channel(&self, key: Key) {
+        let orphans: Vec<Key> = self.with_state(|st| {
+            let Some(c) = st.chans.remove(key) else {
+                return Vec::new();
+            };
+            // requests nobody will read
+            c.queue
+                .iter()
+                .filter(|e| e.ty == EventType::ConnectRequest)
+                .map(|e| e.id)
+                .collect()
+        });
+        self.with_state(|st| {
+            for k in orphans {
+                if st.ids.get(k).is_some_and(|s| !s.owned) {
+                    st.teardown(k);
+                }
+            }
+        });
+    }
+
+    /// `rdma_create_id`: an id on `channel` (asynchronous), or synchronous with a private
+    /// channel when `channel` is `None`. The QP type follows the port space (UD for UDP and
+    /// IPoIB, RC otherwise); a port space other than TCP, UDP, IPoIB, IB is EINVAL.
+    pub fn create_id(
+        &self,
+        channel: Option<&EventChannel<P>>,
+        context: u64,
+        ps: PortSpace,
+    ) -> Result<CmId<P>, Error> {
+        self.create_id2(channel, context, ps, ps.default_qp_type())
+    }
+
+    /// `rdma_create_id2` (with an explicit QP type; used for PS_IB).
+    fn create_id2(
+        &self,
+        channel: Option<&EventChannel<P>>,
+        context: u64,
+        ps: PortSpace,
+        qp_type: verbs::QpType,
+    ) -> Result<CmId<P>, Error> {
+        let key =
+            self.with_state(|st| st.create_id(channel.map(|c| c.key), context, ps, qp_type))?;
+        Ok(CmId {
+            cm: self.clone(),
+            key,
+        })
+    }
+
+    /// `rdma_create_ep`: a synchronous id from an [`AddrInfo`].
+    ///
+    /// * Passive (`RAI_PASSIVE`): bound to `ai_src_addr` (none: EINVAL); `pd` and a copy of
+    ///   `qp_init_attr` are kept for the QPs [`CmId::get_request`] creates; no QP, no CQ, the
+    ///   caller's attr is not touched. A saved attr naming CQs is refused (EOPNOTSUPP): each
+    ///   request gets CQs of its own.
+    /// * Active: address (from `ai_src_addr` if any, to `ai_dst_addr`) and route resolved
+    ///   with 2000 ms timeouts; with `qp_init_attr`, its `qp_type` is set from `res` and a QP
+    ///   is created as [`CmId::create_qp`] does (actual caps written back).
+    ///
+    /// Any failure destroys the id.
+    pub fn create_ep(
+        &self,
+        res: &AddrInfo,
+        pd: Option<&CmPd>,
+        qp_init_attr: Option<&mut QpInitAttr<'_, P::Cq>>,
+    ) -> Result<CmId<P>, Error> {
+        let ps = res.ai_port_space.unwrap_or(PortSpace(0));
+        let qp_type = res.ai_qp_type.unwrap_or(ps.default_qp_type());
+        let id = self.create_id2(None, 0, ps, qp_type)?;
+        // on error `id` is dropped, which destroys it
+        if res.ai_flags.contains(RaiFlags::PASSIVE) {
+            let src = res.ai_src_addr.as_ref().ok_or(Error::InvalidArgument)?;
+            id.bind_addr(src)?;
+            let k = id.key;
+            self.with_state(|st| -> Result<(), Error> {
+                if let Some(pd) = pd {
+                    let d = st.dev_key(pd.dev).ok_or(Error::InvalidArgument)?;
+                    let rec = st
+                        .devs
+                        .get_mut(d)
+                        .and_then(|x| x.pds.get_mut(pd.key))
+                        .ok_or(Error::InvalidArgument)?;
+                    rec.users += 1;
+                    if let Some(s) = st.ids.get_mut(k) {
+                        s.saved_pd = Some((d, pd.key));
+                    }
+                }
+                if let Some(a) = qp_init_attr.as_deref() {
+                    if a.send_cq.is_some() || a.recv_cq.is_some() {
+                        return Err(Error::NotSupported);
+                    }
+                    if let Some(s) = st.ids.get_mut(k) {
+                        s.saved = Some(saved_attr(qp_type, a));
+                    }
+                }
+                Ok(())
+            })?;
+            return Ok(id);
+        }
+        let dst = res.ai_dst_addr.as_ref().ok_or(Error::InvalidArgument)?;
+        id.resolve_addr(res.ai_src_addr.as_ref(), dst, EP_TIMEOUT_MS)?;
+        id.resolve_route(EP_TIMEOUT_MS)?;
+        if let Some(a) = qp_init_attr {
+            a.qp_type = qp_type;
+            id.create_qp(pd, a)?;
+        }
+        Ok(id)
+    }
+
+    // -------------------------------------------------------------- events
+
+    /// Pops the next event of channel `chan`, waiting for one (EAGAIN on a non-blocking
+    /// channel). A connection request's new id becomes the application's.
+    pub(crate) fn pop_event(&self, chan: Key) -> Result<EventRec, Error> {
+        self.wait(|st| {
+            let Some(c) = st.chans.get_mut(chan) else {
+                return Some(Err(Error::InvalidArgument));
+            };
+            let nonblocking = c.nonblocking;
+            match c.queue.pop_front() {
+                Some(ev) => {
+                    st.delivered(&ev);
+                    Some(Ok(ev))
+                }
+                None if nonblocking => Some(Err(Error::Again)),
+                None => None,
+            }
+        })
+    }
+
+    /// `rdma_get_cm_event` on channel `chan`.
+    pub(crate) fn get_event(&self, chan: Key) -> Result<CmEvent<P>, Error> {
+        let ev = self.pop_event(chan)?;
+        let new_id = (ev.ty == EventType::ConnectRequest).then(|| CmId {
+            cm: self.clone(),
+            key: ev.id,
+        });
+        Ok(CmEvent {
+            event: ev.ty,
+            status: ev.status,
+            id: IdHandle(ev.id.raw()),
+            listen_id: ev.listen.map(|l| IdHandle(l.raw())),
+            param: ev.param,
+            new_id,
+        })
+    }
+
+    /// `ucma_complete`: a synchronous id waits for its next event, keeps it as `id->event`
+    /// and turns its status into the call's result; an asynchronous id returns at once.
+    pub(crate) fn complete(&self, k: Key) -> Result<(), Error> {
+        let chan = self.with_state(|st| {
+            let s = st.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
+            s.last_event = None;
+            Ok::<_, Error>(s.sync.then_some(s.chan))
+        })?;
+        let Some(chan) = chan else { return Ok(()) };
+        let ev = self.pop_event(chan)?;
+        let r = event_result(&ev);
+        self.with_state(|st| {
+            if let Some(s) = st.ids.get_mut(k) {
+                s.last_event = Some(ev);
+            }
+        });
+        r
+    }
+}
+
+impl<P: Provider> State<P> {
+    pub(crate) fn set_neighbor(&mut self, ip: core::net::Ipv4Addr, n: Neighbor) {
+        self.neighbors.retain(|(i, _)| *i != ip);
+        self.neighbors.push((ip, n));
+    }
+
+    pub(crate) fn forget_device(&mut self, d: Key, ip: core::net::Ipv4Addr) {
+        self.neighbors.retain(|(i, _)| *i != ip);
+        self.orphans.retain(|o| o.dev != d);
+    }
+
+    pub(crate) fn device_info(&self, k: Key) -> Option<DeviceInfo> {
+        let x = self.devs.get(k)?;
+        Some(DeviceInfo {
+            id: self.device_id(k),
+            ip: x.ip,
+            gid: x.gid,
+            mac: x.mac,
+            guid: x.guid,
+            cm_qpn: x.gsi.as_ref().map_or(0, |g| g.qp.qp_num()),
+            active_mtu: x.mtu,
+        })
+    }
+
+    /// An event left its channel: a connection request's id now belongs to the application
+    /// and frees a backlog slot.
+    pub(crate) fn delivered(&mut self, ev: &EventRec) {
+        if ev.ty != EventType::ConnectRequest {
+            return;
+        }
+        if let Some(s) = self.ids.get_mut(ev.id) {
+            s.owned = true;
+        }
+        if let Some(l) = ev.listen.and_then(|l| self.ids.get_mut(l)) {
+            l.queued_requests = l.queued_requests.saturating_sub(1);
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! The `rdma_verbs.h` helpers on an id: memory registration on the id's PD, one-SGE posts on
+//! its QP, and completions from the CQs it created (spec `librdmacm.md` §A.22).
+
+use verbs::{
+    AccessFlags, MemRegion, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
+    WorkCompletion, WrOpcode,
+};
+
+use crate::error::Error;
+use crate::id::CmId;
+
+/// Whether `[addr, addr + len)` lies inside `mr` (librdmacm asserts it in debug builds).
+fn inside<M: MemoryRegion>(mr: &M, addr: u64, len: u32) -> bool {
+    let end = addr.checked_add(len as u64);
+    let mr_end = mr.addr().checked_add(mr.length());
+    addr >= mr.addr() && matches!((end, mr_end), (Some(e), Some(m)) if e <= m)
+}
+
+impl<P: Provider> CmId<P> {
+    fn reg(&self, mem: &MemRegion<'_>, access: AccessFlags) -> Result<P::Mr, Error> {
+        self.with_verbs(|v| {
+            let pd = v.pd.ok_or(Error::InvalidArgument)?;
+            v.provider.reg_mr(pd, mem, access).map_err(Error::from)
+        })?
+    }
+
+    /// `rdma_reg_msgs`: registers memory on the id's PD for sends and receives (local
+    /// write). EINVAL for an id bound to no device (librdmacm dereferences NULL).
+    pub fn reg_msgs(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+        self.reg(mem, AccessFlags::LOCAL_WRITE)
+    }
+
+    /// `rdma_reg_read`: memory the peer may RDMA-read.
+    pub fn reg_read(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+        self.reg(mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+    }
+
+    /// `rdma_reg_write`: memory the peer may RDMA-write.
+    pub fn reg_write(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+        self.reg(mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+    }
+
+    /// `rdma_dereg_mr`.
+    pub fn dereg_mr(&self, mr: P::Mr) -> Result<(), Error> {
+        self.with_verbs(|v| v.provider.dereg_mr(mr).map_err(|e| e.error.into()))?
+    }
+
+    fn post(&self, wr: &SendWr<'_, P::Ah>) -> Result<(), Error> {
+        self.with_verbs(|v| {
+            let qp = v.qp.ok_or(Error::InvalidArgument)?;
+            v.provider
+                .post_send(qp, core::slice::from_ref(wr))
+                .map_err(Error::from)
+        })?
+    }
+
+    /// `rdma_post_recv`: one receive of `length` bytes at `addr` (inside `mr`, else EINVAL).
+    pub fn post_recv(&self, wr_id: u64, addr: u64, length: u32, mr: &P::Mr) -> Result<(), Error> {
+        if !inside(mr, addr, length) {
+            return Err(Error::InvalidArgument);
+        }
+        let sge = [Sge {
+            addr,
+            length,
+            lkey: mr.lkey(),
+        }];
+        self.with_verbs(|v| {
+            let qp = v.qp.ok_or(Error::InvalidArgument)?;
+            v.provider
+                .post_recv(
+                    qp,
+                    &[RecvWr {
+                        wr_id,
+                        sg_list: &sge,
+                    }],
+                )
+                .map_err(Error::from)
+        })?
+    }
+
+    /// `rdma_post_send`: a SEND of `length` bytes at `addr` (inside `mr`). Pass
+    /// [`SendFlags::SIGNALED`] for a completion (unless the QP signals every send).
+    pub fn post_send(
+        &self,
+        wr_id: u64,
+        addr: u64,
+        length: u32,
+        mr: &P::Mr,
+        flags: SendFlags,
+    ) -> Result<(), Error> {
+        if !inside(mr, addr, length) {
+            return Err(Error::InvalidArgument);
+        }
+        let sge = [Sge {
+            addr,
+            length,
+            lkey: mr.lkey(),
+        }];
+        self.post(&SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags,
+            sg_list: &sge,
+            ..SendWr::default()
+        })
+    }
+
+    /// `rdma_post_send` with `IBV_SEND_INLINE` and no MR: `data` is copied into the work
+    /// request (at most the QP's `max_inline_data`).
+    pub fn post_send_inline(&self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<(), Error> {
+        self.post(&SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags: flags | SendFlags::INLINE,
+            inline_data: data,
+            ..SendWr::default()
+        })
+    }
+
+    /// `rdma_post_ud_send`: a datagram SEND of `length` bytes at `addr` (inside `mr`) to QP
+    /// `remote_qpn` behind `ah`, with the rdma_cm Q_Key 0x01234567.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_ud_send(
+        &self,
+        wr_id: u64,
+        addr: u64,
+        length: u32,
+        mr: &P::Mr,
+        flags: SendFlags,
+        ah: &P::Ah,
+        remote_qpn: u32,
+    ) -> Result<(), Error> {
+        if !inside(mr, addr, length) {
+            return Err(Error::InvalidArgument);
+        }
+        let sge = [Sge {
+            addr,
+            length,
+            lkey: mr.lkey(),
+        }];
+        self.post(&SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags,
+            sg_list: &sge,
+            remote: RemoteOp::Ud {
+                ah,
+                remote_qpn,
+                remote_qkey: crate::RDMA_UDP_QKEY,
+            },
+            ..SendWr::default()
+        })
+    }
+
+    /// `rdma_post_write`: RDMA WRITE of `length` bytes at `addr` (inside `mr`) to
+    /// `remote_addr` / `rkey`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        addr: u64,
+        length: u32,
+        mr: &P::Mr,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), Error> {
+        self.rdma(
+            wr_id,
+            WrOpcode::RdmaWrite,
+            addr,
+            length,
+            mr,
+            flags,
+            remote_addr,
+            rkey,
+        )
+    }
+
+    /// `rdma_post_read`: RDMA READ of `length` bytes from `remote_addr` / `rkey` into
+    /// `addr` (inside `mr`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_read(
+        &self,
+        wr_id: u64,
+        addr: u64,
+        length: u32,
+        mr: &P::Mr,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), Error> {
+        self.rdma(
+            wr_id,
+            WrOpcode::RdmaRead,
+            addr,
+            length,
+            mr,
+            flags,
+            remote_addr,
+            rkey,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rdma(
+        &self,
+        wr_id: u64,
+        opcode: WrOpcode,
+        addr: u64,
+        length: u32,
+        mr: &P::Mr,
+        flags: SendFlags,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), Error> {
+        if !inside(mr, addr, length) {
+            return Err(Error::InvalidArgument);
+        }
+        let sge = [Sge {
+            addr,
+            length,
+            lkey: mr.lkey(),
+        }];
+        self.post(&SendWr {
+            wr_id,
+            opcode,
+            flags,
+            sg_list: &sge,
+            remote: RemoteOp::Rdma { remote_addr, rkey },
+            ..SendWr::default()
+        })
+    }
+
+    /// `rdma_get_send_comp`: the next completion of the send CQ the id created, waiting for
+    /// it (poll; arm; poll; wait for the channel's event; again) while the progress engine
+    /// runs. The status is not checked. EINVAL if the id created no send CQ.
+    pub fn get_send_comp(&self) -> Result<WorkCompletion, Error> {
+        self.get_comp(true)
+    }
+
+    /// `rdma_get_recv_comp`: the same for the receive CQ.
+    pub fn get_recv_comp(&self) -> Result<WorkCompletion, Error> {
+        self.get_comp(false)
+    }
+
+    fn get_comp(&self, send: bool) -> Result<WorkCompletion, Error> {
+        let k = self.key;
+        let mut armed = false;
+        self.cm.wait(|st| {
+            let Some(s) = st.ids.get_mut(k) else {
+                return Some(Err(Error::InvalidArgument));
+            };
+            let Some(dev) = s.dev.and_then(|d| st.devs.get(d)) else {
+                return Some(Err(Error::InvalidArgument));
+            };
+            let p = &dev.provider;
+            let auto = s.qp.as_mut().and_then(|q| {
+                if send {
+                    q.send_cq.as_mut()
+                } else {
+                    q.recv_cq.as_mut()
+                }
+            });
+            let Some(a) = auto else {
+                return Some(Err(Error::InvalidArgument));
+            };
+            let mut wc = [WorkCompletion::default()];
+            let mut poll = |a: &crate::core::AutoCq<P>| match p.poll_cq(&a.cq, &mut wc) {
+                Ok(0) => None,
+                Ok(_) => Some(Ok(wc[0])),
+                Err(e) => Some(Err(Error::from(e))),
+            };
+            if let Some(r) = poll(a) {
+                return Some(r);
+            }
+            if !armed && a.channel.is_some() {
+                if let Err(e) = p.req_notify_cq(&a.cq, false) {
+                    return Some(Err(e.into()));
+                }
+                armed = true;
+                if let Some(r) = poll(a) {
+                    return Some(r);
+                }
+            }
+            if let Some(ch) = a.channel.as_mut() {
+                match p.get_cq_event(ch) {
+                    // the event re-enables arming: poll again on the next round
+                    Ok(Some(_)) => armed = false,
+                    Ok(None) => {}
+                    Err(e) => return Some(Err(e.into())),
+                }
+            }
+            None
+        })
+    }
+}

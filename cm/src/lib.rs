@@ -1,0 +1,50 @@
+//! A connection manager with librdmacm's endpoint semantics, speaking the IB CM protocol
+//! (REQ/REP/RTU, REJ, DREQ/DREP, SIDR) over RoCEv2, for any [`verbs::Provider`].
+//!
+//! * [`getaddrinfo`] → [`AddrInfo`]; [`Cm::create_ep`] → [`CmId`]; `listen`, `get_request`,
+//!   `accept`, `reject`, `connect`, `disconnect`, `destroy_ep` on the id; [`EventChannel`]
+//!   and [`CmId::migrate_id`] for asynchronous ids; the `rdma_verbs.h` helpers
+//!   (`reg_msgs`, `post_send`, `get_send_comp`, ...). Errors are librdmacm's errno values
+//!   ([`Error::errno`]).
+//! * [`mad`]: the wire format (MAD header, CM messages, the rdma_cm private-data header and
+//!   service IDs), byte for byte.
+//! * One progress engine: no threads. Every blocking call drives
+//!   [`Cm::progress`] (received MADs, retransmissions, timeouts for every id of every
+//!   device) and the platform's relax hook in turn, so one thread can run both ends of a
+//!   connection.
+//!
+//! Where the verbs provider cannot create QP1 (the mlx5 provider here), each device's CM
+//! MADs travel on an ordinary UD QP with the GSI Q_Key; peers find it through the neighbour
+//! table ([`Neighbor::cm_qpn`]), which also stands in for ARP.
+//!
+//! ```
+//! use cm::{getaddrinfo, AddrInfo, Error, PortSpace, RaiFlags, mad};
+//! let hints = AddrInfo { ai_flags: RaiFlags::PASSIVE, ..Default::default() };
+//! let res = getaddrinfo(Some("127.0.0.2"), Some("7471"), Some(&hints)).unwrap();
+//! assert_eq!(res.ai_port_space, Some(PortSpace::TCP));
+//! assert_eq!(mad::service_id(PortSpace::TCP.0, 7471), 0x0000_0000_0106_1D2F);
+//! assert_eq!(Error::ConnectionRefused.errno(), 111);
+//! ```
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+mod addr;
+mod api;
+mod core;
+mod engine;
+mod error;
+mod event;
+mod helpers;
+mod id;
+pub mod mad;
+mod ops;
+mod slab;
+
+pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
+pub use crate::core::{Cm, CmConfig, CmPd, CmStats, DeviceId, DeviceInfo, Neighbor, RDMA_UDP_QKEY};
+pub use crate::error::{Error, GaiError};
+pub use crate::event::{
+    CmEvent, ConnData, ConnParam, EventChannel, EventParam, EventType, UdData, ack_cm_event,
+};
+pub use crate::id::{CmId, EventInfo, IdHandle, IdVerbs, QpInitAttr};

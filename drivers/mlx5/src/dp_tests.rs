@@ -1852,3 +1852,318 @@ fn blueflame_can_be_turned_off() {
     Provider::destroy_qp(&dev, qp).unwrap();
     Provider::destroy_cq(&dev, cq).unwrap();
 }
+
+// ------------------------------------------------------------------------------------------
+// Fast paths against the general ones
+
+/// Walks the WQEs of `r`'s SQ from position 0 to the producer: (position, ds) of each.
+fn wqes(r: &Rig) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p != r.qp.sq_producer() {
+        let ds = r.ctrl(p).qpn_ds.get() & 0x3f;
+        assert!(ds > 0, "WQE at {p} has ds 0");
+        out.push((p, ds));
+        p += ds.div_ceil(4);
+    }
+    out
+}
+
+#[test]
+fn fast_path_writes_what_the_general_path_writes() {
+    let mut a = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    let mut b = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    assert_eq!(a.qp.qpn(), b.qp.qpn());
+    let qpn = a.qp.qpn();
+    let sg3 = [
+        Sge {
+            addr: 0x1000,
+            length: 100,
+            lkey: 0x55,
+        },
+        Sge {
+            addr: 0x2000,
+            length: 0,
+            lkey: 1,
+        },
+        Sge {
+            addr: 0x3000_0000_0000,
+            length: 7,
+            lkey: 0x66,
+        },
+    ];
+    let zero = [Sge {
+        addr: 0x9000,
+        length: 0,
+        lkey: 3,
+    }];
+    let rdma = RemoteOp::Rdma {
+        remote_addr: 0xaaaa_0000_1111,
+        rkey: 0x4242,
+    };
+    let payload = [0xa5u8; 20];
+    let mut wrs = Vec::new();
+    for flags in [
+        SendFlags::empty(),
+        SendFlags::SIGNALED,
+        SendFlags::FENCE | SendFlags::SIGNALED,
+        SendFlags::SOLICITED | SendFlags::SIGNALED,
+        SendFlags::FENCE | SendFlags::SOLICITED,
+    ] {
+        for (opcode, remote) in [
+            (WrOpcode::Send, RemoteOp::None),
+            (WrOpcode::SendWithImm, RemoteOp::None),
+            (WrOpcode::RdmaWrite, rdma),
+            (WrOpcode::RdmaWriteWithImm, rdma),
+            (WrOpcode::RdmaRead, rdma),
+        ] {
+            for sg in [&SG[..], &sg3[..], &sg3[..2], &zero[..], &[][..]] {
+                wrs.push(SendWr {
+                    wr_id: wrs.len() as u64,
+                    opcode,
+                    flags,
+                    sg_list: sg,
+                    // copied for the *_WITH_IMM opcodes only
+                    imm_data: 0xdead_beefu32.to_be(),
+                    remote,
+                    ..SendWr::default()
+                });
+            }
+            if opcode != WrOpcode::RdmaRead {
+                wrs.push(SendWr {
+                    wr_id: wrs.len() as u64,
+                    opcode,
+                    flags: flags | SendFlags::INLINE,
+                    inline_data: &payload,
+                    remote,
+                    ..SendWr::default()
+                });
+            }
+        }
+    }
+    // one batch, the fast path taking some and leaving others to the general path
+    a.dev.post_send(&mut a.qp, &wrs).unwrap();
+    b.dev.post_send_general(&mut b.qp, &wrs).unwrap();
+    assert_eq!(a.qp.sq_producer(), b.qp.sq_producer());
+    assert_eq!(a.sq_dbrec(), b.sq_dbrec());
+    assert_eq!(a.mmio(), b.mmio());
+    let list = wqes(&a);
+    assert_eq!(list, wqes(&b));
+    assert_eq!(list.len(), wrs.len());
+    for &(p, ds) in &list {
+        for k in 0..ds {
+            assert_eq!(a.unit(p, k), b.unit(p, k), "WQE at {p}, unit {k}");
+        }
+    }
+
+    // the bookkeeping: completions of the signalled ones (each retiring the ones before)
+    for (wr, &(p, _)) in wrs.iter().zip(&list) {
+        let signaled = wr.flags.contains(SendFlags::SIGNALED);
+        if !signaled {
+            continue;
+        }
+        let op = (a.ctrl(p).opmod_idx_opcode.get() & 0xff) as u8;
+        for r in [&mut a, &mut b] {
+            let mut c = req(qpn, p as u16, op);
+            if wr.opcode == WrOpcode::RdmaRead {
+                let len: u32 = wr.sg_list.iter().map(|s| s.length).sum();
+                c.byte_cnt = Be32::new(len.min(5));
+            }
+            r.cqe(c);
+        }
+        let (wa, wb) = (a.poll(2).unwrap(), b.poll(2).unwrap());
+        assert_eq!(wa, wb);
+        assert_eq!(wa.len(), 1);
+        assert_eq!(wa[0].wr_id, wr.wr_id);
+        assert_eq!(a.qp.sq_consumer(), b.qp.sq_consumer());
+    }
+
+    // a batch that does not fit: the same error at the same index
+    let mut a = rig(4);
+    let mut b = rig(4);
+    let batch: Vec<_> = (0..20).map(|i| signaled(i, &SG)).collect();
+    let ea = a.dev.post_send(&mut a.qp, &batch).unwrap_err();
+    let eb = b.dev.post_send_general(&mut b.qp, &batch).unwrap_err();
+    assert_eq!(ea, (Error::QueueFull, 16));
+    assert_eq!(ea, eb);
+    assert_eq!(a.qp.sq_producer(), 16);
+    assert_eq!(b.qp.sq_producer(), 16);
+    // and the fast path picks up again once the poller has retired some
+    for r in [&mut a, &mut b] {
+        r.cqe(req(r.qp.qpn(), 3, wqe::opcode::SEND));
+        assert_eq!(r.poll(4).unwrap()[0].wr_id, 3);
+    }
+    a.dev.post_send(&mut a.qp, &batch[16..]).unwrap();
+    b.dev.post_send_general(&mut b.qp, &batch[16..]).unwrap();
+    // (the fast path's send writes its data segment twice: compare the units `ds` names)
+    for p in 16..20 {
+        assert_eq!(a.unit(p, 0), b.unit(p, 0), "WQEBB {p}");
+        assert_eq!(a.unit(p, 1), b.unit(p, 1), "WQEBB {p}");
+        assert_eq!(a.ctrl(p).qpn_ds.get() & 0x3f, 2);
+    }
+}
+
+#[test]
+fn fast_paths_refuse_what_the_general_path_refuses() {
+    let mut r = rig(4);
+    let payload = [1u8; 4];
+    let rdma = RemoteOp::Rdma {
+        remote_addr: 1,
+        rkey: 2,
+    };
+    let many = [SG[0]; 64];
+    let bad = [
+        // inline data without INLINE
+        SendWr {
+            inline_data: &payload,
+            ..send(0, &SG)
+        },
+        // a remote part the opcode does not take, and the reverse
+        SendWr {
+            remote: rdma,
+            ..send(0, &SG)
+        },
+        SendWr {
+            opcode: WrOpcode::RdmaWrite,
+            ..send(0, &SG)
+        },
+        // atomics on an RC QP need their own remote part
+        SendWr {
+            opcode: WrOpcode::AtomicFetchAndAdd,
+            remote: rdma,
+            ..send(0, &SG)
+        },
+        // more SGEs than the QP takes
+        send(0, &many),
+    ];
+    for (i, wr) in bad.iter().enumerate() {
+        let e = r.dev.post_send(&mut r.qp, &[signaled(9, &SG), *wr]);
+        assert_eq!(e, Err((Error::InvalidArgument, 1)), "case {i}");
+    }
+    assert_eq!(r.qp.sq_producer(), bad.len() as u32);
+}
+
+/// A second RC QP on `r`'s CQ, in RTS.
+fn second_qp(r: &Rig) -> Qp {
+    let mut qp = r
+        .dev
+        .create_qp(&QpCreate {
+            service: ServiceType::Rc,
+            pd: r.dev.driver_pd().unwrap(),
+            send_cqn: r.cq.cqn(),
+            recv_cqn: r.cq.cqn(),
+            log_sq_size: 4,
+            log_rq_size: 4,
+            log_rq_stride: 2,
+            uar: None,
+            blueflame: false,
+        })
+        .unwrap();
+    r.dev.attach_qp(&mut qp, &r.cq, &r.cq).unwrap();
+    let m = QpModify::default();
+    r.dev.modify_qp(&mut qp, Transition::Rst2Init, &m).unwrap();
+    r.dev.modify_qp(&mut qp, Transition::Init2Rtr, &m).unwrap();
+    r.dev.modify_qp(&mut qp, Transition::Rtr2Rts, &m).unwrap();
+    qp
+}
+
+#[test]
+fn fast_poll_loop_hands_over_to_the_general_loop() {
+    let mut r = rig(4);
+    let mut q2 = second_qp(&r);
+    let (n1, n2) = (r.qp.qpn(), q2.qpn());
+    let write = |id| SendWr {
+        opcode: WrOpcode::RdmaWrite,
+        remote: RemoteOp::Rdma {
+            remote_addr: 0x10,
+            rkey: 7,
+        },
+        ..signaled(id, &SG)
+    };
+    let read = SendWr {
+        opcode: WrOpcode::RdmaRead,
+        ..write(3)
+    };
+    r.post(&[write(0), write(1), signaled(2, &SG), read, write(4)])
+        .unwrap();
+    r.dev
+        .post_send(&mut q2, &[write(10), write(11), write(12)])
+        .unwrap();
+    let (w, s, rd) = (
+        wqe::opcode::RDMA_WRITE,
+        wqe::opcode::SEND,
+        wqe::opcode::RDMA_READ,
+    );
+    let mut rd_cqe = req(n1, 3, rd);
+    rd_cqe.byte_cnt = Be32::new(64);
+    // QP 1, QP 2, QP 1 again, a read (the general loop's), then a bad opcode
+    for c in [
+        req(n1, 0, w),
+        req(n1, 1, w),
+        req(n2, 0, w),
+        req(n2, 1, w),
+        req(n1, 2, s),
+        rd_cqe,
+        req(n2, 2, w),
+        req(n1, 4, s),
+    ] {
+        r.cqe(c);
+    }
+    // a short `wc` stops the fast loop without consuming more
+    let wc = r.poll(3).unwrap();
+    let ids: Vec<_> = wc.iter().map(|w| (w.wr_id, w.qp_num)).collect();
+    assert_eq!(ids, [(0, n1), (1, n1), (10, n2)]);
+    assert_eq!(r.cq.consumer_index(), 3);
+    let wc = r.poll(16).unwrap();
+    let got: Vec<_> = wc
+        .iter()
+        .map(|w| (w.wr_id, w.opcode, w.byte_len, w.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (11, WcOpcode::RdmaWrite, 0, WcStatus::Success),
+            (2, WcOpcode::Send, 0, WcStatus::Success),
+            (3, WcOpcode::RdmaRead, 64, WcStatus::Success),
+            (12, WcOpcode::RdmaWrite, 0, WcStatus::Success),
+        ]
+    );
+    // the last CQE names WQE 4 with the wrong opcode: consumed, reported next
+    assert_eq!(
+        bad(r.poll(16).unwrap_err()),
+        CqeFault::SendOpcode {
+            qpn: n1,
+            posted: w,
+            found: s
+        }
+    );
+    assert_eq!(r.cq.consumer_index(), 8);
+    assert_eq!(r.qp.sq_consumer(), 4);
+    assert_eq!(q2.sq_consumer(), 3);
+    // nothing left
+    assert_eq!(r.poll(16).unwrap().len(), 0);
+    r.dev.destroy_qp(q2).unwrap();
+}
+
+#[test]
+fn fast_poll_loop_crosses_the_end_of_the_cq_ring() {
+    let mut r = rig(5); // 32 WQEBBs; the CQ has 16 entries
+    let qpn = r.qp.qpn();
+    let mut next = 0u64;
+    // 10, then 12 (entries 10..16 and 0..6 of the second pass), then 16 (a full pass)
+    for n in [10u64, 12, 16] {
+        let wrs: Vec<_> = (next..next + n).map(|i| signaled(i, &SG)).collect();
+        r.post(&wrs).unwrap();
+        for i in next..next + n {
+            r.cqe(req(qpn, i as u16, wqe::opcode::SEND));
+        }
+        let wc = r.poll(16).unwrap();
+        let ids: Vec<_> = wc.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, (next..next + n).collect::<Vec<_>>());
+        next += n;
+        assert_eq!(r.cq.consumer_index() as u64, next);
+        assert_eq!(r.qp.sq_consumer() as u64, next);
+        // the entry after the last still has the owner bit of its previous pass
+        assert!(r.poll(4).unwrap().is_empty());
+    }
+}

@@ -13,91 +13,204 @@
 //! Receive: data segments plus a terminator (`lkey` 0x100) when the WQE has room left,
 //! bookkeeping, `dma_wmb`, doorbell record word 0 = `head & 0xffff`. No MMIO.
 //!
+//! The send side has two paths that write the same WQEs (`dp_tests` compares them): the fast
+//! path takes the usual one-WQEBB WQE (RC/UC send, RDMA write or read, no inline data, the
+//! gather list within one WQEBB) with everything that depends only on the QP, the opcode and
+//! the flags precomputed in one table entry ([`WrEnt`]: control-segment template with the
+//! QPN, `fm_ce_se`, bookkeeping template, the checks' limits), the WQEBB written through one
+//! [`Block`] whose bounds are proven once, and no room check per request (the batch is cut at
+//! the free WQEBBs known). Anything else, errors included, goes to the general path, which
+//! checks and writes every field as the fact sheet says.
+//!
 //! Nothing here allocates.
 
+use core::sync::atomic::AtomicU32;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use firmware_interface::dbr;
 use firmware_interface::wqe::{self, FENCE_SMALL_AND, INLINE_SEG, INVALID_LKEY, opcode as op};
 use nic_hal::barrier::{dma_wmb, mmio_wmb};
 use nic_hal::{Platform, RegisterIo};
-use verbs::{RecvWr, RemoteOp, SendFlags, SendWr, WrOpcode};
+use verbs::{RecvWr, RemoteOp, SendFlags, SendWr, Sge, WrOpcode};
 
 use crate::ah::Ah;
 use crate::device::Device;
 use crate::error::Error;
 use crate::qp::{Qp, QpState};
-use crate::ring::{DbRec, Ring};
+use crate::ring::{Block, DbRec, Ring};
 use crate::wq::{
-    META_ATOMIC, META_READ, META_SIGNALED, META_START, META_WC_SHIFT, QpCore, SqState,
+    META_ATOMIC, META_FM_SHIFT, META_READ, META_SIGNALED, META_START, META_WC_SHIFT, QpCore, Slots,
+    SqSlot, SqState, SqView,
 };
 
-// An `op_table` entry: bits 31:0 the `SqSlot::meta` template (completion opcode, byte-length
-// policy, START, send opcode in 15:8); 39:32 the 16-byte units before the data; 47:40 the
-// remote part wanted (`KIND_*`); 48.. flags.
-/// `op_table` entry: shift of the units before the data.
-const HDR_SHIFT: u32 = 32;
-/// `op_table` entry: shift of the remote part wanted.
-const KIND_SHIFT: u32 = 40;
-/// `op_table` entry: the opcode carries immediate data.
-const HAS_IMM: u64 = 1 << 48;
-/// `op_table` entry: the opcode may be inline.
-const INLINE_OK: u64 = 1 << 49;
-/// `op_table` entry: an atomic (exactly one 8-byte SGE).
-const ATOMIC: u64 = 1 << 50;
+/// `WrEnt::kind`: the opcode takes no remote part.
+const KIND_NONE: u8 = 1;
+/// `WrEnt::kind`: RDMA (address, rkey).
+const KIND_RDMA: u8 = 2;
+/// `WrEnt::kind`: atomic.
+const KIND_ATOMIC: u8 = 3;
+/// `WrEnt::kind`: UD destination.
+const KIND_UD: u8 = 4;
 
-const KIND_NONE: u64 = 1;
-const KIND_RDMA: u64 = 2;
-const KIND_ATOMIC: u64 = 3;
-const KIND_UD: u64 = 4;
+/// `WrEnt::flags`: the opcode may be inline.
+const INLINE_OK: u8 = 1;
+/// `WrEnt::flags`: an atomic (exactly one 8-byte SGE).
+const ATOMIC: u8 = 2;
 
-/// What a QP of type `ud` does with each `WrOpcode` (indexed by its value): 0 = refused.
-pub(crate) const fn op_table(ud: bool) -> [u64; 7] {
-    const fn e(op: u8, wc: verbs::WcOpcode, hdr: u64, kind: u64, extra: u64) -> u64 {
-        let policy = match op {
-            op::RDMA_READ => META_READ,
-            op::ATOMIC_CS | op::ATOMIC_FA => META_ATOMIC,
-            _ => 0,
-        };
-        ((wc as u64) << META_WC_SHIFT)
-            | policy
-            | META_START
-            | ((op as u64) << 8)
-            | (hdr << HDR_SHIFT)
-            | (kind << KIND_SHIFT)
-            | extra
-    }
+/// Entries of a QP's work-request table: one per `WrOpcode` value (8) and combination of
+/// `SendFlags` bits 3:0 (FENCE, SIGNALED, SOLICITED, INLINE).
+pub(crate) const WR_SHAPES: usize = 128;
+
+/// What a QP does with a work request of one opcode and set of flags (`SqState::wrs`,
+/// indexed by `shape`), with everything the WQE takes from them and the QP precomputed.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(32))]
+pub(crate) struct WrEnt {
+    /// Control segment bytes 0..8 as a big-endian number, without the WQE index (bits
+    /// 55:40): `opcode << 32 | qpn << 8 | ds`, `ds` for one data segment (`hdr + 1`).
+    ctrl: u64,
+    /// Control segment bytes 8..12 (`signature`, reserved, reserved, `fm_ce_se`) as the
+    /// native u32 that stores them.
+    fm: u32,
+    /// `SqSlot::meta` of a one-WQEBB WQE of this shape (`fm_ce_se` included).
+    meta: u32,
+    /// All ones when the opcode carries immediate data, else 0.
+    imm_mask: u32,
+    /// The fast path takes a gather list shorter than this: the WQE fits one WQEBB and
+    /// `max_sge`. 0 for what it never takes (inline data, atomics, UD, refused opcodes).
+    fast_lim: u8,
+    /// The remote part the opcode wants (`KIND_*`); 0: the QP cannot post the opcode.
+    kind: u8,
+    /// 16-byte units before the data (control and transport segments).
+    hdr: u8,
+    /// `INLINE_OK`, `ATOMIC`.
+    flags: u8,
+    /// `kind` when the fast path takes one SGE (`fast_lim >= 2`), else 0.
+    fast1: u8,
+}
+
+/// The `SqState::wrs` index of a work request.
+#[inline(always)]
+fn shape(opcode: WrOpcode, flags: u32) -> usize {
+    ((opcode as usize) << 4) | (flags & 15) as usize
+}
+
+/// Fills `t`, the work-request table of a QP of type `ud` with QPN `qpn`, `max_sge` data
+/// segments per WQE and (`sig_all`) every WQE signalled.
+pub(crate) fn fill_wr_table(
+    t: &mut [WrEnt; WR_SHAPES],
+    ud: bool,
+    qpn: u32,
+    max_sge: u32,
+    sig_all: bool,
+) {
     use verbs::WcOpcode as W;
-    let mut t = [0u64; 7];
+    // (opcode, completion opcode, hdr, kind, immediate, flags) per `WrOpcode`.
+    let mut ops = [(0u8, W::Send, 1u8, 0u8, false, 0u8); 8];
     if ud {
-        t[WrOpcode::Send as usize] = e(op::SEND, W::Send, 4, KIND_UD, INLINE_OK);
-        t[WrOpcode::SendWithImm as usize] =
-            e(op::SEND_IMM, W::Send, 4, KIND_UD, INLINE_OK | HAS_IMM);
+        ops[WrOpcode::Send as usize] = (op::SEND, W::Send, 4, KIND_UD, false, INLINE_OK);
+        ops[WrOpcode::SendWithImm as usize] = (op::SEND_IMM, W::Send, 4, KIND_UD, true, INLINE_OK);
     } else {
-        t[WrOpcode::Send as usize] = e(op::SEND, W::Send, 1, KIND_NONE, INLINE_OK);
-        t[WrOpcode::SendWithImm as usize] =
-            e(op::SEND_IMM, W::Send, 1, KIND_NONE, INLINE_OK | HAS_IMM);
-        t[WrOpcode::RdmaWrite as usize] = e(op::RDMA_WRITE, W::RdmaWrite, 2, KIND_RDMA, INLINE_OK);
-        t[WrOpcode::RdmaWriteWithImm as usize] = e(
+        ops[WrOpcode::Send as usize] = (op::SEND, W::Send, 1, KIND_NONE, false, INLINE_OK);
+        ops[WrOpcode::SendWithImm as usize] =
+            (op::SEND_IMM, W::Send, 1, KIND_NONE, true, INLINE_OK);
+        ops[WrOpcode::RdmaWrite as usize] =
+            (op::RDMA_WRITE, W::RdmaWrite, 2, KIND_RDMA, false, INLINE_OK);
+        ops[WrOpcode::RdmaWriteWithImm as usize] = (
             op::RDMA_WRITE_IMM,
             W::RdmaWrite,
             2,
             KIND_RDMA,
-            INLINE_OK | HAS_IMM,
+            true,
+            INLINE_OK,
         );
-        t[WrOpcode::RdmaRead as usize] = e(op::RDMA_READ, W::RdmaRead, 2, KIND_RDMA, 0);
-        t[WrOpcode::AtomicCmpAndSwp as usize] =
-            e(op::ATOMIC_CS, W::CompSwap, 3, KIND_ATOMIC, ATOMIC);
-        t[WrOpcode::AtomicFetchAndAdd as usize] =
-            e(op::ATOMIC_FA, W::FetchAdd, 3, KIND_ATOMIC, ATOMIC);
+        ops[WrOpcode::RdmaRead as usize] = (op::RDMA_READ, W::RdmaRead, 2, KIND_RDMA, false, 0);
+        ops[WrOpcode::AtomicCmpAndSwp as usize] =
+            (op::ATOMIC_CS, W::CompSwap, 3, KIND_ATOMIC, false, ATOMIC);
+        ops[WrOpcode::AtomicFetchAndAdd as usize] =
+            (op::ATOMIC_FA, W::FetchAdd, 3, KIND_ATOMIC, false, ATOMIC);
     }
-    t
+    for (i, e) in t.iter_mut().enumerate() {
+        let (opc, wc, hdr, kind, imm, flags) = ops[i >> 4];
+        let f = (i & 15) as u32;
+        let fm = fm_ce_se(f, sig_all);
+        let policy = match opc {
+            op::RDMA_READ => META_READ,
+            op::ATOMIC_CS | op::ATOMIC_FA => META_ATOMIC,
+            _ => 0,
+        };
+        let fast = (kind == KIND_NONE || kind == KIND_RDMA) && f & SendFlags::INLINE.bits() == 0;
+        let fast_lim = if fast {
+            max_sge.min(4 - hdr as u32) + 1
+        } else {
+            0
+        };
+        *e = WrEnt {
+            ctrl: ((opc as u64) << 32) | ((qpn as u64 & 0xff_ffff) << 8) | (hdr as u64 + 1),
+            fm: (fm as u32).to_be(),
+            meta: ((fm as u32) << META_FM_SHIFT)
+                | ((wc as u32) << META_WC_SHIFT)
+                | policy
+                | META_START
+                | ((opc as u32) << 8)
+                | 1,
+            imm_mask: if imm { u32::MAX } else { 0 },
+            fast_lim: fast_lim as u8,
+            kind,
+            hdr,
+            flags,
+            fast1: if fast_lim >= 2 { kind } else { 0 },
+        };
+    }
 }
+
+/// `fm_ce_se` for send flags `f`: small-and-fence, CQ update (always with `sig_all`),
+/// solicited event.
+const fn fm_ce_se(f: u32, sig_all: bool) -> u8 {
+    let mut v = 0;
+    if f & SendFlags::FENCE.bits() != 0 {
+        v |= FENCE_SMALL_AND;
+    }
+    if sig_all || f & SendFlags::SIGNALED.bits() != 0 {
+        v |= wqe::CE_CQ_UPDATE;
+    }
+    if f & SendFlags::SOLICITED.bits() != 0 {
+        v |= wqe::SOLICITED;
+    }
+    v
+}
+
+const _: () = assert!(
+    SendFlags::FENCE.bits()
+        | SendFlags::SIGNALED.bits()
+        | SendFlags::SOLICITED.bits()
+        | SendFlags::INLINE.bits()
+        == 15
+);
+const _: () = assert!(META_SIGNALED == (wqe::CE_CQ_UPDATE as u32) << META_FM_SHIFT);
 
 /// A data segment (`byte_count`, `lkey`, `addr`) as two words in device byte order.
 #[inline(always)]
 fn data_seg(len: u32, lkey: u32, addr: u64) -> (u64, u64) {
     ((((len as u64) << 32) | lkey as u64).to_be(), addr.to_be())
+}
+
+// `sge_data_seg` reads `length` and `lkey` as one word.
+const _: () = assert!(
+    core::mem::offset_of!(Sge, lkey) == core::mem::offset_of!(Sge, length) + 4
+        && core::mem::size_of::<Sge>() >= core::mem::offset_of!(Sge, length) + 8
+);
+
+/// [`data_seg`] of an SGE, reading its adjacent `length` and `lkey` with one load.
+#[inline(always)]
+fn sge_data_seg(s: &Sge) -> (u64, u64) {
+    // SAFETY: the 8 bytes from `length` are `length` then `lkey` (asserted above), both
+    // initialised fields of `*s`; the read has no alignment requirement.
+    let v = unsafe { core::ptr::addr_of!(s.length).cast::<u64>().read_unaligned() };
+    // `v` holds `length` then `lkey` in native byte order; the segment wants each big-endian.
+    #[cfg(target_endian = "little")]
+    let v = v.swap_bytes().rotate_left(32);
+    (v, s.addr.to_be())
 }
 
 /// A remote address segment (`raddr`, `rkey`, reserved) in device byte order.
@@ -106,62 +219,186 @@ fn raddr_seg(raddr: u64, rkey: u32) -> (u64, u64) {
     (raddr.to_be(), ((rkey as u64) << 32).to_be())
 }
 
-/// `fm_ce_se` for each combination of FENCE (bit 0), SIGNALED (bit 1), SOLICITED (bit 2):
-/// small-and-fence, CQ update (always with `sig_all`), solicited event.
-pub(crate) const fn fm_table(sig_all: bool) -> [u8; 8] {
-    let mut t = [0u8; 8];
-    let mut f = 0;
-    while f < 8 {
-        let mut v = 0;
-        if f & SendFlags::FENCE.bits() != 0 {
-            v |= FENCE_SMALL_AND;
+/// The control segment's first 8 bytes in device byte order: the opcode's template, the WQE
+/// index (`cur & 0xffff`) and `ds`.
+#[inline(always)]
+fn ctrl0(e: &WrEnt, cur: u32, ds: u32) -> u64 {
+    ((e.ctrl & !0x3f) | (((cur & 0xffff) as u64) << 40) | ds as u64).to_be()
+}
+
+/// Writes the data segments of `sg` (zero-length ones skipped) after `hdr` 16-byte units of
+/// a one-WQEBB WQE; returns `ds` (the units used) and the bytes gathered. The caller keeps
+/// `hdr + sg.len()` within the block's 4 units (the block masks the index anyway). Out of the
+/// fast loop: the fast path writes a single SGE itself.
+#[inline(never)]
+fn gather_list(blk: Block<'_>, hdr: usize, sg: &[Sge]) -> (usize, u32) {
+    let mut k = hdr;
+    let mut total: u32 = 0;
+    for s in sg {
+        if s.length != 0 {
+            let (a, b) = data_seg(s.length, s.lkey, s.addr);
+            blk.put(2 * k, a);
+            blk.put(2 * k + 1, b);
+            k += 1;
+            total = total.wrapping_add(s.length);
         }
-        if sig_all || f & SendFlags::SIGNALED.bits() != 0 {
-            v |= wqe::CE_CQ_UPDATE;
-        }
-        if f & SendFlags::SOLICITED.bits() != 0 {
-            v |= wqe::SOLICITED;
-        }
-        t[f as usize] = v;
-        f += 1;
     }
-    t
+    (k, total)
 }
 
 /// The state of one `post_send` call, in locals (registers) rather than behind `&mut`.
+#[derive(Clone, Copy)]
 struct Poster<'q> {
+    view: SqView<'q>,
+    t: &'q [WrEnt; WR_SHAPES],
+}
+
+/// What the general path needs besides the tables.
+struct Slow<'q> {
     ring: Ring,
-    core: &'q QpCore,
-    ops: [u64; 7],
+    slots: Slots<'q, SqSlot>,
+    t: &'q [WrEnt; WR_SHAPES],
+    /// The poller's `sq_tail`.
+    tail: &'q AtomicU32,
     bb_mask: u32,
-    wqe_cnt: u32,
     max_sge: usize,
     max_inline: usize,
-    fm: [u8; 8],
-    qpn8: u32,
     qkey: u32,
 }
 
 impl Poster<'_> {
-    /// Writes one send WQE at `cur` and records it; returns its WQEBBs.
+    /// The fast path over `wrs` from position `cur` on (the caller made sure there are as
+    /// many free WQEBBs as work requests): returns how many it posted, stopping at the first
+    /// it does not take.
     #[inline(always)]
-    fn write(&self, wr: &SendWr<'_, Ah>, cur: u32, room: &mut u32) -> Result<u32, Error> {
-        let e = self.ops[wr.opcode as usize];
+    fn run(&self, wrs: &[SendWr<'_, Ah>], mut cur: u32) -> usize {
+        let start = cur;
+        let mut off = self.view.off(cur);
+        for wr in wrs {
+            if !self.fast(wr, cur, off) {
+                break;
+            }
+            cur = cur.wrapping_add(1);
+            off += 64;
+        }
+        cur.wrapping_sub(start) as usize
+    }
+
+    /// The fast path: a WQE of one WQEBB at `cur` (free, the caller made sure; `off` its
+    /// byte offset in the ring, masked here), for an RC/UC send, RDMA write or read with a
+    /// gather list of no zero-length single SGE. `false` for anything else (having maybe
+    /// written into the free WQEBB), which [`Slow::write`] then takes, errors included.
+    ///
+    /// The WQEBB is one 64-byte [`Block`]: `fast_lim` keeps the segments inside it, and the
+    /// block masks every index anyway. Checks as many things as the general path, in
+    /// another order: the table entry of the opcode and flags says what the QP takes.
+    #[inline(always)]
+    fn fast(&self, wr: &SendWr<'_, Ah>, cur: u32, off: usize) -> bool {
+        let e = &self.t[shape(wr.opcode, wr.flags.bits())];
+        let sg = wr.sg_list;
+        if !wr.inline_data.is_empty() {
+            return false;
+        }
+        let (blk, slot) = self.view.at_off(off);
+        let ctrl = if let [s] = sg {
+            // The usual single SGE: `ds` is in the template, the segments at fixed places.
+            if s.length == 0 {
+                return false;
+            }
+            let (a, b) = sge_data_seg(s);
+            // Units 1 and 2: RDMA: the remote address segment, then the data segment; send:
+            // the data segment, written twice (the second copy lies past `ds`, in the same
+            // free WQEBB, and is never read).
+            let (r0, r1) = match wr.remote {
+                RemoteOp::None if e.fast1 == KIND_NONE => (a, b),
+                RemoteOp::Rdma { remote_addr, rkey } if e.fast1 == KIND_RDMA => {
+                    raddr_seg(remote_addr, rkey)
+                }
+                _ => return false,
+            };
+            blk.put(2, r0);
+            blk.put(3, r1);
+            blk.put(4, a);
+            blk.put(5, b);
+            slot.len.store(s.length, Relaxed);
+            e.ctrl
+        } else {
+            if sg.len() >= e.fast_lim as usize {
+                return false;
+            }
+            match wr.remote {
+                RemoteOp::None if e.kind == KIND_NONE => {}
+                RemoteOp::Rdma { remote_addr, rkey } if e.kind == KIND_RDMA => {
+                    let (r0, r1) = raddr_seg(remote_addr, rkey);
+                    blk.put(2, r0);
+                    blk.put(3, r1);
+                }
+                _ => return false,
+            }
+            let (ds, total) = gather_list(blk, e.hdr as usize, sg);
+            slot.len.store(total, Relaxed);
+            (e.ctrl & !0x3f) | ds as u64
+        };
+        blk.put(0, (ctrl | (((cur & 0xffff) as u64) << 40)).to_be());
+        // Immediate data is copied as given (network order).
+        blk.put32(2, e.fm);
+        blk.put32(3, wr.imm_data & e.imm_mask);
+        slot.wr_id.store(wr.wr_id, Relaxed);
+        slot.meta.store(e.meta, Relaxed);
+        true
+    }
+}
+
+impl<'q> Slow<'q> {
+    /// The general path for the QP's SQ `sq` (bookkeeping in `core`, `qkey` the QP's).
+    #[inline(always)]
+    fn new(sq: &'q SqState, core: &'q QpCore, qkey: u32) -> Slow<'q> {
+        Slow {
+            ring: sq.ring,
+            slots: core.sq_slots(),
+            t: &sq.wrs,
+            tail: &core.sq_tail.0,
+            bb_mask: sq.wqe_cnt - 1,
+            max_sge: sq.max_sge as usize,
+            max_inline: sq.max_inline as usize,
+            qkey,
+        }
+    }
+
+    /// Writes any send WQE at `cur` and records it; returns its WQEBBs. `room`: WQEBBs known
+    /// to be free from `cur`, updated.
+    #[inline(never)]
+    fn write(
+        sq: &SqState,
+        core: &QpCore,
+        qkey: u32,
+        wr: &SendWr<'_, Ah>,
+        cur: u32,
+        room: &mut u32,
+    ) -> Result<u32, Error> {
+        let this = Slow::new(sq, core, qkey);
+        this.write_wqe(wr, cur, room)
+    }
+
+    /// [`write`](Self::write), with the QP's state gathered.
+    #[inline(always)]
+    fn write_wqe(&self, wr: &SendWr<'_, Ah>, cur: u32, room: &mut u32) -> Result<u32, Error> {
         let flags = wr.flags.bits();
-        let hdr = ((e >> HDR_SHIFT) & 0xff) as u32;
+        let e = &self.t[shape(wr.opcode, flags)];
+        let hdr = e.hdr as u32;
         let nsge = wr.sg_list.len();
         let inline = flags & SendFlags::INLINE.bits() != 0;
         let payload = if !inline {
-            if (e == 0) | (nsge > self.max_sge) | !wr.inline_data.is_empty() {
+            if (e.kind == 0) | (nsge > self.max_sge) | !wr.inline_data.is_empty() {
                 return Err(Error::InvalidArgument);
             }
-            if e & ATOMIC != 0 && (nsge != 1 || wr.sg_list[0].length != 8) {
+            if e.flags & ATOMIC != 0 && (nsge != 1 || wr.sg_list[0].length != 8) {
                 return Err(Error::InvalidArgument);
             }
             nsge as u32
         } else {
             let len = wr.inline_data.len();
-            if (e & INLINE_OK == 0) | (nsge != 0) | (len > self.max_inline) {
+            if (e.flags & INLINE_OK == 0) | (nsge != 0) | (len > self.max_inline) {
                 return Err(Error::InvalidArgument);
             }
             (len as u32 + 4).div_ceil(16) * (len != 0) as u32
@@ -170,9 +407,7 @@ impl Poster<'_> {
         // Room for the largest this WQE can be (zero-length SGEs may make it smaller).
         let bbs_max = (hdr + payload + 3) >> 2;
         if bbs_max > *room {
-            // `room` is what was free at the last look at the poller's position.
-            let tail = self.core.sq_tail.0.load(Acquire);
-            *room = self.wqe_cnt - cur.wrapping_sub(tail);
+            *room = self.room(cur);
             if bbs_max > *room {
                 return Err(Error::QueueFull);
             }
@@ -180,8 +415,8 @@ impl Poster<'_> {
 
         let ring = self.ring;
         let base = ((cur & self.bb_mask) as usize) << 6;
-        let want = (e >> KIND_SHIFT) & 0xff;
-        let opcode = (e >> 8) as u8;
+        let want = e.kind;
+        let opcode = (e.meta >> 8) as u8;
         match wr.remote {
             RemoteOp::None => {
                 if want != KIND_NONE {
@@ -258,49 +493,75 @@ impl Poster<'_> {
 
         let ds = ((off - base) / 16) as u32;
         let bbs = (ds + 3) >> 2;
-        let fm_ce_se = self.fm[(flags & 7) as usize];
+        let blk: Block<'_> = ring.block(base);
+        blk.put(0, ctrl0(e, cur, ds));
         // Immediate data is copied as given (network order).
-        let imm = if e & HAS_IMM != 0 {
-            u32::from_be(wr.imm_data)
-        } else {
-            0
-        };
-        let w0 = ((cur & 0xffff) << 8) | opcode as u32;
-        let w1 = self.qpn8 | ds;
-        ring.put2(
-            base,
-            (((w0 as u64) << 32) | w1 as u64).to_be(),
-            (((fm_ce_se as u64) << 32) | imm as u64).to_be(),
-        );
+        blk.put32(2, e.fm);
+        blk.put32(3, wr.imm_data & e.imm_mask);
 
-        let slot = self.core.sq_slot(cur);
-        {
-            slot.wr_id.store(wr.wr_id, Relaxed);
-            slot.meta.store(
-                ((cur as u64) << 32)
-                    | (e & 0xffff_ffff)
-                    // CE_CQ_UPDATE (0x08) -> META_SIGNALED (1 << 17)
-                    | (((fm_ce_se & wqe::CE_CQ_UPDATE) as u64) << 14)
-                    | bbs as u64,
-                Relaxed,
-            );
-            slot.len.store(total, Relaxed);
-        }
+        let slot = self.slots.at(cur);
+        slot.wr_id.store(wr.wr_id, Relaxed);
+        slot.meta.store((e.meta & !0xff) | bbs, Relaxed);
+        slot.len.store(total, Relaxed);
         for j in 1..bbs {
-            self.core
-                .sq_slot(cur.wrapping_add(j))
-                .meta
-                .store(0, Relaxed);
+            self.slots.at(cur.wrapping_add(j)).meta.store(0, Relaxed);
         }
         *room -= bbs;
         Ok(bbs)
     }
+
+    /// WQEBBs free from `cur`, from the poller's current position (`sq_tail`: the first
+    /// WQEBB not yet retired, never beyond `cur`).
+    #[inline(always)]
+    fn room(&self, cur: u32) -> u32 {
+        (self.bb_mask + 1) - cur.wrapping_sub(self.tail.load(Acquire))
+    }
 }
 
-const _: () = assert!((wqe::CE_CQ_UPDATE as u64) << 14 == META_SIGNALED);
-const _: () = assert!(
-    SendFlags::FENCE.bits() | SendFlags::SIGNALED.bits() | SendFlags::SOLICITED.bits() == 7
-);
+/// The rest of a `post_send` batch from `wrs[i]` on, at position `cur` with `limit` the
+/// first position not known to be free: the fast path where it takes the requests, the
+/// general path for the others. Returns the new position and limit, and the result.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn post_rest<const FAST: bool>(
+    p: Poster<'_>,
+    sq: &SqState,
+    core: &QpCore,
+    qkey: u32,
+    wrs: &[SendWr<'_, Ah>],
+    mut i: usize,
+    mut cur: u32,
+    mut limit: u32,
+) -> (u32, u32, Result<(), (Error, usize)>) {
+    let wqe_cnt = sq.wqe_cnt;
+    while i < wrs.len() {
+        if cur == limit {
+            // Look at the poller's position again.
+            limit = core.sq_tail.0.load(Acquire).wrapping_add(wqe_cnt);
+        }
+        // The fast path over as many work requests as there are WQEBBs known to be free.
+        if FAST && cur != limit {
+            let n = (limit.wrapping_sub(cur) as usize).min(wrs.len() - i);
+            let done = p.run(&wrs[i..i + n], cur);
+            cur = cur.wrapping_add(done as u32);
+            i += done;
+            if done == n {
+                continue;
+            }
+        }
+        // The general path for one work request.
+        let mut room = limit.wrapping_sub(cur);
+        match Slow::write(sq, core, qkey, &wrs[i], cur, &mut room) {
+            Ok(bbs) => {
+                cur = cur.wrapping_add(bbs);
+                limit = cur.wrapping_add(room);
+                i += 1;
+            }
+            Err(e) => return (cur, limit, Err((e, i))),
+        }
+    }
+    (cur, limit, Ok(()))
+}
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Posts send work requests (spec §12.1). On error the work requests before the returned
@@ -311,50 +572,72 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// bits), [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
     #[inline]
     pub fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), (Error, usize)> {
+        self.post_send_with::<true>(qp, wrs)
+    }
+
+    /// [`post_send`](Self::post_send) through the general path only (the fast path's
+    /// reference, for tests).
+    #[cfg(test)]
+    pub(crate) fn post_send_general(
+        &self,
+        qp: &mut Qp,
+        wrs: &[SendWr<'_, Ah>],
+    ) -> Result<(), (Error, usize)> {
+        self.post_send_with::<false>(qp, wrs)
+    }
+
+    /// `post_send`, with (`FAST`) or without the fast path.
+    #[inline(always)]
+    fn post_send_with<const FAST: bool>(
+        &self,
+        qp: &mut Qp,
+        wrs: &[SendWr<'_, Ah>],
+    ) -> Result<(), (Error, usize)> {
         if wrs.is_empty() {
             return Ok(());
         }
         if matches!(qp.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err((Error::InvalidArgument, 0));
         }
-        let qpn8 = qp.qpn() << 8;
         let core = &*qp.core;
-        let sq = &mut qp.sq;
-        let p = Poster {
-            ring: sq.ring,
-            core,
-            ops: sq.ops,
-            bb_mask: sq.wqe_cnt - 1,
-            wqe_cnt: sq.wqe_cnt,
-            max_sge: sq.max_sge as usize,
-            max_inline: sq.max_inline as usize,
-            fm: sq.fm,
-            qpn8,
-            qkey: qp.qkey,
+        let sq = &qp.sq;
+        let Some(view) = SqView::new(sq.ring, core) else {
+            // Not reached: `create_qp` makes the ring and the slots from one size.
+            return Err((Error::InvalidArgument, 0));
         };
+        let p = Poster { view, t: &sq.wrs };
+        let wqe_cnt = sq.wqe_cnt;
         let start = sq.cur_post;
-        let mut cur = start;
-        let mut room = sq.wqe_cnt - cur.wrapping_sub(sq.tail);
-        let mut last = cur;
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            match p.write(wr, cur, &mut room) {
-                Ok(bbs) => {
-                    last = cur;
-                    cur = cur.wrapping_add(bbs);
-                }
-                Err(e) => {
-                    result = Err((e, i));
-                    break;
-                }
-            }
+        // The first position not known to be free; looked up again from the poller's
+        // position when the batch may not fit.
+        let mut limit = sq.tail.wrapping_add(wqe_cnt);
+        if (limit.wrapping_sub(start) as usize) < wrs.len() {
+            limit = core.sq_tail.0.load(Acquire).wrapping_add(wqe_cnt);
         }
+        // The whole batch through the fast path when it fits and takes every request; the
+        // general loop, out of line, from the first it does not take.
+        let mut done = 0;
+        if FAST && limit.wrapping_sub(start) as usize >= wrs.len() {
+            done = p.run(wrs, start);
+        }
+        let cur = start.wrapping_add(done as u32);
+        let (cur, last, limit, result) = if done == wrs.len() {
+            // One WQEBB each: the last WQE is the last WQEBB.
+            (cur, cur.wrapping_sub(1), limit, Ok(()))
+        } else {
+            let (end, limit, result) =
+                post_rest::<FAST>(p, sq, core, qp.qkey, wrs, done, cur, limit);
+            // The last WQE's start: the last WQEBB's slot, or (a multi-WQEBB WQE) the slot
+            // marked as the start before it.
+            (end, view.wqe_start(end.wrapping_sub(1)), limit, result)
+        };
         // What the poster knows of the consumer position, for the next call.
-        sq.tail = cur.wrapping_add(room).wrapping_sub(sq.wqe_cnt);
+        let sq = &mut qp.sq;
+        sq.tail = limit.wrapping_sub(wqe_cnt);
         if cur != start {
-            let single = last == start;
             sq.cur_post = cur;
-            self.ring_sq(sq, core, &qp.rec, single, last);
+            core.sq_head.0.store(cur, Release);
+            self.ring_sq(sq, &qp.rec, last == start, last);
         }
         result
     }
@@ -362,30 +645,28 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// The send doorbell for a batch whose last WQE starts at `last` (`single`: the batch is
     /// that one WQE).
     #[inline]
-    fn ring_sq(&self, sq: &mut SqState, core: &QpCore, rec: &DbRec, single: bool, last: u32) {
+    fn ring_sq(&self, sq: &mut SqState, rec: &DbRec, single: bool, last: u32) {
         let cur = sq.cur_post;
-        core.sq_head.0.store(cur, Release);
         // WQEs before the doorbell record, the record before the MMIO write.
         dma_wmb();
         rec.set(dbr::QP_SND / 4, cur & 0xffff);
         mmio_wmb();
         let reg = sq.bf.reg + sq.bf.offset;
-        let bb_mask = sq.wqe_cnt - 1;
-        let bytes = (cur.wrapping_sub(last) as usize) * 64;
-        if single && sq.bf.blueflame && bytes <= sq.bf.half {
+        let bbs = cur.wrapping_sub(last);
+        if single && sq.bf.blueflame && (bbs as usize) * 64 <= sq.bf.half {
             // BlueFlame: the WQE in 64-byte stores, the first one (control segment first) at
             // the register's half.
+            let bb_mask = sq.wqe_cnt - 1;
             let mut chunk = [0u8; 64];
-            for j in 0..cur.wrapping_sub(last) {
+            for j in 0..bbs {
                 let bb = last.wrapping_add(j) & bb_mask;
                 sq.ring.get64((bb as usize) << 6, &mut chunk);
                 self.regs.write_block(reg + j as usize * 64, &chunk);
             }
         } else {
             // The first 8 bytes of the last control segment, as they are in memory.
-            let mut w = [0u8; 8];
-            sq.ring.get64(((last & bb_mask) as usize) << 6, &mut w);
-            self.regs.write64(reg, u64::from_ne_bytes(w));
+            let c0 = sq.ring.block((last as usize) << 6).read_raw64(0);
+            self.regs.write64(reg, c0);
         }
         // Flush the write-combining buffer before the next doorbell uses the other half.
         mmio_wmb();

@@ -555,8 +555,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         };
         qp.own_uar = own_uar;
         let (max_sge, max_inline) = sq_limits(bytes.min(63 * 16), ud);
-        qp.sq.max_sge = max_sge;
-        qp.sq.max_inline = max_inline;
+        qp.sq.set_limits(max_sge, max_inline);
         qp.set_sq_sig_all(attr.sq_sig_all);
         if let Err(e) = self.attach_qp(&mut qp, attr.send_cq, attr.recv_cq) {
             let _ = Device::destroy_qp(self, qp);

@@ -500,8 +500,7 @@ impl Qp {
 
     /// Makes every send WQE ask for a completion (or only the SIGNALED ones).
     pub fn set_sq_sig_all(&mut self, on: bool) {
-        self.sq.sig_all = on;
-        self.sq.fm = crate::post::fm_table(on);
+        self.sq.set_sig_all(on);
     }
 
     /// Whether single small WQEs are sent by BlueFlame.
@@ -721,23 +720,19 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             buf,
             dbrec,
             core: Arc::new(QpCore::new(qpn, ud, sq_cnt, rq_cnt)),
-            sq: SqState {
-                ring: sq_ring,
-                wqe_cnt: sq_cnt,
-                cur_post: 0,
-                tail: 0,
-                max_sge,
-                max_inline,
-                sig_all: false,
-                fm: crate::post::fm_table(false),
-                ops: crate::post::op_table(ud),
-                bf: BfReg {
+            sq: SqState::new(
+                sq_ring,
+                sq_cnt,
+                qpn,
+                ud,
+                (max_sge, max_inline),
+                BfReg {
                     reg: uar as usize * uar::PAGE_SIZE + uar::BF_OFFSET,
                     offset: 0,
                     half,
                     blueflame: attr.blueflame && caps.bf && half >= 64,
                 },
-            },
+            ),
             rq: RqState {
                 ring: rq_ring,
                 wqe_cnt: rq_cnt,

@@ -71,6 +71,33 @@ impl Ring {
         unsafe { self.base.as_ptr().add(o) }
     }
 
+    /// The 64-byte block holding byte `off` (masked): one WQEBB or one CQE, addressed by
+    /// fixed offsets with no further masking.
+    #[inline(always)]
+    pub(crate) fn block(&self, off: usize) -> Block<'_> {
+        Block {
+            // `at::<64>` points at 64 in-bounds bytes, 64-byte aligned (the window base is).
+            p: self.at::<64>(off),
+            _ring: core::marker::PhantomData,
+        }
+    }
+
+    /// The 64-byte block at `off`, without masking.
+    ///
+    /// # Safety
+    ///
+    /// `off` is a multiple of 64 below [`len`](Self::len).
+    #[inline(always)]
+    pub(crate) unsafe fn block_unchecked(&self, off: usize) -> Block<'_> {
+        debug_assert!(off.is_multiple_of(64) && off < self.len());
+        Block {
+            // SAFETY: `off + 64 <= len` (the caller's promise, `len` a multiple of 64), and the
+            // window lies inside the buffer.
+            p: unsafe { self.base.as_ptr().add(off) },
+            _ring: core::marker::PhantomData,
+        }
+    }
+
     /// Writes a 16-byte segment at `off` (masked, 16-byte aligned).
     #[inline(always)]
     pub(crate) fn put16<T: Copy>(&self, off: usize, v: T) {
@@ -158,6 +185,47 @@ impl Ring {
     pub(crate) fn read_be64(&self, off: usize) -> u64 {
         // SAFETY: 8 in-bounds bytes, aligned.
         u64::from_be(unsafe { self.at::<8>(off).cast::<u64>().read_volatile() })
+    }
+}
+
+/// One 64-byte, 64-byte aligned block of a [`Ring`] (from [`Ring::block`]). Its accessors
+/// take word indexes inside the block, masked to it: every access is in bounds whatever the
+/// index.
+#[derive(Clone, Copy)]
+pub(crate) struct Block<'a> {
+    p: *mut u8,
+    _ring: core::marker::PhantomData<&'a Ring>,
+}
+
+impl Block<'_> {
+    /// Stores `v` (already in device byte order) as the 8-byte word `i` (masked to 0..8).
+    #[inline(always)]
+    pub(crate) fn put(&self, i: usize, v: u64) {
+        // SAFETY: `p` points at 64 in-bounds bytes aligned to 64 (see `Ring::block`; the
+        // Ring's buffer outlives the borrow `'a`); `i & 7` keeps the word inside them. Plain
+        // store: the device reads WQEs only after the doorbell barrier.
+        unsafe { self.p.cast::<u64>().add(i & 7).write(v) }
+    }
+
+    /// Stores `v` (already in device byte order) as the 4-byte word `i` (masked to 0..16).
+    #[inline(always)]
+    pub(crate) fn put32(&self, i: usize, v: u32) {
+        // SAFETY: as `put`, with 16 aligned 4-byte words.
+        unsafe { self.p.cast::<u32>().add(i & 15).write(v) }
+    }
+
+    /// Volatile read of the byte at `off` (masked to 0..64).
+    #[inline(always)]
+    pub(crate) fn read_u8(&self, off: usize) -> u8 {
+        // SAFETY: one of the block's bytes; volatile because the device writes it.
+        unsafe { self.p.add(off & 63).read_volatile() }
+    }
+
+    /// Volatile read of the 8-byte word `i` (masked to 0..8) as stored.
+    #[inline(always)]
+    pub(crate) fn read_raw64(&self, i: usize) -> u64 {
+        // SAFETY: as `put`; volatile because the device writes it.
+        unsafe { self.p.cast::<u64>().add(i & 7).read_volatile() }
     }
 }
 

@@ -16,31 +16,42 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::ring::Ring;
+use crate::post::{WR_SHAPES, WrEnt, fill_wr_table};
+use crate::ring::{Block, Ring};
 
 /// `SqSlot::meta`: the slot holds the start of a posted WQE.
-pub(crate) const META_START: u64 = 1 << 16;
-/// `SqSlot::meta`: the WQE asked for a completion.
-pub(crate) const META_SIGNALED: u64 = 1 << 17;
+pub(crate) const META_START: u32 = 1 << 16;
 /// `SqSlot::meta`: an atomic (completion byte length 8).
-pub(crate) const META_ATOMIC: u64 = 1 << 27;
+pub(crate) const META_ATOMIC: u32 = 1 << 19;
 /// `SqSlot::meta`: an RDMA read (completion byte length from the CQE, at most `len`).
-pub(crate) const META_READ: u64 = 1 << 28;
+pub(crate) const META_READ: u32 = 1 << 20;
 /// `SqSlot::meta`: shift of the completion opcode (`verbs::WcOpcode` value, 0..=4).
-pub(crate) const META_WC_SHIFT: u32 = 29;
+pub(crate) const META_WC_SHIFT: u32 = 21;
+/// `SqSlot::meta`: shift of the WQE's `fm_ce_se` byte.
+pub(crate) const META_FM_SHIFT: u32 = 24;
+/// `SqSlot::meta`: the WQE asked for a completion (`fm_ce_se & CE_CQ_UPDATE`).
+pub(crate) const META_SIGNALED: u32 =
+    (firmware_interface::wqe::CE_CQ_UPDATE as u32) << META_FM_SHIFT;
 
-/// Bookkeeping of one SQ WQEBB.
+/// Bookkeeping of one SQ WQEBB (16 bytes: the index scales by a shift).
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct SqSlot {
     /// `wr_id` of the WQE starting here.
     pub(crate) wr_id: AtomicU64,
-    /// bits 63:32 free-running WQEBB position of the WQE starting here; 31:29 completion
-    /// opcode; 28 RDMA read; 27 atomic; 17 signalled; 16 a WQE starts here (0 for the middle
-    /// of a multi-WQEBB WQE); 15:8 send opcode; 7:0 WQEBBs.
-    pub(crate) meta: AtomicU64,
+    /// bits 31:24 the WQE's `fm_ce_se` (bit 27 signalled); 23:21 completion opcode; 20 RDMA
+    /// read; 19 atomic; 16 a WQE starts here (0 for the middle of a multi-WQEBB WQE and for
+    /// a slot never posted since the last reset); 15:8 send opcode; 7:0 WQEBBs.
+    ///
+    /// A slot with bit 16 set inside the outstanding range `[sq_tail, sq_head)` is the start
+    /// of a WQE posted in the current lap: the poster rewrites the slot of every WQEBB it
+    /// hands out (the start's, and zero for the others), so no older value survives there.
+    pub(crate) meta: AtomicU32,
     /// Bytes the WQE gathers (RDMA read: bytes it may scatter).
     pub(crate) len: AtomicU32,
 }
+
+const _: () = assert!(core::mem::size_of::<SqSlot>() == 16);
 
 /// Bookkeeping of one RQ WQE.
 #[derive(Default)]
@@ -92,6 +103,111 @@ impl core::fmt::Debug for QpCore {
     }
 }
 
+/// A slot array and its mask (`len - 1`), indexed by free-running positions. Only
+/// [`QpCore`] makes these, from arrays whose length is a power of two equal to `mask + 1`.
+pub(crate) struct Slots<'a, T> {
+    s: &'a [T],
+    mask: u32,
+}
+
+impl<T> Clone for Slots<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Slots<'_, T> {}
+
+impl<'a, T> Slots<'a, T> {
+    /// The slot of position `p` (masked).
+    #[inline(always)]
+    pub(crate) fn at(self, p: u32) -> &'a T {
+        let i = (p & self.mask) as usize;
+        debug_assert!(i < self.s.len());
+        // SAFETY: `s.len() == mask + 1` (`QpCore::new` builds both from one power of two and
+        // `QpCore` hands out no other `Slots`), so the masked index is in bounds.
+        unsafe { self.s.get_unchecked(i) }
+    }
+}
+
+/// The SQ's WQEBBs and their bookkeeping slots under one mask: both have `mask + 1` entries
+/// (checked by [`SqView::new`]), so one masked index addresses both.
+#[derive(Clone, Copy)]
+pub(crate) struct SqView<'a> {
+    ring: Ring,
+    slots: &'a [SqSlot],
+    mask: u32,
+    /// `mask << 6`: byte offsets of WQEBBs.
+    off_mask: usize,
+}
+
+impl<'a> SqView<'a> {
+    /// The view of `ring` (the SQ's WQEBBs) and `core`'s SQ slots; `None` unless the ring has
+    /// one WQEBB per slot.
+    #[inline(always)]
+    pub(crate) fn new(ring: Ring, core: &'a QpCore) -> Option<SqView<'a>> {
+        let n = core.sq_mask as usize + 1;
+        (core.sq.len() == n && ring.len() == n * 64).then_some(SqView {
+            ring,
+            slots: &core.sq,
+            mask: core.sq_mask,
+            off_mask: (core.sq_mask as usize) << 6,
+        })
+    }
+
+    /// The WQEBB of position `p` (masked) and its slot.
+    #[inline(always)]
+    pub(crate) fn at(&self, p: u32) -> (Block<'_>, &'a SqSlot) {
+        let i = (p & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `i <= mask`; `new` checked that there are `mask + 1` slots and WQEBBs, so
+        // the slot index is in bounds and the block offset `i * 64` is a multiple of 64 below
+        // the ring's length.
+        unsafe {
+            (
+                self.ring.block_unchecked(i << 6),
+                self.slots.get_unchecked(i),
+            )
+        }
+    }
+
+    /// The byte offset in the ring of position `p`'s WQEBB (for [`at_off`](Self::at_off)).
+    #[inline(always)]
+    pub(crate) fn off(&self, p: u32) -> usize {
+        ((p & self.mask) as usize) << 6
+    }
+
+    /// The WQEBB at byte offset `off` (masked to a WQEBB of the ring) and its slot.
+    #[inline(always)]
+    pub(crate) fn at_off(&self, off: usize) -> (Block<'_>, &'a SqSlot) {
+        let o = off & self.off_mask;
+        debug_assert!(o >> 6 < self.slots.len());
+        // SAFETY: `o` is a multiple of 64 at most `mask * 64`; `new` checked that there are
+        // `mask + 1` slots and WQEBBs, so the slot index `o / 64` is in bounds and the block
+        // lies in the ring.
+        unsafe {
+            (
+                self.ring.block_unchecked(o),
+                self.slots.get_unchecked(o >> 6),
+            )
+        }
+    }
+
+    /// The start of the WQE holding position `p`, or `p` if it is not in a posted WQE:
+    /// looks back from `p` over at most 16 WQEBBs for the slot marked as a WQE's start.
+    #[inline]
+    pub(crate) fn wqe_start(&self, p: u32) -> u32 {
+        let mut q = p;
+        for _ in 0..16 {
+            if self.at(q).1.meta.load(Ordering::Relaxed) & META_START != 0 {
+                return q;
+            }
+            q = q.wrapping_sub(1);
+        }
+        p
+    }
+}
+
 fn slots<T: Default>(n: usize) -> Box<[T]> {
     let mut v = Vec::with_capacity(n);
     v.resize_with(n, T::default);
@@ -119,20 +235,31 @@ impl QpCore {
     /// The SQ slot of WQEBB position `p`.
     #[inline(always)]
     pub(crate) fn sq_slot(&self, p: u32) -> &SqSlot {
-        let i = (p & self.sq_mask) as usize;
-        debug_assert!(i < self.sq.len());
-        // SAFETY: `sq.len() == sq_mask + 1` (both set in `new` from the same power of two), so
-        // the masked index is in bounds.
-        unsafe { self.sq.get_unchecked(i) }
+        self.sq_slots().at(p)
     }
 
     /// The RQ slot of WQE position `p`.
     #[inline(always)]
     pub(crate) fn rq_slot(&self, p: u32) -> &RqSlot {
-        let i = (p & self.rq_mask) as usize;
-        debug_assert!(i < self.rq.len());
-        // SAFETY: `rq.len() == rq_mask + 1` (see `new`).
-        unsafe { self.rq.get_unchecked(i) }
+        self.rq_slots().at(p)
+    }
+
+    /// The SQ slots, for a loop to keep in registers.
+    #[inline(always)]
+    pub(crate) fn sq_slots(&self) -> Slots<'_, SqSlot> {
+        Slots {
+            s: &self.sq,
+            mask: self.sq_mask,
+        }
+    }
+
+    /// The RQ slots, for a loop to keep in registers.
+    #[inline(always)]
+    pub(crate) fn rq_slots(&self) -> Slots<'_, RqSlot> {
+        Slots {
+            s: &self.rq,
+            mask: self.rq_mask,
+        }
     }
 
     /// Forgets everything posted (the QP went to RESET and its CQs were cleaned).
@@ -160,7 +287,6 @@ pub(crate) struct BfReg {
 }
 
 /// The poster's side of the SQ.
-#[derive(Debug)]
 pub(crate) struct SqState {
     /// The SQ's WQEBBs.
     pub(crate) ring: Ring,
@@ -170,18 +296,80 @@ pub(crate) struct SqState {
     pub(crate) cur_post: u32,
     /// Last consumer position read from the poller.
     pub(crate) tail: u32,
-    /// Most data segments per WQE.
+    /// Most data segments per WQE (set with [`SqState::set_limits`]).
     pub(crate) max_sge: u32,
-    /// Most inline bytes per WQE.
+    /// Most inline bytes per WQE (set with [`SqState::set_limits`]).
     pub(crate) max_inline: u32,
-    /// Every WQE asks for a completion.
+    /// Every WQE asks for a completion (set with [`SqState::set_sig_all`]).
     pub(crate) sig_all: bool,
-    /// `fm_ce_se` per `SendFlags & (FENCE | SIGNALED | SOLICITED)` (`post::fm_table`).
-    pub(crate) fm: [u8; 8],
-    /// Per `verbs::WrOpcode` value: what the QP type does with it (`post::op_table`).
-    pub(crate) ops: [u64; 7],
+    /// QP number (for the control segments).
+    qpn: u32,
+    /// UD QP.
+    ud: bool,
+    /// What each opcode and combination of send flags puts in a WQE (`post::fill_wr_table`).
+    pub(crate) wrs: Box<[WrEnt; WR_SHAPES]>,
     /// Send doorbell register.
     pub(crate) bf: BfReg,
+}
+
+impl core::fmt::Debug for SqState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // Without the work-request table (128 entries derived from the rest).
+        f.debug_struct("SqState")
+            .field("ring", &self.ring)
+            .field("wqe_cnt", &self.wqe_cnt)
+            .field("cur_post", &self.cur_post)
+            .field("tail", &self.tail)
+            .field("max_sge", &self.max_sge)
+            .field("max_inline", &self.max_inline)
+            .field("sig_all", &self.sig_all)
+            .field("bf", &self.bf)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqState {
+    /// The SQ of QP `qpn`: `wqe_cnt` WQEBBs in `ring`, limits, doorbell register.
+    pub(crate) fn new(
+        ring: Ring,
+        wqe_cnt: u32,
+        qpn: u32,
+        ud: bool,
+        (max_sge, max_inline): (u32, u32),
+        bf: BfReg,
+    ) -> SqState {
+        SqState {
+            ring,
+            wqe_cnt,
+            cur_post: 0,
+            tail: 0,
+            max_sge,
+            max_inline,
+            sig_all: false,
+            qpn,
+            ud,
+            wrs: {
+                let mut t = Box::new([WrEnt::default(); WR_SHAPES]);
+                fill_wr_table(&mut t, ud, qpn, max_sge, false);
+                t
+            },
+            bf,
+        }
+    }
+
+    /// Sets the most data segments and inline bytes per WQE (and the tables that depend on
+    /// them).
+    pub(crate) fn set_limits(&mut self, max_sge: u32, max_inline: u32) {
+        self.max_sge = max_sge;
+        self.max_inline = max_inline;
+        fill_wr_table(&mut self.wrs, self.ud, self.qpn, max_sge, self.sig_all);
+    }
+
+    /// Makes every WQE ask for a completion, or only the signalled ones.
+    pub(crate) fn set_sig_all(&mut self, on: bool) {
+        self.sig_all = on;
+        fill_wr_table(&mut self.wrs, self.ud, self.qpn, self.max_sge, on);
+    }
 }
 
 /// The poster's side of the RQ.

@@ -1,0 +1,277 @@
+//! Wall-clock cost of the data path on the fake device (criterion): `post_send` of RDMA writes
+//! one per doorbell and 16 per doorbell, and `poll_cq` of 16 requester CQEs.
+//!
+//! ```text
+//! cargo bench -p mlx5 --bench post_poll
+//! ```
+//!
+//! Only the driver's side is timed: completing the posted work (the CQEs the device would
+//! write) happens between the timed parts. Doorbell MMIO writes go to a register stub that
+//! does one volatile store, as a mapped BAR would. Timings on a shared machine are noisy; the
+//! instruction counts (`examples/fastpath_cost.rs`, `scripts/fastpath-cost.sh`) are the
+//! stable figure.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use firmware_interface::cqe::{Cqe64, opcode as cop};
+use firmware_interface::wqe::opcode as wop;
+use firmware_interface::{Be16, Be32};
+use mlx5::fake::{Clock, FakeRegs, bench, test_config};
+use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
+use verbs::{
+    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, RemoteOp, SendFlags, SendWr, Sge, WorkCompletion, WrOpcode,
+};
+
+/// The fake's registers, with doorbell writes (UAR pages) to a store-only stub.
+#[derive(Clone)]
+struct Regs {
+    inner: FakeRegs,
+    sink: Arc<[u64; 512]>,
+}
+
+impl RegisterIo for Regs {
+    fn read32(&self, offset: usize) -> u32 {
+        self.inner.read32(offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        self.inner.write32(offset, value)
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        if offset >= 0x2000 {
+            let p = self.sink.as_ptr() as *mut u64;
+            // SAFETY: index masked into the 512-word sink, which lives as long as `self`; the
+            // store stands for an MMIO store and nothing reads the sink.
+            unsafe { p.add((offset / 8) & 511).write_volatile(value) };
+        } else {
+            self.inner.write64(offset, value)
+        }
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        for (i, c) in data.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write64(offset + i * 8, u64::from_ne_bytes(w));
+        }
+    }
+}
+
+type Dev = mlx5::Device<Regs, Clock>;
+
+/// A device, an RC QP in RTS and its CQ.
+struct Rig {
+    dev: Dev,
+    cq: mlx5::Cq,
+    qp: mlx5::Qp,
+    _mem: DmaBuf,
+    /// Device-side CQ producer position.
+    pi: u32,
+}
+
+/// 16 signalled RDMA writes, one SGE each.
+fn wrs(sge: &[Sge; 16]) -> [SendWr<'_, mlx5::Ah>; 16] {
+    std::array::from_fn(|i| SendWr {
+        wr_id: i as u64,
+        opcode: WrOpcode::RdmaWrite,
+        flags: SendFlags::SIGNALED,
+        sg_list: std::slice::from_ref(&sge[i]),
+        remote: RemoteOp::Rdma {
+            remote_addr: 0x1000,
+            rkey: 0x42,
+        },
+        ..SendWr::default()
+    })
+}
+
+impl Rig {
+    /// The rig and 16 SGEs of 1 KiB in a registered region.
+    fn new() -> (Rig, [Sge; 16]) {
+        let b = bench();
+        let regs = Regs {
+            inner: b.regs.clone(),
+            sink: Arc::new([0; 512]),
+        };
+        let heap: Arc<dyn DmaAllocator> = b.heap.clone();
+        let config = mlx5::Config {
+            blueflame: false,
+            ..test_config()
+        };
+        let dev = Dev::probe(regs, heap, b.clock.clone(), config).expect("probe");
+        let pd = Provider::alloc_pd(&dev).unwrap();
+        let mem = DmaBuf::new(dev.dma(), 16 * 1024, 4096).unwrap();
+        let mr = dev
+            .reg_mr(
+                &pd,
+                &MemRegion {
+                    addr: mem.iova(),
+                    length: 16 * 1024,
+                    pages: &[],
+                },
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        let cq = Provider::create_cq(&dev, 255, 0, None).unwrap();
+        let (mut qp, _) = Provider::create_qp(
+            &dev,
+            &pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_recv_wr: 16,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        Provider::modify_qp(
+            &dev,
+            &mut qp,
+            &a,
+            M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rtr;
+        a.ah_attr = AhAttr {
+            dgid: Gid::from_ipv4([127, 0, 0, 1]),
+            is_global: true,
+            port_num: 1,
+            dmac: [2, 0, 0, 0, 0, 7],
+            ..AhAttr::default()
+        };
+        let rtr = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        Provider::modify_qp(&dev, &mut qp, &a, rtr).unwrap();
+        a.qp_state = QpState::Rts;
+        let rts =
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        Provider::modify_qp(&dev, &mut qp, &a, rts).unwrap();
+        let lkey = mr.lkey();
+        let base = mem.iova();
+        let sge = std::array::from_fn(|i| Sge {
+            addr: base + i as u64 * 1024,
+            length: 1024,
+            lkey,
+        });
+        (
+            Rig {
+                dev,
+                cq,
+                qp,
+                _mem: mem,
+                pi: 0,
+            },
+            sge,
+        )
+    }
+
+    /// The device's side: a successful CQE for each of the `n` WQEs posted before `end`.
+    fn complete(&mut self, end: u32, n: u32) {
+        let log = self.cq.log_size();
+        let qpn = self.qp.qpn();
+        for i in 0..n {
+            let c = Cqe64 {
+                sop_drop_qpn: Be32::new(((wop::RDMA_WRITE as u32) << 24) | qpn),
+                wqe_counter: Be16::new(end.wrapping_sub(n - i) as u16),
+                op_own: (cop::REQ << 4) | ((self.pi >> log) & 1) as u8,
+                ..Cqe64::zeroed()
+            };
+            let idx = self.pi & ((1 << log) - 1);
+            self.cq
+                .buffer()
+                .write(idx as usize * 64, &c.to_bytes())
+                .unwrap();
+            self.pi += 1;
+        }
+    }
+
+    /// Polls `n` completions (all there).
+    fn drain(&self, n: usize) {
+        let mut wc = [WorkCompletion::default(); 16];
+        let got = Provider::poll_cq(&self.dev, &self.cq, &mut wc[..n]).unwrap();
+        assert_eq!(got, n);
+    }
+}
+
+fn post_poll(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mlx5-fake");
+    g.throughput(Throughput::Elements(16));
+
+    let (mut r, sge) = Rig::new();
+    g.bench_function("post_send 16 WQEs, 1 per doorbell", |b| {
+        b.iter_custom(|iters| {
+            let mut t = Duration::ZERO;
+            for _ in 0..iters {
+                let wrs = wrs(&sge);
+                let start = Instant::now();
+                for wr in &wrs {
+                    Provider::post_send(&r.dev, &mut r.qp, black_box(std::slice::from_ref(wr)))
+                        .unwrap();
+                }
+                t += start.elapsed();
+                let end = r.qp.sq_producer();
+                r.complete(end, 16);
+                r.drain(16);
+            }
+            t
+        })
+    });
+
+    let (mut r, sge) = Rig::new();
+    g.bench_function("post_send 16 WQEs, 16 per doorbell", |b| {
+        b.iter_custom(|iters| {
+            let mut t = Duration::ZERO;
+            for _ in 0..iters {
+                let wrs = wrs(&sge);
+                let start = Instant::now();
+                Provider::post_send(&r.dev, &mut r.qp, black_box(&wrs)).unwrap();
+                t += start.elapsed();
+                let end = r.qp.sq_producer();
+                r.complete(end, 16);
+                r.drain(16);
+            }
+            t
+        })
+    });
+
+    let (mut r, sge) = Rig::new();
+    g.bench_function("poll_cq 16 CQEs", |b| {
+        b.iter_custom(|iters| {
+            let mut t = Duration::ZERO;
+            let mut wc = [WorkCompletion::default(); 16];
+            for _ in 0..iters {
+                let wrs = wrs(&sge);
+                Provider::post_send(&r.dev, &mut r.qp, &wrs).unwrap();
+                let end = r.qp.sq_producer();
+                r.complete(end, 16);
+                let start = Instant::now();
+                let n = Provider::poll_cq(&r.dev, &r.cq, black_box(&mut wc)).unwrap();
+                t += start.elapsed();
+                assert_eq!(n, 16);
+            }
+            t
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, post_poll);
+criterion_main!(benches);

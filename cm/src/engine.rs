@@ -436,9 +436,16 @@ impl<P: Provider> State<P> {
             }
             return;
         };
-        let Some(s) = self.ids.get_mut(k) else { return };
+        let (Some(dev), Some(s)) = (self.devs.get(d), self.ids.get_mut(k)) else {
+            return;
+        };
         match s.fsm {
             Fsm::Established | Fsm::RepSent => {
+                // As the kernel's rdma_cm does on DREQ: the QP goes to ERR at once, so that
+                // posted receives flush while the consumer has not called disconnect yet.
+                if let Some(q) = s.qp.as_mut() {
+                    qp_to_err(&dev.provider, &mut q.qp);
+                }
                 s.conn.retx = None;
                 s.conn.dreq_tid = tid;
                 s.fsm = Fsm::DreqRcvd;

@@ -200,10 +200,13 @@ fn libc_style(
         Family::Inet6 | Family::Ib => return gai(GaiError::Family),
     }
     // socket type from the QP type, protocol from the port space
-    let sock = hints.ai_qp_type.map(|t| match t {
-        QpType::Rc => Sock::Stream,
-        QpType::Ud => Sock::Dgram,
-    });
+    let sock = match hints.ai_qp_type {
+        None => None,
+        Some(QpType::Rc) => Some(Sock::Stream),
+        Some(QpType::Ud) => Some(Sock::Dgram),
+        // QP1 is the connection manager's, not an endpoint's
+        Some(QpType::Gsi) => return gai(GaiError::SockType),
+    };
     let proto = hints.ai_port_space.and_then(|ps| match ps.0 {
         port_space::TCP => Some(Sock::Stream),
         port_space::UDP | port_space::IPOIB => Some(Sock::Dgram),

@@ -116,10 +116,11 @@ impl<P: Provider> Cm<P> {
 
     /// Adds an RDMA device (librdmacm finds them with `ibv_get_device_list`). Its port 1 must
     /// have an IPv4-mapped GID at index 0 (that is the device's address); `mac` is its
-    /// Ethernet address. The manager creates its MAD QP: the verbs provider cannot create
-    /// QP1, so this is an ordinary UD QP with the GSI Q_Key 0x80010000, and peers learn its
-    /// number through [`Neighbor::cm_qpn`] where real RoCE would use QP1. The device and its
-    /// MAD QP are entered in the neighbour table. On failure the provider is handed back.
+    /// Ethernet address. The manager creates the device's GSI QP (QP1, [`verbs::QpType::Gsi`],
+    /// Q_Key 0x80010000, P_Key index 0), which carries its CM MADs to and from the peers'
+    /// QP1 as librdmacm's do through the kernel's MAD layer; so the device must not have a
+    /// GSI QP already (the device allows one per port: EAGAIN from the mlx5 provider). The
+    /// device is entered in the neighbour table. On failure the provider is handed back.
     pub fn add_device(
         &self,
         provider: P,
@@ -142,7 +143,6 @@ impl<P: Provider> Cm<P> {
             Ok(g) => g,
             Err(e) => return Err((e, provider)),
         };
-        let cm_qpn = gsi.qp.qp_num();
         Ok(self.with_state(|st| {
             let agent = st.rng.next() as u32;
             let key = st.devs.insert(Dev {
@@ -158,7 +158,7 @@ impl<P: Provider> Cm<P> {
                 refcnt: 0,
                 gsi: Some(gsi),
             });
-            st.set_neighbor(ip, Neighbor { mac, cm_qpn });
+            st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
         }))
     }

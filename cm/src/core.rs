@@ -79,14 +79,12 @@ impl Default for CmConfig {
     }
 }
 
-/// What address resolution (ARP, here a table) knows of an IPv4 neighbour.
+/// What address resolution (ARP, here a table) knows of an IPv4 neighbour. Its connection
+/// manager is reached at its GSI QP (QP1), as on any RoCE node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Neighbor {
     /// Its Ethernet address.
     pub mac: [u8; 6],
-    /// The QP number its connection manager receives MADs on (1 where the provider can
-    /// create the GSI QP; see [`Cm::add_device`]).
-    pub cm_qpn: u32,
 }
 
 /// A device of a [`Cm`].
@@ -109,7 +107,7 @@ pub struct DeviceInfo {
     pub mac: [u8; 6],
     /// Node GUID used in CM messages (the EUI-64 of the MAC).
     pub guid: u64,
-    /// QP number of the MAD QP.
+    /// QP number of the MAD QP: the GSI QP, so [`mad::GSI_QPN`] (1).
     pub cm_qpn: u32,
     /// Active MTU of port 1.
     pub active_mtu: Mtu,
@@ -160,8 +158,9 @@ const SLOT: usize = 512;
 const GRH: usize = 40;
 const SEND_BIT: u64 = 1 << 32;
 
-/// The MAD QP of a device: an ordinary UD QP with the GSI Q_Key (the verbs provider cannot
-/// create QP1), its CQ, and registered buffers: `recv` slots then `send` slots of 512 bytes.
+/// The MAD QP of a device: its GSI QP (QP1, [`QpType::Gsi`]; on Linux the kernel's MAD layer
+/// owns it), its CQ, and registered buffers: `recv` slots then `send` slots of 512 bytes.
+/// MADs go to QP1 of the peer with the GSI Q_Key, P_Key index 0.
 pub(crate) struct Gsi<P: Provider> {
     pub qp: P::Qp,
     cq: P::Cq,
@@ -469,7 +468,7 @@ fn is_any(ip: Ipv4Addr, dev_ips: &[Ipv4Addr]) -> bool {
 
 // ------------------------------------------------------------------ QP transitions
 
-/// RESET → INIT of a connected QP, or RESET → INIT → RTR → RTS of a UD QP.
+/// RESET → INIT of a connected QP, or RESET → INIT → RTR → RTS of a UD (or the GSI) QP.
 pub(crate) fn qp_init<P: Provider>(
     p: &P,
     qp: &mut P::Qp,
@@ -489,7 +488,7 @@ pub(crate) fn qp_init<P: Provider>(
         QpType::Rc => {
             p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
         }
-        QpType::Ud => {
+        QpType::Ud | QpType::Gsi => {
             p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
             a.qp_state = QpState::Rtr;
             p.modify_qp(qp, &a, M::STATE)?;
@@ -612,7 +611,7 @@ impl<P: Provider> Gsi<P> {
             let qp = p.create_qp(
                 &pd,
                 &VerbsQpInitAttr {
-                    qp_type: QpType::Ud,
+                    qp_type: QpType::Gsi,
                     send_cq: &cq,
                     recv_cq: &cq,
                     cap: QpCap {
@@ -633,7 +632,7 @@ impl<P: Provider> Gsi<P> {
                     return Err(e.into());
                 }
             };
-            if let Err(e) = qp_init(p, &mut qp, QpType::Ud, AccessFlags::empty(), GSI_QKEY) {
+            if let Err(e) = qp_init(p, &mut qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY) {
                 let _ = p.destroy_qp(qp);
                 let _ = p.dereg_mr(mr);
                 let _ = p.destroy_cq(cq);

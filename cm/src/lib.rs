@@ -13,9 +13,10 @@
 //!   device) and the platform's relax hook in turn, so one thread can run both ends of a
 //!   connection.
 //!
-//! Where the verbs provider cannot create QP1 (the mlx5 provider here), each device's CM
-//! MADs travel on an ordinary UD QP with the GSI Q_Key; peers find it through the neighbour
-//! table ([`Neighbor::cm_qpn`]), which also stands in for ARP.
+//! Each device's CM MADs travel on its GSI QP (QP1, [`verbs::QpType::Gsi`]) with the GSI
+//! Q_Key 0x80010000 and P_Key index 0, to QP1 of the peer ([`mad::GSI_QPN`]), as the IB spec
+//! and librdmacm have them (on Linux the kernel's MAD layer owns QP1; there is no kernel
+//! here, so the manager creates it). The neighbour table ([`Neighbor`]) stands in for ARP.
 //!
 //! ```
 //! use cm::{getaddrinfo, AddrInfo, Error, PortSpace, RaiFlags, mad};

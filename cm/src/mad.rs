@@ -47,6 +47,8 @@ pub const METHOD_GET: u8 = 0x01;
 pub const METHOD_RESP: u8 = 0x80;
 /// Q_Key of the GSI QP (QP1).
 pub const GSI_QKEY: u32 = 0x8001_0000;
+/// QP number of the GSI QP, where CM MADs are sent.
+pub const GSI_QPN: u32 = 1;
 /// P_Key of RoCE paths (the default partition, full membership).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 

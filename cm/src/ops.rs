@@ -164,7 +164,8 @@ impl<P: Provider> State<P> {
         }
         let (d, pdk) = self.qp_pd(k, pd)?;
         let s = self.id(k)?;
-        if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type {
+        // QP1 belongs to the manager
+        if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type || attr.qp_type == QpType::Gsi {
             return Err(Error::InvalidArgument);
         }
         let passive_req = s.fsm == Fsm::ReqRcvd;
@@ -260,6 +261,7 @@ impl<P: Provider> State<P> {
                 };
                 qp_init(p, &mut qp, QpType::Rc, access, 0)
             }
+            QpType::Gsi => Err(Error::InvalidArgument),
         };
         if let Err(e) = init {
             let _ = p.destroy_qp(qp);
@@ -453,7 +455,7 @@ impl<P: Provider> State<P> {
         c.peer = Peer {
             ip: *dst.ip(),
             mac: nb.mac,
-            qpn: nb.cm_qpn,
+            qpn: crate::mad::GSI_QPN,
         };
         let timeout = self.cm_timeout_ns(cfg.cm_response_timeout);
         self.send_for(k, tid, msg, Some((timeout, cfg.max_cm_retries.min(15))));

@@ -30,6 +30,7 @@ pub const fn transition_params(
     next: QpState,
 ) -> Option<TransitionParams> {
     use QpState::*;
+    // UD and GSI (QP1) take the same attributes.
     let rc = matches!(qp_type, QpType::Rc);
     Some(match (cur, next) {
         // Any state may go to RESET or ERR, with no attributes.

@@ -115,6 +115,10 @@ pub trait Provider {
     /// Polls up to `wc.len()` completions (`ibv_poll_cq`); returns how many were written. A
     /// malformed completion from the device is consumed and reported as an error (after the
     /// good completions before it were returned).
+    ///
+    /// As with `ibv_poll_cq`, a completion's fields that do not apply to its opcode and
+    /// status are undefined (see [`WorkCompletion`]): the provider may leave them as the
+    /// caller's slice held them, and callers must not read them.
     fn poll_cq(&self, cq: &Self::Cq, wc: &mut [WorkCompletion]) -> Result<usize, Error>;
     /// Requests a completion event for the next completion (`ibv_req_notify_cq`; with
     /// `solicited_only`, the next solicited one).

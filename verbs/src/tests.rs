@@ -129,7 +129,8 @@ fn check(t: QpType, from: QpState, to: QpState, mask: M) -> Result<QpState, Erro
 
 #[test]
 fn every_transition_of_the_table_for_rc_and_ud() {
-    for t in [QpType::Rc, QpType::Ud] {
+    // GSI (QP1) follows the UD column.
+    for t in [QpType::Rc, QpType::Ud, QpType::Gsi] {
         for from in ALL_STATES {
             for to in ALL_STATES {
                 let exp = expected(t, from, to);
@@ -195,6 +196,11 @@ fn the_brief_s_required_sets() {
     assert_eq!(check_modify(QpType::Ud, Reset, &a(Init), ud_init), Ok(Init));
     assert!(check_modify(QpType::Ud, Reset, &a(Init), rc_init).is_err());
     assert!(check_modify(QpType::Rc, Reset, &a(Init), ud_init).is_err());
+    assert_eq!(
+        check_modify(QpType::Gsi, Reset, &a(Init), ud_init),
+        Ok(Init)
+    );
+    assert!(check_modify(QpType::Gsi, Reset, &a(Init), rc_init).is_err());
     let rc_rtr = M::STATE
         | M::AV
         | M::PATH_MTU

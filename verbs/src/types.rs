@@ -210,6 +210,16 @@ pub enum QpType {
     Rc = 2,
     /// `IBV_QPT_UD`.
     Ud = 4,
+    /// The GSI QP (QP1) of a port: the kernel's `IB_QPT_GSI` (1). libibverbs has no user GSI
+    /// type; on Linux the kernel's `ib_mad` layer owns QP1 and applications (librdmacm's
+    /// connection manager included) reach it through `ib_umad`. There is no kernel here, so
+    /// the connection manager creates it through this type. A datagram QP like UD (same
+    /// modify-QP attributes, same work requests); the device gives it QP number 1, allows
+    /// one per port, delivers to it only MADs carrying the GSI Q_Key 0x80010000 and sends
+    /// with that Q_Key whatever the work request names. [`check_modify`](crate::check_modify)
+    /// takes the UD attributes for it (the kernel's table takes no `PORT` for GSI: there the
+    /// port is fixed at creation).
+    Gsi = 1,
 }
 
 /// QP state (`enum ibv_qp_state`).

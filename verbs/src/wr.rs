@@ -218,7 +218,25 @@ pub enum WcOpcode {
 }
 
 /// A work completion (`ibv_wc`).
+///
+/// As in libibverbs, only the fields that apply to the completion are defined; a provider
+/// may leave the others unwritten (holding whatever the slice held before the poll), so
+/// callers must not read them:
+///
+/// - always: `wr_id`, `status`, `opcode`, `qp_num`, `vendor_err` and `wc_flags`;
+/// - `byte_len`: receives, RDMA read and atomics (send and RDMA write completions leave it
+///   undefined);
+/// - `imm_data`: with [`WcFlags::WITH_IMM`] or [`WcFlags::WITH_INV`];
+/// - `src_qp`, `pkey_index`, `slid`, `sl`, `dlid_path_bits`: receives on UD QPs.
+///
+/// For an error completion (`status` not `Success`) only `wr_id`, `status`, `qp_num` and
+/// `vendor_err` are defined (libibverbs: "the other fields are undefined"), though this
+/// crate's providers also set `opcode`.
+///
+/// `repr(C)` with the fields that every completion defines first (bytes 0..24), so that a
+/// provider writes a send completion with a few wide stores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct WorkCompletion {
     /// The work request's `wr_id`.
     pub wr_id: u64,
@@ -226,28 +244,31 @@ pub struct WorkCompletion {
     pub status: WcStatus,
     /// Operation (for errors: the operation of the work request as posted, or RECV).
     pub opcode: WcOpcode,
-    /// Vendor syndrome of an error completion.
-    pub vendor_err: u32,
-    /// Bytes received (receives), read (RDMA read) or 8 (atomics); 0 otherwise.
-    pub byte_len: u32,
-    /// Immediate data (with `WcFlags::WITH_IMM`) in network byte order, or the invalidated
-    /// rkey (with `WcFlags::WITH_INV`).
-    pub imm_data: u32,
+    /// Service level (UD receives; otherwise undefined).
+    pub sl: u8,
+    /// Destination LID path bits (InfiniBand UD receives; otherwise undefined).
+    pub dlid_path_bits: u8,
     /// Local QP number.
     pub qp_num: u32,
-    /// Source QP number (UD receives).
-    pub src_qp: u32,
+    /// Vendor syndrome of an error completion (0 for a success).
+    pub vendor_err: u32,
     /// Flags.
     pub wc_flags: WcFlags,
-    /// P_Key index (UD receives).
+    /// Bytes received (receives), read (RDMA read) or 8 (atomics); undefined for send and
+    /// RDMA write completions.
+    pub byte_len: u32,
+    /// Immediate data (with `WcFlags::WITH_IMM`) in network byte order, or the invalidated
+    /// rkey (with `WcFlags::WITH_INV`); otherwise undefined.
+    pub imm_data: u32,
+    /// Source QP number (UD receives; otherwise undefined).
+    pub src_qp: u32,
+    /// P_Key index (UD receives; otherwise undefined).
     pub pkey_index: u16,
-    /// Source LID (InfiniBand receives).
+    /// Source LID (InfiniBand UD receives; otherwise undefined).
     pub slid: u16,
-    /// Service level (receives).
-    pub sl: u8,
-    /// Destination LID path bits (InfiniBand receives).
-    pub dlid_path_bits: u8,
 }
+
+const _: () = assert!(core::mem::size_of::<WorkCompletion>() == 40);
 
 /// A completion event from a completion channel (`ibv_get_cq_event`): CQ `cqn` (created with
 /// `cq_context`) has a new completion since it was armed.

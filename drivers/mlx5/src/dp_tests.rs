@@ -1054,7 +1054,7 @@ fn error_cqes_map_to_wc_status() {
         assert_eq!(wc[0].vendor_err, 0x40 + i as u32);
         assert_eq!(wc[0].wr_id, 100 + i as u64);
         assert_eq!(wc[0].opcode, WcOpcode::RdmaRead);
-        assert_eq!(wc[0].byte_len, 0);
+        // (`byte_len` is undefined for an error completion.)
     }
     // responder errors complete receive WQEs
     r.dev
@@ -2115,19 +2115,18 @@ fn fast_poll_loop_hands_over_to_the_general_loop() {
     assert_eq!(ids, [(0, n1), (1, n1), (10, n2)]);
     assert_eq!(r.cq.consumer_index(), 3);
     let wc = r.poll(16).unwrap();
-    let got: Vec<_> = wc
-        .iter()
-        .map(|w| (w.wr_id, w.opcode, w.byte_len, w.status))
-        .collect();
+    let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();
     assert_eq!(
         got,
         [
-            (11, WcOpcode::RdmaWrite, 0, WcStatus::Success),
-            (2, WcOpcode::Send, 0, WcStatus::Success),
-            (3, WcOpcode::RdmaRead, 64, WcStatus::Success),
-            (12, WcOpcode::RdmaWrite, 0, WcStatus::Success),
+            (11, WcOpcode::RdmaWrite, WcStatus::Success),
+            (2, WcOpcode::Send, WcStatus::Success),
+            (3, WcOpcode::RdmaRead, WcStatus::Success),
+            (12, WcOpcode::RdmaWrite, WcStatus::Success),
         ]
     );
+    // `byte_len` is defined for the read only.
+    assert_eq!(wc[2].byte_len, 64);
     // the last CQE names WQE 4 with the wrong opcode: consumed, reported next
     assert_eq!(
         bad(r.poll(16).unwrap_err()),
@@ -2166,4 +2165,73 @@ fn fast_poll_loop_crosses_the_end_of_the_cq_ring() {
         // the entry after the last still has the owner bit of its previous pass
         assert!(r.poll(4).unwrap().is_empty());
     }
+}
+
+#[test]
+fn fast_poll_loop_writes_every_defined_field_over_old_contents() {
+    let mut r = rig(4);
+    let n1 = r.qp.qpn();
+    let write = SendWr {
+        opcode: WrOpcode::RdmaWrite,
+        remote: RemoteOp::Rdma {
+            remote_addr: 0x10,
+            rkey: 7,
+        },
+        ..signaled(5, &SG)
+    };
+    r.post(&[write, signaled(6, &SG)]).unwrap();
+    r.cqe(req(n1, 0, wqe::opcode::RDMA_WRITE));
+    r.cqe(req(n1, 1, wqe::opcode::SEND));
+    // What an earlier poll may have left in the caller's slice.
+    let old = WorkCompletion {
+        wr_id: 99,
+        status: WcStatus::GeneralErr,
+        opcode: WcOpcode::Recv,
+        sl: 6,
+        dlid_path_bits: 7,
+        qp_num: 1,
+        vendor_err: 5,
+        wc_flags: WcFlags::GRH | WcFlags::WITH_IMM,
+        byte_len: 777,
+        imm_data: 1,
+        src_qp: 3,
+        pkey_index: 4,
+        slid: 5,
+    };
+    let mut wc = [old; 2];
+    assert_eq!(r.cq.poll(&mut wc).unwrap(), 2);
+    let defined: Vec<_> = wc
+        .iter()
+        .map(|w| {
+            (
+                w.wr_id,
+                w.status,
+                w.opcode,
+                w.qp_num,
+                w.vendor_err,
+                w.wc_flags,
+            )
+        })
+        .collect();
+    assert_eq!(
+        defined,
+        [
+            (
+                5,
+                WcStatus::Success,
+                WcOpcode::RdmaWrite,
+                n1,
+                0,
+                WcFlags::empty()
+            ),
+            (
+                6,
+                WcStatus::Success,
+                WcOpcode::Send,
+                n1,
+                0,
+                WcFlags::empty()
+            ),
+        ]
+    );
 }

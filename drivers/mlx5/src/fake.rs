@@ -438,8 +438,16 @@ impl Fw {
                 self.eqs.remove(&destroy_eq_in::EQ_NUMBER.get(inp));
             }
             opcode::CREATE_QP => {
-                let n = self.obj();
                 let st = qpc::ST.at(create_qp_in::QPC.byte_off()).get(inp);
+                // QP1 (GSI) is number 1, once.
+                let n = if st != qpc::ST_QP1 {
+                    self.obj()
+                } else if self.qp_state.contains_key(&1) {
+                    out[0] = firmware_interface::cmd_status::NO_RES;
+                    return Reply::ok(out);
+                } else {
+                    1
+                };
                 self.qp_state.insert(n, (qpc::STATE_RST, st));
                 create_qp_out::QPN.set(&mut out, n);
             }

@@ -119,6 +119,8 @@ mod eq;
 mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+#[cfg(test)]
+mod gsi_tests;
 mod mem;
 mod mkey;
 mod pages;

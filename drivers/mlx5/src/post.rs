@@ -58,7 +58,7 @@ const INLINE_OK: u8 = 1;
 const ATOMIC: u8 = 2;
 
 /// Entries of a QP's work-request table: one per `WrOpcode` value (8) and combination of
-/// `SendFlags` bits 3:0 (FENCE, SIGNALED, SOLICITED, INLINE).
+/// `SendFlags` bits 3:0 (FENCE, SIGNALED, SOLICITED, INLINE), flags major.
 pub(crate) const WR_SHAPES: usize = 128;
 
 /// What a QP does with a work request of one opcode and set of flags (`SqState::wrs`,
@@ -92,8 +92,11 @@ pub(crate) struct WrEnt {
 /// The `SqState::wrs` index of a work request.
 #[inline(always)]
 fn shape(opcode: WrOpcode, flags: u32) -> usize {
-    ((opcode as usize) << 4) | (flags & 15) as usize
+    // Flags above the opcode: `flags * 8 + opcode` is one address computation.
+    (((flags & 15) as usize) << 3) | opcode as usize
 }
+
+const _: () = assert!(WrOpcode::AtomicFetchAndAdd as usize <= 7);
 
 /// Fills `t`, the work-request table of a QP of type `ud` with QPN `qpn`, `max_sge` data
 /// segments per WQE and (`sig_all`) every WQE signalled.
@@ -131,8 +134,8 @@ pub(crate) fn fill_wr_table(
             (op::ATOMIC_FA, W::FetchAdd, 3, KIND_ATOMIC, false, ATOMIC);
     }
     for (i, e) in t.iter_mut().enumerate() {
-        let (opc, wc, hdr, kind, imm, flags) = ops[i >> 4];
-        let f = (i & 15) as u32;
+        let (opc, wc, hdr, kind, imm, flags) = ops[i & 7];
+        let f = (i >> 3) as u32;
         let fm = fm_ce_se(f, sig_all);
         let policy = match opc {
             op::RDMA_READ => META_READ,

@@ -108,7 +108,7 @@ pub fn verbs_state(s: QpState) -> verbs::QpState {
 impl Qp {
     /// Actual queue sizes (what `create_qp` reports).
     pub fn cap(&self) -> QpCap {
-        let ud = self.service() == ServiceType::Ud;
+        let ud = self.service().is_datagram();
         let data = (self.sq.max_sge * 16).max((self.sq.max_inline + 4).next_multiple_of(16));
         let bytes = (sq_overhead(ud) + data).max(64);
         let bbs = bytes.div_ceil(64).max(1);
@@ -130,6 +130,7 @@ impl verbs::QueuePair for Qp {
         match self.service() {
             ServiceType::Rc => QpType::Rc,
             ServiceType::Ud => QpType::Ud,
+            ServiceType::Gsi => QpType::Gsi,
         }
     }
     fn state(&self) -> verbs::QpState {
@@ -489,7 +490,12 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
 
     fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_, Cq>) -> Result<(Qp, QpCap), verbs::Error> {
         let caps = &self.caps;
-        let ud = attr.qp_type == QpType::Ud;
+        let service = match attr.qp_type {
+            QpType::Rc => ServiceType::Rc,
+            QpType::Ud => ServiceType::Ud,
+            QpType::Gsi => ServiceType::Gsi,
+        };
+        let ud = service.is_datagram();
         let c = attr.cap;
         let log_max = caps.log_max_qp_sz.min(15);
         let max_wr = 1u32 << log_max;
@@ -534,7 +540,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             None
         };
         let create = QpCreate {
-            service: if ud { ServiceType::Ud } else { ServiceType::Rc },
+            service,
             pd: pd.pdn,
             send_cqn: attr.send_cq.cqn(),
             recv_cqn: attr.recv_cq.cqn(),

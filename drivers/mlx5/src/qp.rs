@@ -31,6 +31,9 @@ pub enum ServiceType {
     Rc,
     /// Unreliable datagram.
     Ud,
+    /// The GSI QP of the port (`qpc.st` QP1): a datagram QP the device numbers 1, one per
+    /// port, receiving only the GSI Q_Key and sending with it. Same WQEs as UD.
+    Gsi,
 }
 
 impl ServiceType {
@@ -38,9 +41,18 @@ impl ServiceType {
         match self {
             ServiceType::Rc => qpc::ST_RC,
             ServiceType::Ud => qpc::ST_UD,
+            ServiceType::Gsi => qpc::ST_QP1,
         }
     }
+
+    /// UD or GSI: datagram WQEs (with a datagram segment), a Q_Key.
+    pub fn is_datagram(self) -> bool {
+        matches!(self, ServiceType::Ud | ServiceType::Gsi)
+    }
 }
+
+/// QP number the device gives the GSI QP.
+pub(crate) const GSI_QPN: u32 = 1;
 
 /// QP state (`qpc.state`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -621,7 +633,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let caps = &self.caps;
         let supported = match attr.service {
             ServiceType::Rc => caps.rc,
-            ServiceType::Ud => caps.ud,
+            ServiceType::Ud | ServiceType::Gsi => caps.ud,
         };
         if !supported {
             return Err(Error::NotSupported);
@@ -686,7 +698,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         };
         let qpn =
             self.object_number(opcode::CREATE_QP, &out, create_qp_out::QPN, caps.log_max_qp)?;
-        let ud = attr.service == ServiceType::Ud;
+        if attr.service == ServiceType::Gsi && qpn != GSI_QPN {
+            // The device made some QP we cannot use as QP1 (left to it, as on other bad
+            // outputs: it may hold the buffers).
+            return Err(Error::BadOutput {
+                opcode: opcode::CREATE_QP,
+                what: OutputFault::ObjectNumber { value: qpn },
+            });
+        }
+        let ud = attr.service.is_datagram();
         let sq_cnt = 1u32 << attr.log_sq_size;
         let rq_cnt = 1u32 << attr.log_rq_size;
         let (max_sge, max_inline) = sq_limits(max_wqe_bytes(caps.max_wqe_sz_sq, sq_cnt), ud);
@@ -825,7 +845,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if transition == Transition::Rst2Init {
             qp.port = attr.port;
         }
-        if qp.service == ServiceType::Ud {
+        if qp.service.is_datagram() {
             let named = attr.opt_param_mask & qpc::optpar::Q_KEY != 0;
             match transition {
                 Transition::Rst2Init => qp.qkey = attr.qkey,

@@ -264,7 +264,6 @@ fn a_peer_that_never_answers_times_out() {
         dead,
         Neighbor {
             mac: [2, 0, 0, 0, 0, 3],
-            cm_qpn: 1,
         },
     );
     let res = getaddrinfo(Some("127.0.0.3"), Some(PORT), Some(&client_hints())).unwrap();

@@ -66,12 +66,11 @@ pub(crate) const WR_SHAPES: usize = 128;
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(32))]
 pub(crate) struct WrEnt {
-    /// Control segment bytes 0..8 as a big-endian number, without the WQE index (bits
-    /// 55:40): `opcode << 32 | qpn << 8 | ds`, `ds` for one data segment (`hdr + 1`).
-    ctrl: u64,
-    /// Control segment bytes 8..12 (`signature`, reserved, reserved, `fm_ce_se`) as the
-    /// native u32 that stores them.
-    fm: u32,
+    /// The control segment as stored, WQE index and immediate data 0: word 0 the bytes 0..8
+    /// (`opcode << 32 | qpn << 8 | ds` big-endian, `ds` for one data segment: `hdr + 1`),
+    /// word 1 the bytes 8..16 (`signature`, reserved, reserved, `fm_ce_se`, immediate 0).
+    /// One 16-byte copy writes it.
+    seg: [u64; 2],
     /// `SqSlot::meta` of a one-WQEBB WQE of this shape (`fm_ce_se` included).
     meta: u32,
     /// All ones when the opcode carries immediate data, else 0.
@@ -148,9 +147,11 @@ pub(crate) fn fill_wr_table(
         } else {
             0
         };
+        let ctrl = ((opc as u64) << 32) | ((qpn as u64 & 0xff_ffff) << 8) | (hdr as u64 + 1);
+        let mut w1 = [0u8; 8];
+        w1[3] = fm;
         *e = WrEnt {
-            ctrl: ((opc as u64) << 32) | ((qpn as u64 & 0xff_ffff) << 8) | (hdr as u64 + 1),
-            fm: (fm as u32).to_be(),
+            seg: [ctrl.to_be(), u64::from_ne_bytes(w1)],
             meta: ((fm as u32) << META_FM_SHIFT)
                 | ((wc as u32) << META_WC_SHIFT)
                 | policy
@@ -226,7 +227,7 @@ fn raddr_seg(raddr: u64, rkey: u32) -> (u64, u64) {
 /// index (`cur & 0xffff`) and `ds`.
 #[inline(always)]
 fn ctrl0(e: &WrEnt, cur: u32, ds: u32) -> u64 {
-    ((e.ctrl & !0x3f) | (((cur & 0xffff) as u64) << 40) | ds as u64).to_be()
+    ((u64::from_be(e.seg[0]) & !0x3f) | (((cur & 0xffff) as u64) << 40) | ds as u64).to_be()
 }
 
 /// Writes the data segments of `sg` (zero-length ones skipped) after `hdr` 16-byte units of
@@ -282,14 +283,14 @@ impl Poster<'_> {
                 break;
             }
             cur = cur.wrapping_add(1);
-            off += 64;
+            off += 16;
         }
         cur.wrapping_sub(start) as usize
     }
 
-    /// The fast path: a WQE of one WQEBB at `cur` (free, the caller made sure; `off` its
-    /// byte offset in the ring, masked here), for an RC/UC send, RDMA write or read with a
-    /// gather list of no zero-length single SGE. `false` for anything else (having maybe
+    /// The fast path: a WQE of one WQEBB at `cur` (free, the caller made sure; `off` the
+    /// byte offset of its slot, [`SqView::off`], masked here), for an RC/UC send, RDMA write
+    /// or read with a gather list of no zero-length single SGE. `false` for anything else (having maybe
     /// written into the free WQEBB), which [`Slow::write`] then takes, errors included.
     ///
     /// The WQEBB is one 64-byte [`Block`]: `fast_lim` keeps the segments inside it, and the
@@ -303,7 +304,8 @@ impl Poster<'_> {
             return false;
         }
         let (blk, slot) = self.view.at_off(off);
-        let ctrl = if let [s] = sg {
+        // `ds` when not the template's.
+        let ds = if let [s] = sg {
             // The usual single SGE: `ds` is in the template, the segments at fixed places.
             if s.length == 0 {
                 return false;
@@ -324,7 +326,8 @@ impl Poster<'_> {
             blk.put(4, a);
             blk.put(5, b);
             slot.len.store(s.length, Relaxed);
-            e.ctrl
+            // `ds` as in the template.
+            None
         } else {
             if sg.len() >= e.fast_lim as usize {
                 return false;
@@ -340,11 +343,15 @@ impl Poster<'_> {
             }
             let (ds, total) = gather_list(blk, e.hdr as usize, sg);
             slot.len.store(total, Relaxed);
-            (e.ctrl & !0x3f) | ds as u64
+            Some(ds as u8)
         };
-        blk.put(0, (ctrl | (((cur & 0xffff) as u64) << 40)).to_be());
-        // Immediate data is copied as given (network order).
-        blk.put32(2, e.fm);
+        // The template, then the WQE index (bytes 1..3), `ds` (byte 7) when not the
+        // template's, and the immediate data, copied as given (network order).
+        blk.put_seg(e.seg);
+        blk.put_be16_at(1, cur as u16);
+        if let Some(ds) = ds {
+            blk.put8_at(7, ds);
+        }
         blk.put32(3, wr.imm_data & e.imm_mask);
         slot.wr_id.store(wr.wr_id, Relaxed);
         slot.meta.store(e.meta, Relaxed);
@@ -499,7 +506,7 @@ impl<'q> Slow<'q> {
         let blk: Block<'_> = ring.block(base);
         blk.put(0, ctrl0(e, cur, ds));
         // Immediate data is copied as given (network order).
-        blk.put32(2, e.fm);
+        blk.put(1, e.seg[1]);
         blk.put32(3, wr.imm_data & e.imm_mask);
 
         let slot = self.slots.at(cur);
@@ -602,6 +609,51 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if matches!(qp.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err((Error::InvalidArgument, 0));
         }
+        let (mut done, mut tried) = (0, false);
+        if FAST {
+            // The usual batch: room for it known without looking at the poller's position,
+            // every request taken by the fast path. Anything else continues out of line.
+            let core = &*qp.core;
+            let sq = &mut qp.sq;
+            let start = sq.cur_post;
+            let mut room = sq.tail.wrapping_add(sq.wqe_cnt).wrapping_sub(start);
+            if (room as usize) < wrs.len() {
+                // Look at the poller's position again; remembered for the next call.
+                sq.tail = core.sq_tail.0.load(Acquire);
+                room = sq.tail.wrapping_add(sq.wqe_cnt).wrapping_sub(start);
+            }
+            let sq = &qp.sq;
+            if room as usize >= wrs.len() {
+                let Some(view) = SqView::new(sq.ring, core) else {
+                    // Not reached: `create_qp` makes the ring and the slots from one size.
+                    return Err((Error::InvalidArgument, 0));
+                };
+                done = Poster { view, t: &sq.wrs }.run(wrs, start);
+                tried = true;
+                if done == wrs.len() {
+                    // One WQEBB each: the last WQE is the last WQEBB.
+                    let cur = start.wrapping_add(done as u32);
+                    let sq = &mut qp.sq;
+                    sq.cur_post = cur;
+                    core.sq_head.0.store(cur, Release);
+                    self.ring_sq(sq, &qp.rec, done == 1, cur.wrapping_sub(1));
+                    return Ok(());
+                }
+            }
+        }
+        self.post_send_rest::<FAST>(qp, wrs, done, tried)
+    }
+
+    /// `post_send` from `wrs[done]` on, the ones before written by the fast path at the
+    /// SQ's producer position (not yet published); `tried`: the fast path ran from there.
+    #[inline(never)]
+    fn post_send_rest<const FAST: bool>(
+        &self,
+        qp: &mut Qp,
+        wrs: &[SendWr<'_, Ah>],
+        done: usize,
+        tried: bool,
+    ) -> Result<(), (Error, usize)> {
         let core = &*qp.core;
         let sq = &qp.sq;
         let Some(view) = SqView::new(sq.ring, core) else {
@@ -619,8 +671,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         }
         // The whole batch through the fast path when it fits and takes every request; the
         // general loop, out of line, from the first it does not take.
-        let mut done = 0;
-        if FAST && limit.wrapping_sub(start) as usize >= wrs.len() {
+        let mut done = done;
+        if FAST && !tried && limit.wrapping_sub(start) as usize >= wrs.len() {
             done = p.run(wrs, start);
         }
         let cur = start.wrapping_add(done as u32);

@@ -207,6 +207,33 @@ impl Block<'_> {
         unsafe { self.p.cast::<u64>().add(i & 7).write(v) }
     }
 
+    /// Stores the 16 bytes `v` (already in device byte order) at the start of the block.
+    #[inline(always)]
+    pub(crate) fn put_seg(&self, v: [u64; 2]) {
+        // SAFETY: as `put`, the block's first 16 bytes.
+        unsafe { self.p.cast::<[u64; 2]>().write(v) }
+    }
+
+    /// Stores `v` big-endian at byte `off` (reduced modulo 63, any alignment).
+    #[inline(always)]
+    pub(crate) fn put_be16_at(&self, off: usize, v: u16) {
+        // SAFETY: bytes `off % 63` and the next, both below 64: inside the block (see `put`);
+        // a `[u8; 2]` has no alignment requirement.
+        unsafe {
+            self.p
+                .add(off % 63)
+                .cast::<[u8; 2]>()
+                .write(v.to_be_bytes())
+        }
+    }
+
+    /// Stores the byte `v` at byte `off` (masked to 0..64).
+    #[inline(always)]
+    pub(crate) fn put8_at(&self, off: usize, v: u8) {
+        // SAFETY: one of the block's bytes (see `put`).
+        unsafe { self.p.add(off & 63).write(v) }
+    }
+
     /// Stores `v` (already in device byte order) as the 4-byte word `i` (masked to 0..16).
     #[inline(always)]
     pub(crate) fn put32(&self, i: usize, v: u32) {

@@ -137,7 +137,7 @@ pub(crate) struct SqView<'a> {
     ring: Ring,
     slots: &'a [SqSlot],
     mask: u32,
-    /// `mask << 6`: byte offsets of WQEBBs.
+    /// `mask << 4`: byte offsets of slots (a WQEBB's byte offset is 4 times its slot's).
     off_mask: usize,
 }
 
@@ -151,7 +151,7 @@ impl<'a> SqView<'a> {
             ring,
             slots: &core.sq,
             mask: core.sq_mask,
-            off_mask: (core.sq_mask as usize) << 6,
+            off_mask: (core.sq_mask as usize) << 4,
         })
     }
 
@@ -171,24 +171,26 @@ impl<'a> SqView<'a> {
         }
     }
 
-    /// The byte offset in the ring of position `p`'s WQEBB (for [`at_off`](Self::at_off)).
+    /// The byte offset in the slots of position `p`'s slot (for [`at_off`](Self::at_off);
+    /// the next position's is 16 more, before masking). Its WQEBB is at 4 times that in the
+    /// ring.
     #[inline(always)]
     pub(crate) fn off(&self, p: u32) -> usize {
-        ((p & self.mask) as usize) << 6
+        ((p & self.mask) as usize) << 4
     }
 
-    /// The WQEBB at byte offset `off` (masked to a WQEBB of the ring) and its slot.
+    /// The WQEBB and the slot at slot byte offset `off` (masked to a slot of the array).
     #[inline(always)]
     pub(crate) fn at_off(&self, off: usize) -> (Block<'_>, &'a SqSlot) {
         let o = off & self.off_mask;
-        debug_assert!(o >> 6 < self.slots.len());
-        // SAFETY: `o` is a multiple of 64 at most `mask * 64`; `new` checked that there are
-        // `mask + 1` slots and WQEBBs, so the slot index `o / 64` is in bounds and the block
-        // lies in the ring.
+        debug_assert!(o >> 4 < self.slots.len());
+        // SAFETY: `o` is a multiple of 16 at most `mask * 16`; `new` checked that there are
+        // `mask + 1` slots and WQEBBs, so the slot index `o / 16` is in bounds and the block
+        // at `o * 4`, a multiple of 64 at most `mask * 64`, lies in the ring.
         unsafe {
             (
-                self.ring.block_unchecked(o),
-                self.slots.get_unchecked(o >> 6),
+                self.ring.block_unchecked(o << 2),
+                &*self.slots.as_ptr().byte_add(o),
             )
         }
     }

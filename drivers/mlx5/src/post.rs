@@ -624,10 +624,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
             let sq = &qp.sq;
             if room as usize >= wrs.len() {
-                let Some(view) = SqView::new(sq.ring, core) else {
-                    // Not reached: `create_qp` makes the ring and the slots from one size.
-                    return Err((Error::InvalidArgument, 0));
-                };
+                let view = core.sq_view();
                 done = Poster { view, t: &sq.wrs }.run(wrs, start);
                 tried = true;
                 if done == wrs.len() {
@@ -656,10 +653,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     ) -> Result<(), (Error, usize)> {
         let core = &*qp.core;
         let sq = &qp.sq;
-        let Some(view) = SqView::new(sq.ring, core) else {
-            // Not reached: `create_qp` makes the ring and the slots from one size.
-            return Err((Error::InvalidArgument, 0));
-        };
+        let view = core.sq_view();
         let p = Poster { view, t: &sq.wrs };
         let wqe_cnt = sq.wqe_cnt;
         let start = sq.cur_post;

@@ -724,6 +724,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             // Sizes are powers of two of at least 64 bytes and lie in the buffer: not reached.
             return Err(Error::InvalidArgument);
         };
+        let Some(core) = QpCore::new(qpn, ud, sq_cnt, rq_cnt, sq_ring) else {
+            // The SQ ring is `sq_cnt` WQEBBs (`sq_bytes`): not reached.
+            return Err(Error::InvalidArgument);
+        };
         Ok(Qp {
             qpn,
             service: attr.service,
@@ -739,7 +743,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             sq_offset: rq_bytes,
             buf,
             dbrec,
-            core: Arc::new(QpCore::new(qpn, ud, sq_cnt, rq_cnt)),
+            core: Arc::new(core),
             sq: SqState::new(
                 sq_ring,
                 sq_cnt,

@@ -77,10 +77,15 @@ pub(crate) struct QpCore {
     pub(crate) sq_head: Line,
     /// SQ consumer position: the first WQEBB not yet retired by a CQE.
     pub(crate) sq_tail: Line,
-    /// `sq.len() - 1`.
-    pub(crate) sq_mask: u32,
+    /// `sq.len() - 1`. Private, like `sq` and `sq_ring`, and set only by [`QpCore::new`]:
+    /// [`QpCore::sq_view`] relies on the three agreeing.
+    sq_mask: u32,
     /// One slot per WQEBB.
-    pub(crate) sq: Box<[SqSlot]>,
+    sq: Box<[SqSlot]>,
+    /// The SQ's WQEBBs (`sq.len()` of them), for the poster only ([`QpCore::sq_view`]): the
+    /// QP that owns their buffer keeps it until it is destroyed, and only its owner (`&mut
+    /// Qp`) posts; the CQs' pollers never touch the ring.
+    sq_ring: Ring,
     /// RQ producer position (WQEs, free running).
     pub(crate) rq_head: Line,
     /// RQ consumer position.
@@ -131,7 +136,8 @@ impl<'a, T> Slots<'a, T> {
 }
 
 /// The SQ's WQEBBs and their bookkeeping slots under one mask: both have `mask + 1` entries
-/// (checked by [`SqView::new`]), so one masked index addresses both.
+/// (checked once by [`QpCore::new`], whose fields never change after), so one masked index
+/// addresses both.
 #[derive(Clone, Copy)]
 pub(crate) struct SqView<'a> {
     ring: Ring,
@@ -142,25 +148,12 @@ pub(crate) struct SqView<'a> {
 }
 
 impl<'a> SqView<'a> {
-    /// The view of `ring` (the SQ's WQEBBs) and `core`'s SQ slots; `None` unless the ring has
-    /// one WQEBB per slot.
-    #[inline(always)]
-    pub(crate) fn new(ring: Ring, core: &'a QpCore) -> Option<SqView<'a>> {
-        let n = core.sq_mask as usize + 1;
-        (core.sq.len() == n && ring.len() == n * 64).then_some(SqView {
-            ring,
-            slots: &core.sq,
-            mask: core.sq_mask,
-            off_mask: (core.sq_mask as usize) << 4,
-        })
-    }
-
     /// The WQEBB of position `p` (masked) and its slot.
     #[inline(always)]
     pub(crate) fn at(&self, p: u32) -> (Block<'_>, &'a SqSlot) {
         let i = (p & self.mask) as usize;
         debug_assert!(i < self.slots.len());
-        // SAFETY: `i <= mask`; `new` checked that there are `mask + 1` slots and WQEBBs, so
+        // SAFETY: `i <= mask`; `QpCore::new` checked that there are `mask + 1` slots and WQEBBs, so
         // the slot index is in bounds and the block offset `i * 64` is a multiple of 64 below
         // the ring's length.
         unsafe {
@@ -217,20 +210,46 @@ fn slots<T: Default>(n: usize) -> Box<[T]> {
 }
 
 impl QpCore {
-    /// Bookkeeping for an SQ of `sq_bbs` WQEBBs and an RQ of `rq_wqes` WQEs (powers of two).
-    pub(crate) fn new(qpn: u32, ud: bool, sq_bbs: u32, rq_wqes: u32) -> QpCore {
+    /// Bookkeeping for an SQ of `sq_bbs` WQEBBs in `sq_ring` and an RQ of `rq_wqes` WQEs
+    /// (powers of two); `None` unless `sq_ring` holds exactly `sq_bbs` WQEBBs.
+    pub(crate) fn new(
+        qpn: u32,
+        ud: bool,
+        sq_bbs: u32,
+        rq_wqes: u32,
+        sq_ring: Ring,
+    ) -> Option<QpCore> {
         assert!(sq_bbs.is_power_of_two() && rq_wqes.is_power_of_two());
-        QpCore {
+        if sq_ring.len() != sq_bbs as usize * 64 {
+            return None;
+        }
+        Some(QpCore {
             qpn,
             ud,
             sq_head: Line::default(),
             sq_tail: Line::default(),
             sq_mask: sq_bbs - 1,
             sq: slots(sq_bbs as usize),
+            sq_ring,
             rq_head: Line::default(),
             rq_tail: Line::default(),
             rq_mask: rq_wqes - 1,
             rq: slots(rq_wqes as usize),
+        })
+    }
+
+    /// The SQ's WQEBBs and slots under one mask. No check: `new` made the ring and the slots
+    /// from one size, and the fields are private and never change after.
+    #[inline(always)]
+    pub(crate) fn sq_view(&self) -> SqView<'_> {
+        debug_assert!(
+            self.sq.len() == self.sq_mask as usize + 1 && self.sq_ring.len() == self.sq.len() * 64
+        );
+        SqView {
+            ring: self.sq_ring,
+            slots: &self.sq,
+            mask: self.sq_mask,
+            off_mask: (self.sq_mask as usize) << 4,
         }
     }
 

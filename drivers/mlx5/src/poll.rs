@@ -311,7 +311,9 @@ impl Cursor {
             ring: core.ring,
             off: ((ci as usize) << 6) & (end - 1),
             end,
-            owner: (ci.checked_shr(core.log_size as u32).unwrap_or(0) & 1) as u8,
+            // `log_size` is at most `log_max_cq_sz` (`create_cq`), below 32: the mask only
+            // spares the shift a range check.
+            owner: ((ci >> (core.log_size & 31)) & 1) as u8,
         }
     }
 

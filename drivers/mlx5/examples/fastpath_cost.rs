@@ -11,7 +11,7 @@
 //! (or `--toggle-collect='*post_batch*'` and the file's `totals:`). `post_batch` posts 16 RDMA
 //! writes (one SGE each) with one doorbell; `poll_batch` polls 16 CQEs; each runs `ROUNDS`
 //! times; the counts are per WQE and per CQE over all rounds. Measured on x86-64 (rustc 1.95,
-//! release): about 60.0 instructions per WQE posted and 44 per CQE polled, validation,
+//! release): about 60.0 instructions per WQE posted and 40 per CQE polled, validation,
 //! bookkeeping, the doorbell and the CQ lock included (before the fast paths: 159 and 132).
 //! Doorbell MMIO writes go to a register stub that does one volatile store (what a mapped BAR
 //! costs in instructions). The program prints the completions it saw so the work cannot be

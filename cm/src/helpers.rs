@@ -9,11 +9,20 @@ use verbs::{
 use crate::error::Error;
 use crate::id::CmId;
 
-/// Whether `[addr, addr + len)` lies inside `mr` (librdmacm asserts it in debug builds).
-fn inside<M: MemoryRegion>(mr: &M, addr: u64, len: u32) -> bool {
-    let end = addr.checked_add(len as u64);
+/// The one-entry scatter/gather list of `[addr, addr + len)`, which must lie inside `mr`
+/// (librdmacm asserts it in debug builds; here it is EINVAL).
+fn sge_in<M: MemoryRegion>(mr: &M, addr: u64, length: u32) -> Result<[Sge; 1], Error> {
+    let end = addr.checked_add(length as u64);
     let mr_end = mr.addr().checked_add(mr.length());
-    addr >= mr.addr() && matches!((end, mr_end), (Some(e), Some(m)) if e <= m)
+    if addr >= mr.addr() && matches!((end, mr_end), (Some(e), Some(m)) if e <= m) {
+        Ok([Sge {
+            addr,
+            length,
+            lkey: mr.lkey(),
+        }])
+    } else {
+        Err(Error::InvalidArgument)
+    }
 }
 
 impl<P: Provider> CmId<P> {
@@ -56,14 +65,7 @@ impl<P: Provider> CmId<P> {
 
     /// `rdma_post_recv`: one receive of `length` bytes at `addr` (inside `mr`, else EINVAL).
     pub fn post_recv(&self, wr_id: u64, addr: u64, length: u32, mr: &P::Mr) -> Result<(), Error> {
-        if !inside(mr, addr, length) {
-            return Err(Error::InvalidArgument);
-        }
-        let sge = [Sge {
-            addr,
-            length,
-            lkey: mr.lkey(),
-        }];
+        let sge = sge_in(mr, addr, length)?;
         self.with_verbs(|v| {
             let qp = v.qp.ok_or(Error::InvalidArgument)?;
             v.provider
@@ -88,14 +90,7 @@ impl<P: Provider> CmId<P> {
         mr: &P::Mr,
         flags: SendFlags,
     ) -> Result<(), Error> {
-        if !inside(mr, addr, length) {
-            return Err(Error::InvalidArgument);
-        }
-        let sge = [Sge {
-            addr,
-            length,
-            lkey: mr.lkey(),
-        }];
+        let sge = sge_in(mr, addr, length)?;
         self.post(&SendWr {
             wr_id,
             opcode: WrOpcode::Send,
@@ -130,14 +125,7 @@ impl<P: Provider> CmId<P> {
         ah: &P::Ah,
         remote_qpn: u32,
     ) -> Result<(), Error> {
-        if !inside(mr, addr, length) {
-            return Err(Error::InvalidArgument);
-        }
-        let sge = [Sge {
-            addr,
-            length,
-            lkey: mr.lkey(),
-        }];
+        let sge = sge_in(mr, addr, length)?;
         self.post(&SendWr {
             wr_id,
             opcode: WrOpcode::Send,
@@ -214,14 +202,7 @@ impl<P: Provider> CmId<P> {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), Error> {
-        if !inside(mr, addr, length) {
-            return Err(Error::InvalidArgument);
-        }
-        let sge = [Sge {
-            addr,
-            length,
-            lkey: mr.lkey(),
-        }];
+        let sge = sge_in(mr, addr, length)?;
         self.post(&SendWr {
             wr_id,
             opcode,
@@ -293,5 +274,41 @@ impl<P: Provider> CmId<P> {
             }
             None
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mr;
+    impl MemoryRegion for Mr {
+        fn lkey(&self) -> u32 {
+            0x1234
+        }
+        fn rkey(&self) -> u32 {
+            0x1234
+        }
+        fn addr(&self) -> u64 {
+            0x1000
+        }
+        fn length(&self) -> u64 {
+            0x100
+        }
+    }
+
+    #[test]
+    fn an_sge_must_lie_inside_its_mr() {
+        let [s] = sge_in(&Mr, 0x1000, 0x100).unwrap();
+        assert_eq!((s.addr, s.length, s.lkey), (0x1000, 0x100, 0x1234));
+        assert!(sge_in(&Mr, 0x10ff, 1).is_ok());
+        assert!(sge_in(&Mr, 0x1100, 0).is_ok());
+        for (addr, len) in [(0xfff, 1), (0x1000, 0x101), (0x10ff, 2), (u64::MAX, 1)] {
+            assert_eq!(
+                sge_in(&Mr, addr, len),
+                Err(Error::InvalidArgument),
+                "{addr:#x}+{len}"
+            );
+        }
     }
 }

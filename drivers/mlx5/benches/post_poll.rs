@@ -12,54 +12,17 @@
 //! stable figure.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use firmware_interface::cqe::{Cqe64, opcode as cop};
 use firmware_interface::wqe::opcode as wop;
 use firmware_interface::{Be16, Be32};
-use mlx5::fake::{Clock, FakeRegs, bench, test_config};
-use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
-use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RemoteOp, SendFlags, SendWr, Sge, WorkCompletion, WrOpcode,
-};
+use mlx5::fake::{FastPathRig, SinkDevice};
+use nic_hal::DmaBuf;
+use verbs::{Provider, RemoteOp, SendFlags, SendWr, Sge, WorkCompletion, WrOpcode};
 
-/// The fake's registers, with doorbell writes (UAR pages) to a store-only stub.
-#[derive(Clone)]
-struct Regs {
-    inner: FakeRegs,
-    sink: Arc<[u64; 512]>,
-}
-
-impl RegisterIo for Regs {
-    fn read32(&self, offset: usize) -> u32 {
-        self.inner.read32(offset)
-    }
-    fn write32(&self, offset: usize, value: u32) {
-        self.inner.write32(offset, value)
-    }
-    fn write64(&self, offset: usize, value: u64) {
-        if offset >= 0x2000 {
-            let p = self.sink.as_ptr() as *mut u64;
-            // SAFETY: index masked into the 512-word sink, which lives as long as `self`; the
-            // store stands for an MMIO store and nothing reads the sink.
-            unsafe { p.add((offset / 8) & 511).write_volatile(value) };
-        } else {
-            self.inner.write64(offset, value)
-        }
-    }
-    fn write_block(&self, offset: usize, data: &[u8]) {
-        for (i, c) in data.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write64(offset + i * 8, u64::from_ne_bytes(w));
-        }
-    }
-}
-
-type Dev = mlx5::Device<Regs, Clock>;
+type Dev = SinkDevice;
 
 /// A device, an RC QP in RTS and its CQ.
 struct Rig {
@@ -89,94 +52,14 @@ fn wrs(sge: &[Sge; 16]) -> [SendWr<'_, mlx5::Ah>; 16] {
 impl Rig {
     /// The rig and 16 SGEs of 1 KiB in a registered region.
     fn new() -> (Rig, [Sge; 16]) {
-        let b = bench();
-        let regs = Regs {
-            inner: b.regs.clone(),
-            sink: Arc::new([0; 512]),
-        };
-        let heap: Arc<dyn DmaAllocator> = b.heap.clone();
-        let config = mlx5::Config {
-            blueflame: false,
-            ..test_config()
-        };
-        let dev = Dev::probe(regs, heap, b.clock.clone(), config).expect("probe");
-        let pd = Provider::alloc_pd(&dev).unwrap();
-        let mem = DmaBuf::new(dev.dma(), 16 * 1024, 4096).unwrap();
-        let mr = dev
-            .reg_mr(
-                &pd,
-                &MemRegion {
-                    addr: mem.iova(),
-                    length: 16 * 1024,
-                    pages: &[],
-                },
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            )
-            .unwrap();
-        let cq = Provider::create_cq(&dev, 255, 0, None).unwrap();
-        let (mut qp, _) = Provider::create_qp(
-            &dev,
-            &pd,
-            &QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &cq,
-                recv_cq: &cq,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            },
-        )
-        .unwrap();
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
-        };
-        Provider::modify_qp(
-            &dev,
-            &mut qp,
-            &a,
-            M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.ah_attr = AhAttr {
-            dgid: Gid::from_ipv4([127, 0, 0, 1]),
-            is_global: true,
-            port_num: 1,
-            dmac: [2, 0, 0, 0, 0, 7],
-            ..AhAttr::default()
-        };
-        let rtr = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        Provider::modify_qp(&dev, &mut qp, &a, rtr).unwrap();
-        a.qp_state = QpState::Rts;
-        let rts =
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        Provider::modify_qp(&dev, &mut qp, &a, rts).unwrap();
-        let lkey = mr.lkey();
-        let base = mem.iova();
-        let sge = std::array::from_fn(|i| Sge {
-            addr: base + i as u64 * 1024,
-            length: 1024,
-            lkey,
-        });
+        let r = FastPathRig::new();
+        let sge = r.sges();
         (
             Rig {
-                dev,
-                cq,
-                qp,
-                _mem: mem,
+                dev: r.dev,
+                cq: r.cq,
+                qp: r.qp,
+                _mem: r.mem,
                 pi: 0,
             },
             sge,

@@ -17,54 +17,15 @@
 //! costs in instructions). The program prints the completions it saw so the work cannot be
 //! optimised away, and the rounds and batch size the script divides by.
 
-use std::sync::Arc;
-
 use firmware_interface::cqe::{Cqe64, opcode as cop};
 use firmware_interface::wqe::opcode as wop;
 use firmware_interface::{Be16, Be32};
-use mlx5::fake::{Clock, FakeRegs, bench, test_config};
-use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
-use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RemoteOp, SendWr, Sge, WorkCompletion, WrOpcode,
-};
+use mlx5::fake::{FastPathRig, SinkDevice};
+use verbs::{MemoryRegion, Provider, RemoteOp, SendWr, Sge, WorkCompletion, WrOpcode};
 
 const ROUNDS: u32 = 1000;
 
-/// Bring-up through the fake; doorbells to a stub.
-#[derive(Clone)]
-struct Regs {
-    inner: FakeRegs,
-    sink: Arc<[u64; 512]>,
-}
-
-impl RegisterIo for Regs {
-    fn read32(&self, offset: usize) -> u32 {
-        self.inner.read32(offset)
-    }
-    fn write32(&self, offset: usize, value: u32) {
-        self.inner.write32(offset, value)
-    }
-    fn write64(&self, offset: usize, value: u64) {
-        if offset >= 0x2000 {
-            let p = self.sink.as_ptr() as *mut u64;
-            // SAFETY: index masked into the 512-word sink, which lives as long as `self`; the
-            // store stands for an MMIO store and nothing reads the sink.
-            unsafe { p.add((offset / 8) & 511).write_volatile(value) };
-        } else {
-            self.inner.write64(offset, value)
-        }
-    }
-    fn write_block(&self, offset: usize, data: &[u8]) {
-        for (i, c) in data.chunks(8).enumerate() {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write64(offset + i * 8, u64::from_ne_bytes(w));
-        }
-    }
-}
-
-type Dev = mlx5::Device<Regs, Clock>;
+type Dev = SinkDevice;
 
 #[inline(never)]
 fn post_batch(dev: &Dev, qp: &mut mlx5::Qp, wrs: &[SendWr<'_, mlx5::Ah>]) {
@@ -77,81 +38,14 @@ fn poll_batch(dev: &Dev, cq: &mlx5::Cq, wc: &mut [WorkCompletion]) -> usize {
 }
 
 fn main() {
-    let b = bench();
-    let regs = Regs {
-        inner: b.regs.clone(),
-        sink: Arc::new([0; 512]),
-    };
-    let heap: Arc<dyn DmaAllocator> = b.heap.clone();
-    let config = mlx5::Config {
-        blueflame: false,
-        ..test_config()
-    };
-    let dev = Dev::probe(regs, heap, b.clock.clone(), config).expect("probe");
-    let pd = Provider::alloc_pd(&dev).unwrap();
-    let mem = DmaBuf::new(dev.dma(), 16 * 1024, 4096).unwrap();
-    let mr = dev
-        .reg_mr(
-            &pd,
-            &MemRegion {
-                addr: mem.iova(),
-                length: 16 * 1024,
-                pages: &[],
-            },
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-    let cq = Provider::create_cq(&dev, 255, 0, None).unwrap();
-    let (mut qp, _) = Provider::create_qp(
-        &dev,
-        &pd,
-        &QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        },
-    )
-    .unwrap();
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        ..QpAttr::default()
-    };
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = AhAttr {
-        dgid: Gid::from_ipv4([127, 0, 0, 1]),
-        is_global: true,
-        port_num: 1,
-        dmac: [2, 0, 0, 0, 0, 7],
-        ..AhAttr::default()
-    };
-    let rtr = M::STATE
-        | M::AV
-        | M::PATH_MTU
-        | M::DEST_QPN
-        | M::RQ_PSN
-        | M::MAX_DEST_RD_ATOMIC
-        | M::MIN_RNR_TIMER;
-    Provider::modify_qp(&dev, &mut qp, &a, rtr).unwrap();
-    a.qp_state = QpState::Rts;
-    let rts = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    Provider::modify_qp(&dev, &mut qp, &a, rts).unwrap();
-
+    let FastPathRig {
+        dev,
+        pd: _pd,
+        mem,
+        mr,
+        cq,
+        mut qp,
+    } = FastPathRig::new();
     let qpn = qp.qpn();
     let sge: [Sge; 16] = std::array::from_fn(|i| Sge {
         addr: mem.iova() + i as u64 * 1024,

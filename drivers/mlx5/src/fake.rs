@@ -27,7 +27,11 @@ use firmware_interface::cmds::*;
 use firmware_interface::ctx::{cmd_hca_cap as cap, qpc, roce_cap};
 use firmware_interface::init_seg::{self, health};
 use firmware_interface::{Field, eqe, mbox_in, op_mod, opcode};
-use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
+use nic_hal::{DmaAllocator, DmaBuf, HeapDma, Platform, RegisterIo};
+use verbs::{
+    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, Sge,
+};
 
 use crate::{Config, Device, Error};
 
@@ -657,4 +661,172 @@ pub fn out_with(len: usize, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
     let mut v = vec![0u8; len];
     f(&mut v);
     v
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast-path rig shared by `examples/fastpath_cost.rs` and `benches/post_poll.rs`.
+
+/// The fake's registers, with doorbell writes (UAR pages) going to a store-only stub, as a
+/// mapped BAR costs in instructions.
+#[derive(Clone)]
+pub struct SinkRegs {
+    inner: FakeRegs,
+    sink: Arc<[u64; 512]>,
+}
+
+impl RegisterIo for SinkRegs {
+    #[inline]
+    fn read32(&self, offset: usize) -> u32 {
+        self.inner.read32(offset)
+    }
+    #[inline]
+    fn write32(&self, offset: usize, value: u32) {
+        self.inner.write32(offset, value)
+    }
+    #[inline]
+    fn write64(&self, offset: usize, value: u64) {
+        if offset >= 0x2000 {
+            let p = self.sink.as_ptr() as *mut u64;
+            // SAFETY: index masked into the 512-word sink, which lives as long as `self`; the
+            // store stands for an MMIO store and nothing reads the sink.
+            unsafe { p.add((offset / 8) & 511).write_volatile(value) };
+        } else {
+            self.inner.write64(offset, value)
+        }
+    }
+    #[inline]
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        for (i, c) in data.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write64(offset + i * 8, u64::from_ne_bytes(w));
+        }
+    }
+}
+
+/// The driver as the fast-path rig runs it.
+pub type SinkDevice = Device<SinkRegs, Clock>;
+
+/// A device brought up on the fake, with doorbells to a stub, an RC QP in RTS (64 send WRs,
+/// one SGE, no inline, every send signalled, BlueFlame off) on one CQ, and a registered 16 KiB
+/// region: what the fast-path benchmark and the instruction count measure against.
+pub struct FastPathRig {
+    /// The device.
+    pub dev: SinkDevice,
+    /// Its PD.
+    pub pd: crate::Pd,
+    /// The registered memory.
+    pub mem: DmaBuf,
+    /// The registration of `mem` (local and remote write).
+    pub mr: crate::Mr,
+    /// The QP's send and receive CQ (256 entries).
+    pub cq: crate::Cq,
+    /// The RC QP, in RTS.
+    pub qp: crate::Qp,
+}
+
+impl FastPathRig {
+    /// Builds the rig; panics on any failure (test code).
+    pub fn new() -> FastPathRig {
+        let b = bench();
+        let regs = SinkRegs {
+            inner: b.regs.clone(),
+            sink: Arc::new([0; 512]),
+        };
+        let heap: Arc<dyn DmaAllocator> = b.heap.clone();
+        let config = Config {
+            blueflame: false,
+            ..test_config()
+        };
+        let dev = SinkDevice::probe(regs, heap, b.clock.clone(), config).expect("probe");
+        let pd = Provider::alloc_pd(&dev).unwrap();
+        let mem = DmaBuf::new(dev.dma(), 16 * 1024, 4096).unwrap();
+        let mr = dev
+            .reg_mr(
+                &pd,
+                &MemRegion {
+                    addr: mem.iova(),
+                    length: 16 * 1024,
+                    pages: &[],
+                },
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        let cq = Provider::create_cq(&dev, 255, 0, None).unwrap();
+        let (mut qp, _) = Provider::create_qp(
+            &dev,
+            &pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_recv_wr: 16,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: true,
+            },
+        )
+        .unwrap();
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        Provider::modify_qp(
+            &dev,
+            &mut qp,
+            &a,
+            M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rtr;
+        a.ah_attr = AhAttr {
+            dgid: Gid::from_ipv4([127, 0, 0, 1]),
+            is_global: true,
+            port_num: 1,
+            dmac: [2, 0, 0, 0, 0, 7],
+            ..AhAttr::default()
+        };
+        let rtr = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        Provider::modify_qp(&dev, &mut qp, &a, rtr).unwrap();
+        a.qp_state = QpState::Rts;
+        let rts =
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        Provider::modify_qp(&dev, &mut qp, &a, rts).unwrap();
+
+        FastPathRig {
+            dev,
+            pd,
+            mem,
+            mr,
+            cq,
+            qp,
+        }
+    }
+
+    /// 16 SGEs of 1 KiB over the registered region.
+    pub fn sges(&self) -> [Sge; 16] {
+        let (base, lkey) = (self.mem.iova(), self.mr.lkey());
+        core::array::from_fn(|i| Sge {
+            addr: base + i as u64 * 1024,
+            length: 1024,
+            lkey,
+        })
+    }
+}
+
+impl Default for FastPathRig {
+    fn default() -> Self {
+        FastPathRig::new()
+    }
 }

@@ -81,6 +81,7 @@ mod commands;
 mod dp;
 mod eq;
 mod faults;
+pub mod host;
 mod mem;
 mod objects;
 mod poller;

@@ -1,0 +1,868 @@
+//! The unikernel (`qemu-tests/unikernel`) booted in QEMU (TCG) against the emulated NIC run by
+//! `nic-emud` behind an `ivshmem-plain` function, and `nic-emud` itself with a host-side
+//! stand-in for the guest.
+//!
+//! Each test builds what it needs with a nested cargo into its own target directories under
+//! the workspace `target/` (`uk-image` for the image, `uk-host` for `nic-emud`; separate
+//! directories, so the nested builds never wait on the lock of the cargo running the tests),
+//! creates its shared-memory files under a unique `/dev/shm/uk-<pid>-<n>-*` name (removed
+//! afterwards), starts `nic-emud` on the UDP fabric (127.0.5.0/24, UDP ports 45000-45099, one
+//! pair per test) and QEMU wrapped in `timeout`, reads the serial console (QEMU's stdout) and
+//! checks the exit status (33 pass, 35 fail, 37 panic) and the results the guest printed.
+//!
+//! To boot by hand (from the workspace root):
+//!
+//! ```text
+//! cargo build --release --manifest-path qemu-tests/unikernel/Cargo.toml --target-dir target/uk-image
+//! cargo build -p nic-emulator --bin nic-emud
+//! target/debug/nic-emud --bar /dev/shm/uk-bar --ram /dev/shm/uk-ram --ram-size 128M \
+//!          --ip 127.0.5.1 --udp-port 45000 --ignore-stdin &
+//! timeout 60 qemu-system-x86_64 -machine q35,memory-backend=ram0 -accel tcg -m 128M -smp 1 \
+//!   -nodefaults -no-reboot -display none -nic none -serial stdio \
+//!   -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+//!   -object memory-backend-file,id=ram0,size=128M,mem-path=/dev/shm/uk-ram,share=on \
+//!   -object memory-backend-file,id=nicbar,size=32M,mem-path=/dev/shm/uk-bar,share=on \
+//!   -device ivshmem-plain,memdev=nicbar \
+//!   -kernel target/uk-image/release/rdma-unikernel -append "scenario=loopback ip=127.0.5.1"
+//! echo "exit status $? (33 pass, 35 fail, 37 panic)"; kill %1; rm /dev/shm/uk-bar /dev/shm/uk-ram
+//! ```
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use cm::{AddrInfo, Cm, CmConfig, ConnParam, Neighbor, getaddrinfo};
+use nic_emulator::host::SharedMapping;
+use nic_hal::{DmaAllocator, DmaBuf, DmaError, DmaRegion, MmioBar};
+use nic_testbed::udp::{RealTime, UdpNic};
+use verbs::{Gid, MemRegion, MemoryRegion, SendFlags, WcOpcode, WcStatus};
+
+/// Guest RAM (MiB).
+const RAM_MB: u64 = 128;
+/// The NIC's BAR (the ivshmem memdev).
+const BAR_SIZE: u64 = 32 << 20;
+/// How long one QEMU run may take before it is killed (the guest's own waits are 30-60 s).
+const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
+/// QEMU exit statuses of isa-debug-exit (value << 1 | 1).
+const EXIT_PASS: i32 = 33;
+const EXIT_FAIL: i32 = 35;
+const EXIT_PANIC: i32 = 37;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Runs a nested cargo build; panics with its output on failure.
+fn cargo_build(args: &[&str]) {
+    let out = Command::new(cargo())
+        .args(args)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .current_dir(root())
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `nic-emud` binary, built once.
+fn emud() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = root().join("target/uk-host");
+        cargo_build(&[
+            "build",
+            "--quiet",
+            "-p",
+            "nic-emulator",
+            "--bin",
+            "nic-emud",
+            "--target-dir",
+            dir.to_str().unwrap(),
+        ]);
+        dir.join("debug/nic-emud")
+    })
+}
+
+/// The unikernel image (release), built once.
+fn image() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = root().join("target/uk-image");
+        let manifest = root().join("qemu-tests/unikernel/Cargo.toml");
+        cargo_build(&[
+            "build",
+            "--quiet",
+            "--release",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "--target-dir",
+            dir.to_str().unwrap(),
+        ]);
+        let p = dir.join("release/rdma-unikernel");
+        report_image_size(&p);
+        p
+    })
+}
+
+/// Prints the image's file size and what it loads (PT_LOAD file and memory sizes).
+fn report_image_size(p: &Path) {
+    let b = std::fs::read(p).expect("read image");
+    assert_eq!(&b[..4], b"\x7fELF", "not an ELF file");
+    let u16at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (u64at(0x20) as usize, u16at(0x36), u16at(0x38));
+    let (mut filesz, mut memsz) = (0, 0);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32at(ph) == 1 {
+            filesz += u64at(ph + 0x20);
+            memsz += u64at(ph + 0x28);
+        }
+    }
+    eprintln!(
+        "unikernel image {}: ELF {} bytes, loaded {} bytes (with .bss {} bytes: 16 MiB heap, 1 MiB stack)",
+        p.display(),
+        b.len(),
+        filesz,
+        memsz
+    );
+}
+
+/// Unique /dev/shm files for one test, removed on drop.
+struct Shm {
+    bar: PathBuf,
+    ram: PathBuf,
+}
+
+impl Shm {
+    fn new(tag: &str) -> Shm {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let base = format!("/dev/shm/uk-{}-{n}-{tag}", std::process::id());
+        Shm {
+            bar: PathBuf::from(format!("{base}-bar")),
+            ram: PathBuf::from(format!("{base}-ram")),
+        }
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.bar);
+        let _ = std::fs::remove_file(&self.ram);
+    }
+}
+
+/// A running `nic-emud`; stopped (stdin closed, then killed if it lingers) on drop.
+struct Emud {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Emud {
+    fn start(shm: &Shm, ip: Ipv4Addr, udp_port: u16, extra: &[&str]) -> Emud {
+        let mut child = Command::new(emud())
+            .args(["--bar", shm.bar.to_str().unwrap()])
+            .args(["--bar-size", &BAR_SIZE.to_string()])
+            .args(["--ram", shm.ram.to_str().unwrap()])
+            .args(["--ram-size", &format!("{RAM_MB}M")])
+            .args(["--ip", &ip.to_string()])
+            .args(["--udp-port", &udp_port.to_string()])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nic-emud");
+        let stdin = child.stdin.take();
+        let mut err = child.stderr.take().unwrap();
+        let stderr = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(out).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx.send(first);
+            for _ in lines {}
+        });
+        let mut e = Emud {
+            child,
+            stdin,
+            stderr: Some(stderr),
+        };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(l)) if l.starts_with("READY nic-emud ") => {
+                assert!(l.contains(&format!("ip={ip} udp_port={udp_port}")), "{l}");
+            }
+            other => {
+                let _ = e.child.kill();
+                let (_, err) = e.finish();
+                panic!("nic-emud did not get ready: {other:?}\n{err}");
+            }
+        }
+        e
+    }
+
+    /// Closes stdin (the daemon's signal to stop) and returns its exit status and stderr.
+    fn finish(&mut self) -> (Option<ExitStatus>, String) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut status = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = Some(s);
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let err = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        (status, err)
+    }
+
+    /// Stops the daemon and checks that it exited cleanly with no device errors and nothing
+    /// left alive on the device.
+    fn finish_clean(mut self) -> String {
+        let (status, err) = self.finish();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "nic-emud exit: {err}"
+        );
+        assert!(err.contains(" 0 device errors;"), "nic-emud: {err}");
+        assert!(
+            err.contains("; nothing alive;"),
+            "the guest left objects on the device: {err}"
+        );
+        err
+    }
+}
+
+impl Drop for Emud {
+    fn drop(&mut self) {
+        if self.stderr.is_some() {
+            let _ = self.finish();
+        }
+    }
+}
+
+/// A serial line and when it arrived (since QEMU was started).
+type SerialLine = (Duration, String);
+
+/// A running QEMU guest; its serial console (stdout) is read on a thread.
+struct Vm {
+    child: Child,
+    start: Instant,
+    lines: Receiver<SerialLine>,
+    serial: Vec<SerialLine>,
+}
+
+/// How a guest ended.
+struct Ended {
+    code: Option<i32>,
+    serial: Vec<SerialLine>,
+    stderr: String,
+}
+
+impl Ended {
+    fn text(&self) -> String {
+        let mut s = String::new();
+        for (t, l) in &self.serial {
+            s += &format!("[{:8.3}s] {l}\n", t.as_secs_f64());
+        }
+        s + "--- qemu stderr:\n" + &self.stderr
+    }
+
+    fn has(&self, needle: &str) -> bool {
+        self.serial.iter().any(|(_, l)| l.contains(needle))
+    }
+
+    fn at(&self, needle: &str) -> Option<Duration> {
+        self.serial
+            .iter()
+            .find(|(_, l)| l.contains(needle))
+            .map(|(t, _)| *t)
+    }
+}
+
+impl Vm {
+    fn boot(shm: Option<&Shm>, append: &str) -> Vm {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["-k", "5", &QEMU_TIMEOUT.as_secs().to_string()])
+            .arg("qemu-system-x86_64")
+            .args(["-accel", "tcg", "-m", &format!("{RAM_MB}M"), "-smp", "1"])
+            .args([
+                "-nodefaults",
+                "-no-reboot",
+                "-display",
+                "none",
+                "-nic",
+                "none",
+            ])
+            .args(["-serial", "stdio"])
+            .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
+        match shm {
+            Some(shm) => {
+                cmd.args(["-machine", "q35,memory-backend=ram0"]).args([
+                    "-object",
+                    &format!(
+                        "memory-backend-file,id=ram0,size={RAM_MB}M,mem-path={},share=on",
+                        shm.ram.display()
+                    ),
+                    "-object",
+                    &format!(
+                        "memory-backend-file,id=nicbar,size={BAR_SIZE},mem-path={},share=on",
+                        shm.bar.display()
+                    ),
+                    "-device",
+                    "ivshmem-plain,memdev=nicbar",
+                ]);
+            }
+            None => {
+                cmd.args(["-machine", "q35"]);
+            }
+        }
+        cmd.arg("-kernel").arg(image()).args(["-append", append]);
+        let start = Instant::now();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn qemu-system-x86_64 (is qemu-system-x86 installed?)");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx
+                    .send((start.elapsed(), l.trim_end_matches('\r').to_string()))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Vm {
+            child,
+            start,
+            lines: rx,
+            serial: Vec::new(),
+        }
+    }
+
+    /// Waits for a serial line containing `needle`; `false` if the guest ended first or the
+    /// deadline passed.
+    fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(l) => {
+                    let hit = l.1.contains(needle);
+                    self.serial.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+
+    /// Waits for the guest to exit (QEMU is killed at the deadline).
+    fn wait(mut self) -> Ended {
+        let deadline = self.start + QEMU_TIMEOUT + Duration::from_secs(10);
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s.code(),
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.serial.push(l);
+        }
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+        Ended {
+            code,
+            serial: self.serial,
+            stderr,
+        }
+    }
+}
+
+// ------------------------------------------------------------------ nic-emud without QEMU
+
+/// DMA memory for the host-side stand-in of the guest: the guest RAM file mapped in this
+/// process, handed out by "guest-physical" address (the file offset, as q35 maps small RAM).
+/// Regions are never reused (a bump allocator): enough for one bring-up.
+struct RamDma {
+    map: SharedMapping,
+    next: Mutex<usize>,
+}
+
+// SAFETY: regions are disjoint slices of the RAM mapping (bump allocation, never reused), zero
+// in a fresh file, aligned as asked on both sides (the mapping is page-aligned, so
+// va % align == offset % align for align <= 4096, and larger alignments are refused).
+unsafe impl DmaAllocator for RamDma {
+    fn allocate(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError> {
+        if len == 0 || !align.is_power_of_two() || align > 4096 {
+            return Err(DmaError::InvalidRequest);
+        }
+        let mut next = self.next.lock().unwrap();
+        let off = next.div_ceil(align) * align;
+        let end = off.checked_add(len).ok_or(DmaError::NoMemory)?;
+        if end > self.map.len() {
+            return Err(DmaError::NoMemory);
+        }
+        *next = end;
+        // SAFETY: off + len <= the mapping's length.
+        let va = unsafe { NonNull::new_unchecked(self.map.as_ptr().as_ptr().add(off)) };
+        Ok(DmaRegion {
+            va,
+            iova: off as u64,
+            len,
+        })
+    }
+
+    unsafe fn deallocate(&self, _region: DmaRegion) {}
+}
+
+/// nic-emud serves a driver that reaches it only through the two shared files, as a guest
+/// does: registers by loads and stores on a second mapping of the BAR file (untrapped: the
+/// daemon's poller sees them), DMA at "guest-physical" addresses in the RAM file. Bring-up,
+/// the MAC, a RoCE GID, teardown; the daemon then exits cleanly on stdin EOF with no device
+/// errors and nothing left alive.
+#[test]
+fn nic_emud_serves_a_driver_through_the_shared_files() {
+    let shm = Shm::new("host");
+    let emud = Emud::start(&shm, Ipv4Addr::new(127, 0, 5, 40), 45040, &[]);
+    let bar = SharedMapping::open(&shm.bar, None, false).unwrap();
+    assert_eq!(bar.len() as u64, BAR_SIZE);
+    let ram = SharedMapping::open(&shm.ram, None, false).unwrap();
+    assert_eq!(ram.len() as u64, RAM_MB << 20);
+    // SAFETY: the BAR mapping lives until the end of the test, after the driver is gone, and
+    // no Rust reference to it is formed.
+    let regs = unsafe { MmioBar::new(bar.as_ptr(), bar.len()) };
+    let dma: Arc<dyn DmaAllocator> = Arc::new(RamDma {
+        map: ram,
+        next: Mutex::new(1 << 20),
+    });
+    let dev = mlx5::Device::probe(
+        regs,
+        dma,
+        RealTime::new(),
+        mlx5::Config {
+            init_timeout_ns: 10_000_000_000,
+            cmd_timeout_ns: 10_000_000_000,
+            bar_size: BAR_SIZE,
+            ..mlx5::Config::default()
+        },
+    )
+    .expect("bring-up through the shared files");
+    assert_eq!(dev.fw_version(), nic_emulator::Profile::default().fw_rev);
+    let mac = dev.mac().unwrap();
+    dev.set_roce_gid(0, Gid::from_ipv4([127, 0, 5, 40]).0, mac)
+        .unwrap();
+    dev.shutdown().unwrap();
+    let err = emud.finish_clean();
+    assert!(err.contains("commands"), "{err}");
+}
+
+/// A bad command line is refused with status 2 and a message; a file that cannot be mapped
+/// with status 1.
+#[test]
+fn nic_emud_refuses_bad_setups() {
+    let out = Command::new(emud())
+        .args([
+            "--bar",
+            "/dev/shm/x",
+            "--ram",
+            "/dev/shm/y",
+            "--ram-size",
+            "64M",
+        ])
+        .args(["--ip", "10.0.0.1", "--udp-port", "45041"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not in 127.0.0.0/8"));
+    let out = Command::new(emud())
+        .args([
+            "--bar",
+            "/nonexistent-dir/bar",
+            "--ram",
+            "/dev/shm/y",
+            "--ram-size",
+            "64M",
+        ])
+        .args(["--ip", "127.0.5.41", "--udp-port", "45041"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bar /nonexistent-dir/bar"));
+    let out = Command::new(emud()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--fault"));
+}
+
+/// SIGTERM stops the daemon cleanly (exit 0, summary on stderr) even with `--ignore-stdin`.
+#[test]
+fn nic_emud_stops_on_sigterm() {
+    let shm = Shm::new("term");
+    let mut e = Emud::start(
+        &shm,
+        Ipv4Addr::new(127, 0, 5, 42),
+        45042,
+        &["--ignore-stdin"],
+    );
+    // stdin closed: ignored
+    drop(e.stdin.take());
+    thread::sleep(Duration::from_millis(200));
+    assert!(e.child.try_wait().unwrap().is_none(), "exited on stdin EOF");
+    let st = Command::new("kill")
+        .args(["-TERM", &e.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (status, err) = e.finish();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{err}");
+    assert!(
+        err.contains("nic-emud: stopped; 0 commands, 0 device errors; nothing alive;"),
+        "{err}"
+    );
+}
+
+// ------------------------------------------------------------------ the guest
+
+/// Boots without a NIC: console, heap, memory map, PCI scan, TSC; exit status 33.
+#[test]
+fn unikernel_boots_and_reports_its_machine() {
+    let vm = Vm::boot(None, "scenario=hello");
+    let e = vm.wait();
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: rdma-unikernel, PVH boot, cmdline 'scenario=hello'",
+        "UK: memmap 0x0000100000-",
+        "UK: PCI 00:00.0 8086:29c0",
+        "UK: heap and DMA ok",
+        "RESULT PASS hello",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+}
+
+/// A CPU exception in the guest is reported on the console (vector, rip, cr2) and ends the
+/// run with the panic status, not a silent triple fault.
+#[test]
+fn unikernel_reports_a_page_fault() {
+    let e = Vm::boot(None, "scenario=fault").wait();
+    assert_eq!(e.code, Some(EXIT_PANIC), "{}", e.text());
+    assert!(
+        e.serial.iter().any(|(_, l)| l
+            .starts_with("EXCEPTION 14 (#PF page fault) error 0x0 at rip ")
+            && l.ends_with(" cr2 0x10000000000")),
+        "{}",
+        e.text()
+    );
+    assert!(!e.has("RESULT"), "{}", e.text());
+}
+
+/// The loopback scenario: bring-up, a CM connection with both ends in the guest on one
+/// thread, SEND, RDMA WRITE and RDMA READ with the data checked, disconnect, teardown.
+#[test]
+fn unikernel_loopback_send_write_read() {
+    let shm = Shm::new("loop");
+    let ip = Ipv4Addr::new(127, 0, 5, 10);
+    let emud = Emud::start(&shm, ip, 45010, &[]);
+    let vm = Vm::boot(Some(&shm), &format!("scenario=loopback ip={ip} port=7471"));
+    let e = vm.wait();
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: NIC 1af4:1110",
+        "UK: bring-up ok",
+        "UK: connected 127.0.5.10:7471 <-> itself",
+        "UK: SEND 256 bytes ok, data checked",
+        "UK: RDMA WRITE 16384 bytes ok, data checked",
+        "UK: RDMA READ 16384 bytes ok, data checked",
+        "UK: disconnected",
+        "UK: teardown complete, all DMA memory returned",
+        "RESULT PASS loopback",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+    let first = e.at("UK: first completion").unwrap();
+    let line = &e
+        .serial
+        .iter()
+        .find(|(_, l)| l.contains("UK: first completion"))
+        .unwrap()
+        .1;
+    eprintln!(
+        "loopback: QEMU start to first completion {:.3} s (wall); guest: {line}",
+        first.as_secs_f64()
+    );
+    emud.finish_clean();
+}
+
+/// The failure scenario: nic-emud refuses bring-up (ENABLE_HCA fails); the guest reports the
+/// driver's error on serial and exits with the failure status.
+#[test]
+fn unikernel_reports_a_refused_bring_up() {
+    let shm = Shm::new("fail");
+    let ip = Ipv4Addr::new(127, 0, 5, 30);
+    let mut emud = Emud::start(&shm, ip, 45030, &["--fault", "refuse-bringup"]);
+    let vm = Vm::boot(Some(&shm), &format!("scenario=bringup ip={ip}"));
+    let e = vm.wait();
+    assert_eq!(e.code, Some(EXIT_FAIL), "{}", e.text());
+    let line = e
+        .serial
+        .iter()
+        .map(|(_, l)| l.as_str())
+        .find(|l| l.starts_with("RESULT FAIL bringup: bring-up:"))
+        .unwrap_or_else(|| panic!("no failure line:\n{}", e.text()));
+    assert!(
+        line.contains(
+            "ENABLE_HCA: command 0x104 failed: status 0x4 (BAD_SYS_STATE), syndrome 0xbad0001"
+        ),
+        "{line}"
+    );
+    assert!(!e.has("RESULT PASS"), "{}", e.text());
+    let (status, err) = emud.finish();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{err}");
+}
+
+/// The server scenario: the guest listens; a client on the host (our stack on an in-process
+/// emulated NIC on the UDP fabric) connects, RDMA-READs the guest's buffer, RDMA-WRITEs
+/// another, SENDs a note and disconnects; the guest checks what was written.
+#[test]
+fn unikernel_server_with_a_host_client() {
+    const UDP_PORT: u16 = 45020;
+    const PORT: u16 = 7472;
+    let shm = Shm::new("srv");
+    let guest_ip = Ipv4Addr::new(127, 0, 5, 20);
+    let host_ip = Ipv4Addr::new(127, 0, 5, 21);
+    let emud = Emud::start(&shm, guest_ip, UDP_PORT, &[]);
+
+    let nic = UdpNic::new(host_ip, UDP_PORT, nic_emulator::Profile::default()).unwrap();
+    let dev = nic.probe(mlx5::Config::default()).unwrap();
+    let mac = dev.mac().unwrap();
+    dev.set_roce_gid(0, Gid::from_ipv4(host_ip.octets()).0, mac)
+        .unwrap();
+    let dma = dev.dma().clone();
+    let cm = Cm::new(
+        nic.platform(),
+        CmConfig {
+            wait_limit_ns: Some(60_000_000_000),
+            ..CmConfig::default()
+        },
+    );
+    let devid = cm
+        .add_device(dev, dma.clone(), mac)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let guest_mac = nic_emulator::Profile::default().mac;
+    cm.add_neighbor(guest_ip, Neighbor { mac: guest_mac });
+
+    let mac_s = mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let mut vm = Vm::boot(
+        Some(&shm),
+        &format!("scenario=server ip={guest_ip} port={PORT} peer={host_ip} peer_mac={mac_s}"),
+    );
+    let listening = vm.wait_for("UK: server listening on", Duration::from_secs(90));
+    if !listening {
+        let e = vm.wait();
+        panic!("the guest did not listen:\n{}", e.text());
+    }
+    assert!(
+        vm.serial
+            .iter()
+            .any(|(_, l)| l.contains(&format!("UK: mac {}", fmt_mac(&guest_mac))))
+    );
+
+    let client = (|| -> Result<(), String> {
+        let hints = AddrInfo {
+            ai_src_addr: Some(format!("{host_ip}:0").parse().unwrap()),
+            ..AddrInfo::default()
+        };
+        let res = getaddrinfo(
+            Some(&guest_ip.to_string()),
+            Some(&PORT.to_string()),
+            Some(&hints),
+        )
+        .map_err(|e| format!("getaddrinfo: {e:?}"))?;
+        let mut attr = cm::QpInitAttr {
+            cap: verbs::QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            ..cm::QpInitAttr::default()
+        };
+        let id = cm
+            .create_ep(&res, None, Some(&mut attr))
+            .map_err(|e| format!("create_ep: {e}"))?;
+        let r = (|| -> Result<(), String> {
+            id.connect(Some(&ConnParam {
+                responder_resources: 1,
+                initiator_depth: 1,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                ..ConnParam::default()
+            }))
+            .map_err(|e| format!("connect: {e}"))?;
+            let ev = id.event().ok_or("no ESTABLISHED event")?;
+            let pd = ev.param.private_data();
+            assert!(pd.len() >= 28, "server info in the REP: {pd:?}");
+            let u64at = |o: usize| u64::from_be_bytes(pd[o..o + 8].try_into().unwrap());
+            let u32at = |o: usize| u32::from_be_bytes(pd[o..o + 4].try_into().unwrap());
+            let (waddr, wkey, raddr, rkey, len) =
+                (u64at(0), u32at(8), u64at(12), u32at(20), u32at(24) as usize);
+            assert_eq!(len, 16384);
+            let mem = DmaBuf::new(&dma, 2 * len + 64, 4096).unwrap();
+            let mr = id
+                .reg_msgs(&MemRegion {
+                    addr: mem.iova(),
+                    length: (2 * len + 64) as u64,
+                    pages: &[],
+                })
+                .map_err(|e| format!("reg_msgs: {e}"))?;
+            let base = mr.addr();
+            // READ the guest's buffer
+            id.post_read(1, base, len as u32, &mr, SendFlags::SIGNALED, raddr, rkey)
+                .map_err(|e| format!("post_read: {e}"))?;
+            let wc = id.get_send_comp().map_err(|e| format!("read comp: {e}"))?;
+            assert_eq!(
+                (wc.status, wc.opcode),
+                (WcStatus::Success, WcOpcode::RdmaRead)
+            );
+            let mut got = vec![0u8; len];
+            mem.read(0, &mut got).unwrap();
+            assert!(
+                got == pattern(5, len),
+                "RDMA READ of the guest's buffer: wrong data"
+            );
+            // WRITE ours into the other
+            mem.write(len, &pattern(6, len)).unwrap();
+            id.post_write(
+                2,
+                base + len as u64,
+                len as u32,
+                &mr,
+                SendFlags::SIGNALED,
+                waddr,
+                wkey,
+            )
+            .map_err(|e| format!("post_write: {e}"))?;
+            let wc = id.get_send_comp().map_err(|e| format!("write comp: {e}"))?;
+            assert_eq!(
+                (wc.status, wc.opcode),
+                (WcStatus::Success, WcOpcode::RdmaWrite)
+            );
+            // the note
+            let note = b"host client: wrote 16384 bytes";
+            mem.write(2 * len, note).unwrap();
+            id.post_send(
+                3,
+                base + 2 * len as u64,
+                note.len() as u32,
+                &mr,
+                SendFlags::SIGNALED,
+            )
+            .map_err(|e| format!("post_send: {e}"))?;
+            let wc = id.get_send_comp().map_err(|e| format!("send comp: {e}"))?;
+            assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Send));
+            id.disconnect().map_err(|e| format!("disconnect: {e}"))?;
+            id.dereg_mr(mr).map_err(|e| format!("dereg: {e}"))?;
+            Ok(())
+        })();
+        id.destroy_ep();
+        r
+    })();
+    let e = vm.wait();
+    client.unwrap_or_else(|m| panic!("host client: {m}\nguest:\n{}", e.text()));
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: connect request from",
+        "UK: note from the client: \"host client: wrote 16384 bytes\"",
+        "UK: client's RDMA WRITE of 16384 bytes checked",
+        "UK: disconnected",
+        "RESULT PASS server",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+    let p = cm.remove_device(devid).unwrap();
+    p.shutdown().unwrap();
+    assert_eq!(nic.live(), nic_emulator::Live::default());
+    emud.finish_clean();
+}
+
+/// The guest's test pattern (`scenario::pattern` in the image).
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(u32::from(seed) * 7 + (i >> 8) as u32) as u8
+        })
+        .collect()
+}
+
+fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}

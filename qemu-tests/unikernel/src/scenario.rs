@@ -1,0 +1,680 @@
+//! The scenarios, chosen by `scenario=` on the kernel command line:
+//!
+//! * `hello`: console, heap, memory map, PCI scan, TSC calibration; no NIC needed.
+//! * `bringup`: finds the NIC (a ConnectX function, or the emulated one behind ivshmem),
+//!   brings it up, prints what it reports and tears it down. Against a `nic-emud` that
+//!   refuses bring-up this reports the driver's error and fails (the failure scenario).
+//! * `loopback`: bring-up, then the connection manager with both ends in this image on one
+//!   thread (a passive endpoint and an asynchronous active one on the same NIC; the device
+//!   delivers packets for its own address internally), SEND, RDMA WRITE and RDMA READ with
+//!   the data checked, disconnect, teardown with nothing left behind.
+//! * `server`: bring-up, a passive endpoint at `ip:port` (listen, get_request, accept with the
+//!   addresses and keys of two buffers in the private data); a client elsewhere on the
+//!   fabric RDMA-READs one (the guest's pattern), RDMA-WRITEs the other (its pattern) and
+//!   SENDs a note; the guest checks the written data, then disconnects.
+//! * `fault`: reads an unmapped address; the page fault handler reports it (exit 37).
+//!
+//! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
+//! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
+//! Ethernet address for the neighbour table).
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::net::Ipv4Addr;
+use core::ptr::NonNull;
+
+use cm::{
+    AddrInfo, Cm, CmConfig, ConnParam, EventType, Neighbor, QpInitAttr, RaiFlags, getaddrinfo,
+};
+use firmware_interface::pci as fpci;
+use nic_hal::{DmaAllocator, DmaBuf, MmioBar};
+use verbs::{Gid, MemRegion, MemoryRegion, QpCap, SendFlags, WcOpcode, WcStatus};
+
+use crate::bootinfo::{self, BootInfo, E820_RAM};
+use crate::hal::{PhysDma, TscClock, calibrate_tsc};
+use crate::io::rdtsc;
+use crate::{kprintln, paging, pci};
+
+type Dev = mlx5::Device<MmioBar, TscClock>;
+type Id = cm::CmId<Dev>;
+
+/// Everything a scenario needs from boot.
+struct Env<'a> {
+    boot: &'a BootInfo,
+    clock: TscClock,
+    entry_tsc: u64,
+    dma: Arc<PhysDma>,
+    nic: Option<(pci::Function, pci::Bar)>,
+    ip: Ipv4Addr,
+    port: u16,
+}
+
+impl Env<'_> {
+    fn arg(&self, key: &str) -> Option<&str> {
+        bootinfo::arg(&self.boot.cmdline, key)
+    }
+
+    fn us(&self, ticks: u64) -> u64 {
+        self.clock.ticks_to_ns(ticks) / 1000
+    }
+
+    fn dma_dyn(&self) -> Arc<dyn DmaAllocator> {
+        self.dma.clone()
+    }
+}
+
+/// Runs scenario `name`.
+pub fn run(boot: &BootInfo, entry_tsc: u64, name: &str) -> Result<(), String> {
+    kprintln!(
+        "UK: rdma-unikernel, PVH boot, cmdline '{}', image end {:#x}",
+        boot.cmdline,
+        crate::image_end()
+    );
+    for m in &boot.memmap {
+        kprintln!(
+            "UK: memmap {:#012x}-{:#012x} type {}",
+            m.addr,
+            m.addr.saturating_add(m.size),
+            m.kind
+        );
+    }
+    let hz = calibrate_tsc(20).ok_or("TSC calibration: the PIT never signalled")?;
+    let clock = TscClock::new(hz);
+    kprintln!("UK: TSC {} MHz", clock.hz() / 1_000_000);
+    let dma = dma_region(boot)?;
+    let (base, size) = dma.range();
+    kprintln!(
+        "UK: DMA memory {:#x}-{:#x} ({} MiB)",
+        base,
+        base + size,
+        size >> 20
+    );
+
+    let funcs = pci::scan();
+    let mut nic = None;
+    for f in &funcs {
+        kprintln!(
+            "UK: PCI {:02x}:{:02x}.{} {:04x}:{:04x} class {:06x}",
+            f.bus,
+            f.dev,
+            f.func,
+            f.vendor,
+            f.device,
+            f.class
+        );
+        if nic.is_none() && mlx5::is_supported_pci(f.vendor, f.device) {
+            nic = Some(*f);
+        }
+    }
+    let nic = match nic {
+        Some(f) => Some((f, map_nic(&f)?)),
+        None => None,
+    };
+    let ip = match bootinfo::arg(&boot.cmdline, "ip") {
+        Some(s) => s.parse().map_err(|_| format!("bad ip= {s:?}"))?,
+        None => Ipv4Addr::new(127, 0, 5, 1),
+    };
+    let port = match bootinfo::arg(&boot.cmdline, "port") {
+        Some(s) => s.parse().map_err(|_| format!("bad port= {s:?}"))?,
+        None => 7471,
+    };
+    let env = Env {
+        boot,
+        clock,
+        entry_tsc,
+        dma,
+        nic,
+        ip,
+        port,
+    };
+    match name {
+        "hello" => hello(&env),
+        "bringup" => bringup(&env),
+        "loopback" => loopback(&env),
+        "server" => server(&env),
+        "fault" => fault(),
+        other => Err(format!("unknown scenario {other:?}")),
+    }
+}
+
+/// DMA memory: the RAM after the image, up to 1 MiB below the end of the RAM range that
+/// holds it (the firmware keeps tables at the top of low RAM), below 4 GiB.
+fn dma_region(boot: &BootInfo) -> Result<Arc<PhysDma>, String> {
+    const TWO_MIB: u64 = 2 << 20;
+    let start = crate::image_end().div_ceil(TWO_MIB) * TWO_MIB;
+    let r = boot
+        .memmap
+        .iter()
+        .find(|m| m.kind == E820_RAM && m.addr <= start && start < m.addr.saturating_add(m.size))
+        .ok_or("the memory map has no RAM after the image")?;
+    let end = r
+        .addr
+        .saturating_add(r.size)
+        .min(1 << 32)
+        .saturating_sub(1 << 20);
+    if end <= start + (16 << 20) {
+        return Err(format!(
+            "too little RAM for DMA: {:#x}..{:#x} (give the guest more memory)",
+            start, end
+        ));
+    }
+    // SAFETY: the range is RAM per the memory map, above the image and its .bss (heap,
+    // stack, page tables), below 4 GiB (identity-mapped), and nothing else uses it.
+    Ok(unsafe { PhysDma::new(start as usize, (end - start) as usize) })
+}
+
+/// The NIC's register BAR: BAR0 of a ConnectX function, BAR2 of the ivshmem binding; memory
+/// decoding and bus mastering on, identity-mapped.
+fn map_nic(f: &pci::Function) -> Result<pci::Bar, String> {
+    let index = if f.vendor == fpci::VENDOR_REDHAT_QUMRANET {
+        2
+    } else {
+        fpci::REG_BAR
+    };
+    let bar = pci::memory_bar(f, index).ok_or_else(|| {
+        format!(
+            "NIC {:04x}:{:04x}: BAR{index} not assigned",
+            f.vendor, f.device
+        )
+    })?;
+    f.set_command(f.command() | 0x0006);
+    if bar.addr.checked_add(bar.size).is_none_or(|e| e > 1 << 32)
+        && !paging::identity_map(bar.addr, bar.size)
+    {
+        return Err(format!("cannot map BAR at {:#x}", bar.addr));
+    }
+    kprintln!(
+        "UK: NIC {:04x}:{:04x} at {:02x}:{:02x}.{} BAR{} {:#x} size {:#x}",
+        f.vendor,
+        f.device,
+        f.bus,
+        f.dev,
+        f.func,
+        index,
+        bar.addr,
+        bar.size
+    );
+    Ok(bar)
+}
+
+fn hello(env: &Env) -> Result<(), String> {
+    let v: Vec<u64> = (1..=1000).collect();
+    let sum: u64 = v.iter().sum();
+    if sum != 500_500 {
+        return Err(format!("heap check: sum {sum}"));
+    }
+    // DMA memory round trip.
+    let dma = env.dma_dyn();
+    let b = DmaBuf::new(&dma, 8192, 4096).map_err(|e| format!("dma: {e:?}"))?;
+    b.write(100, b"dma").map_err(|e| format!("dma: {e:?}"))?;
+    drop(b);
+    if env.dma.live_regions() != 0 {
+        return Err("DMA region not returned".into());
+    }
+    kprintln!(
+        "UK: heap and DMA ok; {} us since kernel entry",
+        env.us(rdtsc() - env.entry_tsc)
+    );
+    Ok(())
+}
+
+/// Reads an address nothing maps (1 TiB): the page fault handler reports it and exits.
+fn fault() -> Result<(), String> {
+    let p = 0x100_0000_0000u64 as *const u64;
+    // SAFETY: not safe to dereference by design: this scenario exists to show that a fault
+    // is caught (the handler never returns here).
+    let v = unsafe { p.read_volatile() };
+    Err(format!("read {v:#x} from an unmapped address"))
+}
+
+fn probe(env: &Env) -> Result<Dev, String> {
+    let (f, bar) = env.nic.ok_or("no NIC found on PCI")?;
+    let base = NonNull::new(bar.addr as *mut u8).ok_or("BAR at address 0")?;
+    // SAFETY: the BAR is identity-mapped device memory (map_nic), owned by this driver alone
+    // and never covered by a Rust reference.
+    let regs = unsafe { MmioBar::new(base, bar.size as usize) };
+    let config = mlx5::Config {
+        init_timeout_ns: 10_000_000_000,
+        cmd_timeout_ns: 10_000_000_000,
+        bar_size: bar.size,
+        vendor_id: f.vendor,
+        device_id: f.device,
+        ..mlx5::Config::default()
+    };
+    let t0 = rdtsc();
+    let dev = Dev::probe(regs, env.dma_dyn(), env.clock, config).map_err(|e| {
+        let cmd = match e {
+            mlx5::Error::Cmd { opcode, .. } | mlx5::Error::CmdTimeout { opcode } => {
+                firmware_interface::opcode::name(opcode)
+            }
+            _ => None,
+        };
+        match cmd {
+            Some(name) => format!("bring-up: {name}: {e} ({e:?})"),
+            None => format!("bring-up: {e} ({e:?})"),
+        }
+    })?;
+    let (a, b, c) = dev.fw_version();
+    kprintln!(
+        "UK: bring-up ok in {} us: firmware {a}.{b}.{c}, {} firmware pages",
+        env.us(rdtsc() - t0),
+        dev.fw_pages()
+    );
+    Ok(dev)
+}
+
+fn bringup(env: &Env) -> Result<(), String> {
+    let dev = probe(env)?;
+    let mac = dev.mac().map_err(|e| format!("mac: {e}"))?;
+    kprintln!("UK: mac {}", fmt_mac(&mac));
+    dev.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+    check_dma_returned(env)
+}
+
+fn check_dma_returned(env: &Env) -> Result<(), String> {
+    let n = env.dma.live_regions();
+    if n != 0 {
+        return Err(format!(
+            "{n} DMA regions ({} bytes) still allocated after teardown",
+            env.dma.used()
+        ));
+    }
+    kprintln!("UK: teardown complete, all DMA memory returned");
+    Ok(())
+}
+
+fn fmt_mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut it = s.split(':');
+    for b in &mut m {
+        *b = u8::from_str_radix(it.next()?, 16).ok()?;
+    }
+    it.next().is_none().then_some(m)
+}
+
+/// Probe, RoCE GID 0 = the IPv4-mapped address, a connection manager with the device.
+fn stack(env: &Env, wait_s: u64) -> Result<(Cm<Dev>, cm::DeviceId), String> {
+    let dev = probe(env)?;
+    let mac = dev.mac().map_err(|e| format!("mac: {e}"))?;
+    dev.set_roce_gid(0, Gid::from_ipv4(env.ip.octets()).0, mac)
+        .map_err(|e| format!("set_roce_gid: {e}"))?;
+    kprintln!("UK: mac {} ip {}", fmt_mac(&mac), env.ip);
+    let cm = Cm::new(
+        env.clock,
+        CmConfig {
+            wait_limit_ns: Some(wait_s * 1_000_000_000),
+            seed: rdtsc() | 1,
+            ..CmConfig::default()
+        },
+    );
+    let id = cm
+        .add_device(dev, env.dma_dyn(), mac)
+        .map_err(|(e, _)| format!("add_device: {e}"))?;
+    Ok((cm, id))
+}
+
+/// Tears the stack down: the device out of the manager, shut down, DMA memory all back.
+fn teardown(env: &Env, cm: Cm<Dev>, id: cm::DeviceId) -> Result<(), String> {
+    let (ids, chans) = cm.live();
+    if ids + chans != 0 {
+        return Err(format!("{ids} ids and {chans} channels left"));
+    }
+    let dev = cm
+        .remove_device(id)
+        .map_err(|e| format!("remove_device: {e}"))?;
+    dev.shutdown().map_err(|e| format!("shutdown: {e}"))?;
+    drop(cm);
+    check_dma_returned(env)
+}
+
+/// The QP attributes of every endpoint here (a macro: the attribute type's parameters are
+/// inferred from `create_ep`).
+macro_rules! qp_attr {
+    () => {
+        QpInitAttr {
+            cap: QpCap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            ..QpInitAttr::default()
+        }
+    };
+}
+
+/// Registered DMA memory.
+struct Buf {
+    mem: DmaBuf,
+    mr: mlx5::Mr,
+}
+
+impl Buf {
+    fn new(
+        env: &Env,
+        len: usize,
+        reg: impl FnOnce(&MemRegion<'_>) -> Result<mlx5::Mr, cm::Error>,
+    ) -> Result<Buf, String> {
+        let mem = DmaBuf::new(&env.dma_dyn(), len, 4096).map_err(|e| format!("dma: {e:?}"))?;
+        let mr = reg(&MemRegion {
+            addr: mem.iova(),
+            length: len as u64,
+            pages: &[],
+        })
+        .map_err(|e| format!("reg_mr: {e}"))?;
+        Ok(Buf { mem, mr })
+    }
+
+    fn addr(&self) -> u64 {
+        self.mr.addr()
+    }
+
+    fn write(&self, off: usize, data: &[u8]) -> Result<(), String> {
+        self.mem
+            .write(off, data)
+            .map_err(|e| format!("dma write: {e:?}"))
+    }
+
+    fn read(&self, off: usize, len: usize) -> Result<Vec<u8>, String> {
+        let mut v = vec![0u8; len];
+        self.mem
+            .read(off, &mut v)
+            .map_err(|e| format!("dma read: {e:?}"))?;
+        Ok(v)
+    }
+
+    fn free(self, id: &Id) -> Result<(), String> {
+        id.dereg_mr(self.mr).map_err(|e| format!("dereg_mr: {e}"))
+    }
+}
+
+/// The test pattern both ends (and the host harness) compute: byte `i` of pattern `seed`.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(u32::from(seed) * 7 + (i >> 8) as u32) as u8
+        })
+        .collect()
+}
+
+fn expect_ok(
+    what: &str,
+    wc: Result<verbs::WorkCompletion, cm::Error>,
+    opcode: WcOpcode,
+) -> Result<verbs::WorkCompletion, String> {
+    let wc = wc.map_err(|e| format!("{what}: {e}"))?;
+    if wc.status != WcStatus::Success || wc.opcode != opcode {
+        return Err(format!(
+            "{what}: completion {:?} {:?}",
+            wc.status, wc.opcode
+        ));
+    }
+    Ok(wc)
+}
+
+fn compare(what: &str, got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(format!(
+            "{what}: data mismatch at byte {at} (got {:#04x}, want {:#04x})",
+            got.get(at).copied().unwrap_or(0),
+            want.get(at).copied().unwrap_or(0)
+        ));
+    }
+    Ok(())
+}
+
+const SEND_LEN: usize = 256;
+const RDMA_LEN: usize = 16384;
+
+fn loopback(env: &Env) -> Result<(), String> {
+    let (cm, devid) = stack(env, 30)?;
+    let ip = env.ip.to_string();
+    let port = env.port.to_string();
+    let passive = AddrInfo {
+        ai_flags: RaiFlags::PASSIVE,
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(Some(&ip), Some(&port), Some(&passive))
+        .map_err(|e| format!("getaddrinfo: {e:?}"))?;
+    let mut a = qp_attr!();
+    let listen = cm
+        .create_ep(&res, None, Some(&mut a))
+        .map_err(|e| format!("listener create_ep: {e}"))?;
+    listen.listen(0).map_err(|e| format!("listen: {e}"))?;
+    let hints = AddrInfo {
+        ai_src_addr: Some(format!("{ip}:0").parse().map_err(|_| "src addr")?),
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(Some(&ip), Some(&port), Some(&hints))
+        .map_err(|e| format!("getaddrinfo: {e:?}"))?;
+    let mut a = qp_attr!();
+    let client = cm
+        .create_ep(&res, None, Some(&mut a))
+        .map_err(|e| format!("client create_ep: {e}"))?;
+    let ch = cm
+        .create_event_channel()
+        .map_err(|e| format!("event channel: {e}"))?;
+    // The client goes asynchronous: its connect returns at once and this thread then plays
+    // the server; both ends progress through the one engine.
+    client
+        .migrate_id(Some(&ch))
+        .map_err(|e| format!("migrate_id: {e}"))?;
+    let t_conn = rdtsc();
+    client
+        .connect(Some(&ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }))
+        .map_err(|e| format!("connect: {e}"))?;
+    let conn = listen
+        .get_request()
+        .map_err(|e| format!("get_request: {e}"))?;
+    let srecv = Buf::new(env, SEND_LEN, |m| conn.reg_msgs(m))?;
+    let swrite = Buf::new(env, RDMA_LEN, |m| conn.reg_write(m))?;
+    let sread = Buf::new(env, RDMA_LEN, |m| conn.reg_read(m))?;
+    let cbuf = Buf::new(env, SEND_LEN + 2 * RDMA_LEN, |m| client.reg_msgs(m))?;
+    let sread_data = pattern(3, RDMA_LEN);
+    sread.write(0, &sread_data)?;
+    conn.post_recv(1, srecv.addr(), SEND_LEN as u32, &srecv.mr)
+        .map_err(|e| format!("post_recv: {e}"))?;
+    conn.accept(None).map_err(|e| format!("accept: {e}"))?;
+    let ev = ch
+        .get_cm_event()
+        .map_err(|e| format!("get_cm_event: {e}"))?;
+    if ev.event != EventType::Established || ev.status != 0 {
+        return Err(format!("client event {:?} status {}", ev.event, ev.status));
+    }
+    cm::ack_cm_event(ev);
+    kprintln!(
+        "UK: connected {ip}:{port} <-> itself (QPs {:?} and {:?}) in {} us",
+        client.qp_num(),
+        conn.qp_num(),
+        env.us(rdtsc() - t_conn)
+    );
+
+    // SEND
+    let msg = pattern(1, SEND_LEN);
+    cbuf.write(0, &msg)?;
+    client
+        .post_send(
+            2,
+            cbuf.addr(),
+            SEND_LEN as u32,
+            &cbuf.mr,
+            SendFlags::SIGNALED,
+        )
+        .map_err(|e| format!("post_send: {e}"))?;
+    expect_ok("send", client.get_send_comp(), WcOpcode::Send)?;
+    let first = rdtsc();
+    kprintln!(
+        "UK: first completion: {} us after reset, {} us after kernel entry",
+        env.us(first),
+        env.us(first - env.entry_tsc)
+    );
+    let wc = expect_ok("recv", conn.get_recv_comp(), WcOpcode::Recv)?;
+    if wc.byte_len as usize != SEND_LEN {
+        return Err(format!("recv: {} bytes, want {SEND_LEN}", wc.byte_len));
+    }
+    compare("send", &srecv.read(0, SEND_LEN)?, &msg)?;
+    kprintln!("UK: SEND {SEND_LEN} bytes ok, data checked");
+
+    // RDMA WRITE: client -> server buffer
+    let wdata = pattern(2, RDMA_LEN);
+    cbuf.write(SEND_LEN, &wdata)?;
+    client
+        .post_write(
+            3,
+            cbuf.addr() + SEND_LEN as u64,
+            RDMA_LEN as u32,
+            &cbuf.mr,
+            SendFlags::SIGNALED,
+            swrite.addr(),
+            swrite.mr.rkey(),
+        )
+        .map_err(|e| format!("post_write: {e}"))?;
+    expect_ok("rdma write", client.get_send_comp(), WcOpcode::RdmaWrite)?;
+    compare("rdma write", &swrite.read(0, RDMA_LEN)?, &wdata)?;
+    kprintln!("UK: RDMA WRITE {RDMA_LEN} bytes ok, data checked");
+
+    // RDMA READ: server buffer -> client
+    let roff = SEND_LEN + RDMA_LEN;
+    client
+        .post_read(
+            4,
+            cbuf.addr() + roff as u64,
+            RDMA_LEN as u32,
+            &cbuf.mr,
+            SendFlags::SIGNALED,
+            sread.addr(),
+            sread.mr.rkey(),
+        )
+        .map_err(|e| format!("post_read: {e}"))?;
+    expect_ok("rdma read", client.get_send_comp(), WcOpcode::RdmaRead)?;
+    compare("rdma read", &cbuf.read(roff, RDMA_LEN)?, &sread_data)?;
+    kprintln!("UK: RDMA READ {RDMA_LEN} bytes ok, data checked");
+
+    client
+        .disconnect()
+        .map_err(|e| format!("client disconnect: {e}"))?;
+    conn.disconnect()
+        .map_err(|e| format!("server disconnect: {e}"))?;
+    let ev = ch
+        .get_cm_event()
+        .map_err(|e| format!("get_cm_event: {e}"))?;
+    if ev.event != EventType::Disconnected {
+        return Err(format!("client event {:?}, want DISCONNECTED", ev.event));
+    }
+    cm::ack_cm_event(ev);
+    kprintln!("UK: disconnected");
+    cbuf.free(&client)?;
+    for b in [srecv, swrite, sread] {
+        b.free(&conn)?;
+    }
+    client.destroy_ep();
+    conn.destroy_ep();
+    listen.destroy_ep();
+    ch.destroy();
+    teardown(env, cm, devid)
+}
+
+/// The server's private data in its REP: where the client may write and read.
+/// `write_addr: u64, write_rkey: u32, read_addr: u64, read_rkey: u32, len: u32`, big-endian.
+pub const SERVER_INFO_LEN: usize = 28;
+
+fn server(env: &Env) -> Result<(), String> {
+    let peer: Ipv4Addr = env
+        .arg("peer")
+        .ok_or("server: peer= (the client's address) missing")?
+        .parse()
+        .map_err(|_| "server: bad peer=")?;
+    let peer_mac = env
+        .arg("peer_mac")
+        .and_then(parse_mac)
+        .ok_or("server: peer_mac= missing or malformed")?;
+    let (cm, devid) = stack(env, 60)?;
+    cm.add_neighbor(peer, Neighbor { mac: peer_mac });
+    let ip = env.ip.to_string();
+    let port = env.port.to_string();
+    let passive = AddrInfo {
+        ai_flags: RaiFlags::PASSIVE,
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(Some(&ip), Some(&port), Some(&passive))
+        .map_err(|e| format!("getaddrinfo: {e:?}"))?;
+    let mut a = qp_attr!();
+    let listen = cm
+        .create_ep(&res, None, Some(&mut a))
+        .map_err(|e| format!("create_ep: {e}"))?;
+    listen.listen(0).map_err(|e| format!("listen: {e}"))?;
+    kprintln!("UK: server listening on {ip}:{port}");
+    let conn = listen
+        .get_request()
+        .map_err(|e| format!("get_request: {e}"))?;
+    kprintln!("UK: connect request from {:?}", conn.dst_addr());
+    let note = Buf::new(env, SEND_LEN, |m| conn.reg_msgs(m))?;
+    let wbuf = Buf::new(env, RDMA_LEN, |m| conn.reg_write(m))?;
+    let rbuf = Buf::new(env, RDMA_LEN, |m| conn.reg_read(m))?;
+    rbuf.write(0, &pattern(5, RDMA_LEN))?;
+    conn.post_recv(1, note.addr(), SEND_LEN as u32, &note.mr)
+        .map_err(|e| format!("post_recv: {e}"))?;
+    let mut info = [0u8; SERVER_INFO_LEN];
+    info[..8].copy_from_slice(&wbuf.addr().to_be_bytes());
+    info[8..12].copy_from_slice(&wbuf.mr.rkey().to_be_bytes());
+    info[12..20].copy_from_slice(&rbuf.addr().to_be_bytes());
+    info[20..24].copy_from_slice(&rbuf.mr.rkey().to_be_bytes());
+    info[24..].copy_from_slice(&(RDMA_LEN as u32).to_be_bytes());
+    conn.accept(Some(&ConnParam {
+        private_data: &info,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }))
+    .map_err(|e| format!("accept: {e}"))?;
+    kprintln!("UK: accepted; QP {:?}", conn.qp_num());
+    let wc = expect_ok("recv", conn.get_recv_comp(), WcOpcode::Recv)?;
+    let first = rdtsc();
+    kprintln!(
+        "UK: first completion: {} us after reset, {} us after kernel entry",
+        env.us(first),
+        env.us(first - env.entry_tsc)
+    );
+    let got = note.read(0, wc.byte_len as usize)?;
+    kprintln!(
+        "UK: note from the client: {:?}",
+        core::str::from_utf8(&got).unwrap_or("<binary>")
+    );
+    compare(
+        "client's rdma write",
+        &wbuf.read(0, RDMA_LEN)?,
+        &pattern(6, RDMA_LEN),
+    )?;
+    kprintln!("UK: client's RDMA WRITE of {RDMA_LEN} bytes checked");
+    conn.disconnect().map_err(|e| format!("disconnect: {e}"))?;
+    kprintln!("UK: disconnected");
+    for b in [note, wbuf, rbuf] {
+        b.free(&conn)?;
+    }
+    conn.destroy_ep();
+    listen.destroy_ep();
+    teardown(env, cm, devid)
+}

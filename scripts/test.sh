@@ -21,6 +21,9 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== unikernel image (its own workspace: fmt and clippy; the tests build and boot it)"
+cargo fmt --manifest-path qemu-tests/unikernel/Cargo.toml --all -- --check
+cargo clippy --manifest-path qemu-tests/unikernel/Cargo.toml --target-dir target/uk-image -- -D warnings
 echo "== no_std check (freestanding staticlib linking every no_std crate)"
 cargo build --manifest-path ci/nostd-check/Cargo.toml --quiet
 echo "== cargo test"

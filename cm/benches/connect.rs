@@ -42,7 +42,7 @@ fn world() -> (Vec<Testbed>, Cm<EmuDevice>) {
     (tbs, cm)
 }
 
-fn attr<'a>() -> QpInitAttr<'a, mlx5::Cq> {
+fn attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
     QpInitAttr {
         cap: QpCap {
             max_send_wr: 4,

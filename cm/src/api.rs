@@ -351,8 +351,9 @@ impl<P: Provider> Cm<P> {
     ///
     /// * Passive (`RAI_PASSIVE`): bound to `ai_src_addr` (none: EINVAL); `pd` and a copy of
     ///   `qp_init_attr` are kept for the QPs [`CmId::get_request`] creates; no QP, no CQ, the
-    ///   caller's attr is not touched. A saved attr naming CQs is refused (EOPNOTSUPP): each
-    ///   request gets CQs of its own.
+    ///   caller's attr is not touched. Without CQs in the saved attr each request gets CQs
+    ///   of its own; CQs (and an SRQ) it names are shared by every request's QP (B.8), held
+    ///   by the endpoint until it is destroyed, never destroyed by it.
     /// * Active: address (from `ai_src_addr` if any, to `ai_dst_addr`) and route resolved
     ///   with 2000 ms timeouts; with `qp_init_attr`, its `qp_type` is set from `res` and a QP
     ///   is created as [`CmId::create_qp`] does (actual caps written back).
@@ -362,7 +363,7 @@ impl<P: Provider> Cm<P> {
         &self,
         res: &AddrInfo,
         pd: Option<&CmPd>,
-        qp_init_attr: Option<&mut QpInitAttr<'_, P::Cq>>,
+        qp_init_attr: Option<&mut QpInitAttr<P::Cq, P::Srq>>,
     ) -> Result<CmId<P>, Error> {
         let ps = res.ai_port_space.unwrap_or(PortSpace(0));
         let qp_type = res.ai_qp_type.unwrap_or(ps.default_qp_type());
@@ -385,13 +386,10 @@ impl<P: Provider> Cm<P> {
                         s.saved_pd = Some((d, pd.key));
                     }
                 }
-                if let Some(a) = qp_init_attr.as_deref() {
-                    if a.send_cq.is_some() || a.recv_cq.is_some() {
-                        return Err(Error::NotSupported);
-                    }
-                    if let Some(s) = st.ids.get_mut(k) {
-                        s.saved = Some(saved_attr(qp_type, a));
-                    }
+                if let Some(a) = qp_init_attr.as_deref()
+                    && let Some(s) = st.ids.get_mut(k)
+                {
+                    s.saved = Some(saved_attr(qp_type, a));
                 }
                 Ok(())
             })?;

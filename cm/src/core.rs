@@ -200,14 +200,53 @@ pub(crate) struct QpRec<P: Provider> {
     pub pd: Key,
     pub send_cq: Option<AutoCq<P>>,
     pub recv_cq: Option<AutoCq<P>>,
+    /// The caller's CQs and SRQ the QP uses (held while it exists; never destroyed by the
+    /// manager): the user send CQ, the user receive CQ, the SRQ (the caller's or the id's).
+    pub user: UserObjs<P>,
 }
 
-/// `qp_init_attr` saved by a passive endpoint for the QPs of its requests.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SavedAttr {
+/// Objects of the caller (or of the id, for its SRQ) a QP uses: shared handles, released
+/// when the QP is gone.
+pub(crate) struct UserObjs<P: Provider> {
+    pub send_cq: Option<Arc<P::Cq>>,
+    pub recv_cq: Option<Arc<P::Cq>>,
+    pub srq: Option<Arc<P::Srq>>,
+}
+
+impl<P: Provider> Clone for UserObjs<P> {
+    fn clone(&self) -> Self {
+        UserObjs {
+            send_cq: self.send_cq.clone(),
+            recv_cq: self.recv_cq.clone(),
+            srq: self.srq.clone(),
+        }
+    }
+}
+
+/// The SRQ of an id (`rdma_create_srq`), on PD `pd` of the id's device.
+pub(crate) struct IdSrq<P: Provider> {
+    pub srq: Arc<P::Srq>,
+    pub pd: Key,
+}
+
+/// `qp_init_attr` saved by a passive endpoint for the QPs of its requests (with the user CQs
+/// and SRQ it names, which every request's QP shares).
+pub(crate) struct SavedAttr<P: Provider> {
     pub qp_type: QpType,
     pub cap: QpCap,
     pub sq_sig_all: bool,
+    pub user: UserObjs<P>,
+}
+
+impl<P: Provider> Clone for SavedAttr<P> {
+    fn clone(&self) -> Self {
+        SavedAttr {
+            qp_type: self.qp_type,
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+            user: self.user.clone(),
+        }
+    }
 }
 
 /// The rdma_cm id states (kernel `enum rdma_cm_state` plus the IB CM states that matter).
@@ -339,7 +378,9 @@ pub(crate) struct IdState<P: Provider> {
     pub addr_deadline: u64,
     pub peer: Option<Neighbor>,
     pub qp: Option<QpRec<P>>,
-    pub saved: Option<SavedAttr>,
+    /// The id's SRQ (`id->srq`).
+    pub srq: Option<IdSrq<P>>,
+    pub saved: Option<SavedAttr<P>>,
     /// A user PD (device, PD) given to a passive `create_ep` (used by `get_request`).
     pub saved_pd: Option<(Key, Key)>,
     pub backlog: u32,
@@ -614,6 +655,7 @@ impl<P: Provider> Gsi<P> {
                     qp_type: QpType::Gsi,
                     send_cq: &cq,
                     recv_cq: &cq,
+                    srq: None,
                     cap: QpCap {
                         max_send_wr: send_slots as u32,
                         max_recv_wr: recv_slots as u32,
@@ -983,6 +1025,7 @@ impl<P: Provider> State<P> {
             addr_deadline: 0,
             peer: None,
             qp: None,
+            srq: None,
             saved: None,
             saved_pd: None,
             backlog: 0,

@@ -63,20 +63,20 @@ impl<P: Provider> CmId<P> {
         })?
     }
 
-    /// `rdma_post_recv`: one receive of `length` bytes at `addr` (inside `mr`, else EINVAL).
+    /// `rdma_post_recv`: one receive of `length` bytes at `addr` (inside `mr`, else EINVAL),
+    /// to the id's SRQ if it has one ([`create_srq`](Self::create_srq)), else to its QP.
     pub fn post_recv(&self, wr_id: u64, addr: u64, length: u32, mr: &P::Mr) -> Result<(), Error> {
         let sge = sge_in(mr, addr, length)?;
+        let wr = [RecvWr {
+            wr_id,
+            sg_list: &sge,
+        }];
         self.with_verbs(|v| {
+            if let Some(srq) = v.srq {
+                return v.provider.post_srq_recv(srq, &wr).map_err(Error::from);
+            }
             let qp = v.qp.ok_or(Error::InvalidArgument)?;
-            v.provider
-                .post_recv(
-                    qp,
-                    &[RecvWr {
-                        wr_id,
-                        sg_list: &sge,
-                    }],
-                )
-                .map_err(Error::from)
+            v.provider.post_recv(qp, &wr).map_err(Error::from)
         })?
     }
 

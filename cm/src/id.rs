@@ -1,8 +1,9 @@
 //! [`CmId`] (`struct rdma_cm_id`) and its calls.
 
+use alloc::sync::Arc;
 use core::net::SocketAddr;
 
-use verbs::{Provider, QpCap, QpType, QueuePair};
+use verbs::{Provider, QpCap, QpType, QueuePair, SrqAttr};
 
 use crate::Cm;
 use crate::api::v4;
@@ -16,48 +17,65 @@ use crate::slab::Key;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IdHandle(pub(crate) u64);
 
-/// QP creation attributes (`struct ibv_qp_init_attr` as `rdma_create_qp` takes it): the CQs
-/// are optional (missing ones are created with a completion channel each, owned by the id);
-/// `cap` receives the actual sizes.
-pub struct QpInitAttr<'a, C> {
+/// QP creation attributes (`struct ibv_qp_init_attr` as `rdma_create_qp` takes it); `C` is
+/// the provider's CQ type, `S` its SRQ type (`QpInitAttr<P::Cq, P::Srq>`).
+///
+/// The CQs are optional: missing ones are created with a completion channel each, owned by
+/// the id and exposed on it. The caller's own CQs and SRQ are shared handles (`Arc`, as the
+/// C pointers are shared): the manager keeps a clone while a QP uses them (so a passive
+/// endpoint's saved attributes can give them to every connection) and never destroys them;
+/// the caller destroys them (`Arc::try_unwrap` then the provider's `destroy_cq` /
+/// `destroy_srq`) once no QP uses them. `cap` receives the actual sizes.
+pub struct QpInitAttr<C, S> {
     /// Transport service (set from the `AddrInfo` by `create_ep`).
     pub qp_type: QpType,
     /// Send CQ (`None`: the id creates one of `cap.max_send_wr` entries, unless 0).
-    pub send_cq: Option<&'a C>,
+    pub send_cq: Option<Arc<C>>,
     /// Receive CQ (`None`: the id creates one of `cap.max_recv_wr` entries, unless 0).
-    pub recv_cq: Option<&'a C>,
+    pub recv_cq: Option<Arc<C>>,
+    /// Shared receive queue (`None`: the id's own from [`CmId::create_srq`] if it has one,
+    /// written back here; else the QP has a receive queue of its own). With an SRQ set
+    /// `cap.max_recv_wr = 0` unless a receive CQ should still be created.
+    pub srq: Option<Arc<S>>,
     /// Sizes asked for; the actual ones after the call.
     pub cap: QpCap,
     /// Every send generates a completion.
     pub sq_sig_all: bool,
 }
 
-impl<C> Default for QpInitAttr<'_, C> {
+impl<C, S> Default for QpInitAttr<C, S> {
     fn default() -> Self {
         QpInitAttr {
             qp_type: QpType::Rc,
             send_cq: None,
             recv_cq: None,
+            srq: None,
             cap: QpCap::default(),
             sq_sig_all: false,
         }
     }
 }
 
-impl<C> Clone for QpInitAttr<'_, C> {
+impl<C, S> Clone for QpInitAttr<C, S> {
     fn clone(&self) -> Self {
-        *self
+        QpInitAttr {
+            qp_type: self.qp_type,
+            send_cq: self.send_cq.clone(),
+            recv_cq: self.recv_cq.clone(),
+            srq: self.srq.clone(),
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+        }
     }
 }
 
-impl<C> Copy for QpInitAttr<'_, C> {}
-
-impl<C> core::fmt::Debug for QpInitAttr<'_, C> {
+impl<C, S> core::fmt::Debug for QpInitAttr<C, S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QpInitAttr")
             .field("qp_type", &self.qp_type)
             .field("send_cq", &self.send_cq.is_some())
             .field("recv_cq", &self.recv_cq.is_some())
+            .field("srq", &self.srq.is_some())
             .field("cap", &self.cap)
             .field("sq_sig_all", &self.sq_sig_all)
             .finish()
@@ -91,6 +109,8 @@ pub struct IdVerbs<'a, P: Provider> {
     pub recv_cq: Option<&'a P::Cq>,
     /// Its completion channel (`id->recv_cq_channel`).
     pub recv_cq_channel: Option<&'a mut P::CompChannel>,
+    /// The id's SRQ (`id->srq`, from [`CmId::create_srq`]).
+    pub srq: Option<&'a P::Srq>,
 }
 
 /// A communication identifier (`struct rdma_cm_id`).
@@ -200,6 +220,7 @@ impl<P: Provider> CmId<P> {
             let d = s.dev.ok_or(Error::InvalidArgument)?;
             let dev = st.devs.get(d).ok_or(Error::NoDevice)?;
             let pd = s.pd.and_then(|k| dev.pds.get(k)).map(|r| &r.pd);
+            let srq = s.srq.as_ref().map(|x| &*x.srq);
             let (qp, send_cq, send_ch, recv_cq, recv_ch) = match s.qp.as_mut() {
                 Some(q) => {
                     let (sc, sch) = match q.send_cq.as_mut() {
@@ -222,6 +243,7 @@ impl<P: Provider> CmId<P> {
                 send_cq_channel: send_ch,
                 recv_cq,
                 recv_cq_channel: recv_ch,
+                srq,
             }))
         })
     }
@@ -272,7 +294,9 @@ impl<P: Provider> CmId<P> {
     /// `rdma_get_request`: waits for a connection request on a synchronous listener (an
     /// asynchronous one: EINVAL) and returns its id, synchronous, bound to the device the
     /// request came in on, with the request as its [`event`](Self::event). If the listener
-    /// saved QP attributes (passive `create_ep`), the new id gets a QP with CQs of its own.
+    /// saved QP attributes (passive `create_ep`), the new id gets a QP with CQs of its own, or
+    /// the CQs and SRQ the saved attributes name, shared by every request (B.8; the id's
+    /// `send_cq`/`recv_cq` then stay unset).
     ///
     /// A REJECTED event is ECONNREFUSED, another error event its errno, any other event
     /// EINVAL (each kept as the listener's `event`). Where librdmacm leaks the new id when
@@ -305,7 +329,7 @@ impl<P: Provider> CmId<P> {
         let listener = self.key;
         self.cm.with_state(|st| -> Result<(), Error> {
             let (saved, saved_pd) = match st.ids.get(listener) {
-                Some(l) => (l.saved, l.saved_pd),
+                Some(l) => (l.saved.clone(), l.saved_pd),
                 None => (None, None),
             };
             if let Some(a) = saved {
@@ -313,10 +337,12 @@ impl<P: Provider> CmId<P> {
                     dev: st.device_id(d),
                     key,
                 });
+                // The saved CQs and SRQ (if any) are shared by every connection.
                 let mut attr = QpInitAttr {
                     qp_type: a.qp_type,
-                    send_cq: None,
-                    recv_cq: None,
+                    send_cq: a.user.send_cq,
+                    recv_cq: a.user.recv_cq,
+                    srq: a.user.srq,
                     cap: a.cap,
                     sq_sig_all: a.sq_sig_all,
                 };
@@ -400,17 +426,52 @@ impl<P: Provider> CmId<P> {
     /// `rdma_create_qp`: a QP for the id, on `pd` (which must belong to the id's device,
     /// else EINVAL) or the id's PD (the device's default PD, shared by every id bound to it).
     /// Missing CQs are created (`cap.max_send_wr` / `cap.max_recv_wr` entries; 0: none),
-    /// each with its own completion channel, and exposed on the id. The QP is moved to INIT
-    /// (UD: to RTS with Q_Key 0x01234567); the actual caps are written back into `attr`.
+    /// each with its own completion channel, and exposed on the id; the caller's CQs are used
+    /// (and held while the QP exists) but not recorded as the id's. `attr.srq` is used as
+    /// given, else the id's SRQ ([`create_srq`](Self::create_srq)), written back. The QP is
+    /// moved to INIT (UD: to RTS with Q_Key 0x01234567); the actual caps are written back
+    /// into `attr`.
     ///
     /// EINVAL: the id has a QP already, is bound to no device, is listening, or `attr`'s QP
-    /// type is not the id's; a provider error otherwise (everything created is destroyed).
+    /// type is not the id's, its SRQ is of another device or PD; a provider error otherwise
+    /// (everything created is destroyed).
     pub fn create_qp(
         &self,
         pd: Option<&CmPd>,
-        attr: &mut QpInitAttr<'_, P::Cq>,
+        attr: &mut QpInitAttr<P::Cq, P::Srq>,
     ) -> Result<(), Error> {
         self.cm.with_state(|st| st.create_qp(self.key, pd, attr))
+    }
+
+    /// `rdma_create_srq`: an SRQ for the id (`id->srq`), on `pd` (of the id's device, else
+    /// EINVAL) or the id's PD; `attr` receives the actual sizes. A QP created on the id
+    /// afterwards takes it when its attributes name no SRQ, and
+    /// [`post_recv`](Self::post_recv) posts to it. Destroyed by
+    /// [`destroy_srq`](Self::destroy_srq) or with the id (after its QP, CQs and channels).
+    ///
+    /// EINVAL: the id is bound to no device or has an SRQ already; a provider error
+    /// otherwise (EINVAL for sizes it cannot make).
+    pub fn create_srq(&self, pd: Option<&CmPd>, attr: &mut SrqAttr) -> Result<(), Error> {
+        self.cm.with_state(|st| st.create_srq(self.key, pd, attr))
+    }
+
+    /// `rdma_destroy_srq`: EINVAL without an SRQ; EBUSY while a QP uses it (the id's QP, or
+    /// another one it was given to).
+    pub fn destroy_srq(&self) -> Result<(), Error> {
+        self.cm.with_state(|st| st.destroy_srq(self.key))
+    }
+
+    /// The id's SRQ (`id->srq`), as a shared handle for other QPs' attributes (a QP holding
+    /// it keeps [`destroy_srq`](Self::destroy_srq) from succeeding).
+    pub fn srq(&self) -> Option<Arc<P::Srq>> {
+        self.read(|s| s.srq.as_ref().map(|x| x.srq.clone()))
+            .flatten()
+    }
+
+    /// Whether the id has a QP and that QP receives from an SRQ.
+    pub fn qp_on_srq(&self) -> bool {
+        self.read(|s| s.qp.as_ref().is_some_and(|q| q.user.srq.is_some()))
+            .unwrap_or(false)
     }
 
     /// `rdma_destroy_qp`: the QP, then the CQs the id created, then their channels. EINVAL
@@ -429,8 +490,9 @@ impl<P: Provider> CmId<P> {
             .with_state(|st| st.migrate(self.key, channel.map(|c| c.key)))
     }
 
-    /// `rdma_destroy_ep`: the QP and the CQs the id created, then the id: a connected id
-    /// sends a DREQ (retransmitted until answered), a pending request or reply is rejected
+    /// `rdma_destroy_ep`: the QP, the CQs the id created and their channels, the id's SRQ
+    /// (the caller's CQs and SRQ are only released, never destroyed), then the id: a
+    /// connected id sends a DREQ (retransmitted until answered), a pending request or reply is rejected
     /// (REJ 28; an outstanding REQ: REJ 4 "timeout"), a listener stops and rejects the
     /// requests not yet retrieved; unread events are discarded; the last id of a device frees
     /// the default PD.

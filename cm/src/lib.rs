@@ -3,9 +3,12 @@
 //!
 //! * [`getaddrinfo`] → [`AddrInfo`]; [`Cm::create_ep`] → [`CmId`]; `listen`, `get_request`,
 //!   `accept`, `reject`, `connect`, `disconnect`, `destroy_ep` on the id; [`EventChannel`]
-//!   and [`CmId::migrate_id`] for asynchronous ids; the `rdma_verbs.h` helpers
-//!   (`reg_msgs`, `post_send`, `get_send_comp`, ...). Errors are librdmacm's errno values
-//!   ([`Error::errno`]).
+//!   and [`CmId::migrate_id`] for asynchronous ids; `create_srq` / `destroy_srq`; the
+//!   `rdma_verbs.h` helpers (`reg_msgs`, `post_send`, `post_recv` (to the id's SRQ if it has
+//!   one), `get_send_comp`, ...). Errors are librdmacm's errno values ([`Error::errno`]).
+//! * The caller's CQs and SRQs are shared handles ([`alloc::sync::Arc`] in [`QpInitAttr`]):
+//!   a passive endpoint's saved attributes give them to every connection, and the manager
+//!   never destroys them.
 //! * [`mad`]: the wire format (MAD header, CM messages, the rdma_cm private-data header and
 //!   service IDs), byte for byte.
 //! * One progress engine: no threads. Every blocking call drives

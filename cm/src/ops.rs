@@ -1,6 +1,7 @@
 //! What each librdmacm call does to the state, up to the point where a synchronous id would
 //! wait for its event (spec `librdmacm.md` §A, §B).
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
@@ -8,8 +9,8 @@ use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType};
 
 use crate::addr::PortSpace;
 use crate::core::{
-    AutoCq, CmPd, Connect, Fsm, Peer, QpRec, RDMA_UDP_QKEY, SavedAttr, State, cm_access, padded,
-    qp_init, qp_rtr_rts, qp_to_err,
+    AutoCq, CmPd, Connect, Fsm, IdSrq, Peer, QpRec, RDMA_UDP_QKEY, SavedAttr, State, UserObjs,
+    cm_access, padded, qp_init, qp_rtr_rts, qp_to_err,
 };
 use crate::engine::{dreq_msg, qpn_of};
 use crate::error::Error;
@@ -156,7 +157,7 @@ impl<P: Provider> State<P> {
         &mut self,
         k: Key,
         pd: Option<&CmPd>,
-        attr: &mut QpInitAttr<'_, P::Cq>,
+        attr: &mut QpInitAttr<P::Cq, P::Srq>,
     ) -> Result<(), Error> {
         let s = self.id(k)?;
         if s.qp.is_some() {
@@ -164,6 +165,17 @@ impl<P: Provider> State<P> {
         }
         let (d, pdk) = self.qp_pd(k, pd)?;
         let s = self.id(k)?;
+        // `attr.srq` as given, else the id's own (written back).
+        if attr.srq.is_none()
+            && let Some(x) = &s.srq
+        {
+            attr.srq = Some(x.srq.clone());
+        }
+        let user = UserObjs {
+            send_cq: attr.send_cq.clone(),
+            recv_cq: attr.recv_cq.clone(),
+            srq: attr.srq.clone(),
+        };
         // QP1 belongs to the manager
         if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type || attr.qp_type == QpType::Gsi {
             return Err(Error::InvalidArgument);
@@ -208,13 +220,15 @@ impl<P: Provider> State<P> {
                 return Err(e);
             }
         };
-        let send_ref = attr
+        let send_ref = user
             .send_cq
+            .as_deref()
             .or(send_auto.as_ref().map(|a| &a.cq))
             .or(recv_auto.as_ref().map(|a| &a.cq))
-            .or(attr.recv_cq);
-        let recv_ref = attr
+            .or(user.recv_cq.as_deref());
+        let recv_ref = user
             .recv_cq
+            .as_deref()
             .or(recv_auto.as_ref().map(|a| &a.cq))
             .or(send_ref);
         let (Some(send_cq), Some(recv_cq)) = (send_ref, recv_ref) else {
@@ -233,6 +247,7 @@ impl<P: Provider> State<P> {
                 qp_type: attr.qp_type,
                 send_cq,
                 recv_cq,
+                srq: user.srq.as_deref(),
                 cap: attr.cap,
                 sq_sig_all: attr.sq_sig_all,
             },
@@ -279,6 +294,7 @@ impl<P: Provider> State<P> {
                 pd: pdk,
                 send_cq: send_auto,
                 recv_cq: recv_auto,
+                user,
             });
             s.pd = Some(pdk);
         }
@@ -297,6 +313,7 @@ impl<P: Provider> State<P> {
             pd,
             send_cq,
             recv_cq,
+            user,
         } = q;
         if let Err(e) = p.destroy_qp(qp) {
             if let Some(qp) = e.object
@@ -307,18 +324,79 @@ impl<P: Provider> State<P> {
                     pd,
                     send_cq,
                     recv_cq,
+                    user,
+                });
+            }
+            return Err(e.error.into());
+        }
+        // The caller's CQs and SRQ: released, not destroyed.
+        drop(user);
+        if let Some(r) = dev.pds.get_mut(pd) {
+            r.users = r.users.saturating_sub(1);
+        }
+        // The CQs (receive, then send), then their channels (A.10).
+        let mut channels = Vec::new();
+        for a in [recv_cq, send_cq].into_iter().flatten() {
+            let _ = p.destroy_cq(a.cq);
+            channels.extend(a.channel);
+        }
+        for c in channels {
+            let _ = p.destroy_comp_channel(c);
+        }
+        Ok(())
+    }
+
+    /// `rdma_create_srq`: an SRQ on the given PD (of the id's device) or the id's.
+    pub(crate) fn create_srq(
+        &mut self,
+        k: Key,
+        pd: Option<&CmPd>,
+        attr: &mut verbs::SrqAttr,
+    ) -> Result<(), Error> {
+        if self.id(k)?.srq.is_some() {
+            return Err(Error::InvalidArgument);
+        }
+        let (d, pdk) = self.qp_pd(k, pd)?;
+        let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
+        let rec = dev.pds.get_mut(pdk).ok_or(Error::InvalidArgument)?;
+        let srq = dev.provider.create_srq(&rec.pd, attr)?;
+        rec.users += 1;
+        *attr = verbs::SharedReceiveQueue::attr(&srq);
+        if let Some(s) = self.ids.get_mut(k) {
+            s.srq = Some(IdSrq {
+                srq: Arc::new(srq),
+                pd: pdk,
+            });
+        }
+        Ok(())
+    }
+
+    /// `rdma_destroy_srq`: EBUSY while a QP (or the caller) holds it.
+    pub(crate) fn destroy_srq(&mut self, k: Key) -> Result<(), Error> {
+        let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
+        let d = s.dev.ok_or(Error::InvalidArgument)?;
+        let IdSrq { srq, pd } = s.srq.take().ok_or(Error::InvalidArgument)?;
+        let srq = match Arc::try_unwrap(srq) {
+            Ok(x) => x,
+            Err(srq) => {
+                s.srq = Some(IdSrq { srq, pd });
+                return Err(Error::Busy);
+            }
+        };
+        let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
+        if let Err(e) = dev.provider.destroy_srq(srq) {
+            if let Some(srq) = e.object
+                && let Some(s) = self.ids.get_mut(k)
+            {
+                s.srq = Some(IdSrq {
+                    srq: Arc::new(srq),
+                    pd,
                 });
             }
             return Err(e.error.into());
         }
         if let Some(r) = dev.pds.get_mut(pd) {
             r.users = r.users.saturating_sub(1);
-        }
-        for a in [recv_cq, send_cq].into_iter().flatten() {
-            let _ = p.destroy_cq(a.cq);
-            if let Some(c) = a.channel {
-                let _ = p.destroy_comp_channel(c);
-            }
         }
         Ok(())
     }
@@ -377,7 +455,11 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         };
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
-        let srq = s.qp.is_none() && param.is_some_and(|p| p.srq);
+        // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
+        let srq = match &s.qp {
+            Some(q) => q.user.srq.is_some(),
+            None => param.is_some_and(|p| p.srq),
+        };
         let ps = s.ps;
         let guid = self.devs.get(d).map_or(0, |x| x.guid);
         let hdr = CmaHeader {
@@ -493,7 +575,11 @@ impl<P: Provider> State<P> {
         let fc = param.is_some_and(|p| p.flow_control);
         let user_pd = param.map_or(&[][..], |p| p.private_data);
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
-        let srq = s.qp.is_none() && param.is_some_and(|p| p.srq);
+        // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
+        let srq = match &s.qp {
+            Some(q) => q.user.srq.is_some(),
+            None => param.is_some_and(|p| p.srq),
+        };
         let d = s.dev.ok_or(Error::InvalidArgument)?;
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
         if s.qp_type == QpType::Ud {
@@ -768,8 +854,16 @@ impl<P: Provider> State<P> {
             Fsm::DreqSent => self.orphan_dreq(k),
             _ => {}
         }
+        // QP → the CQs it created → their channels → the SRQ (A.12).
         if self.ids.get(k).is_some_and(|s| s.qp.is_some()) {
             let _ = self.destroy_qp(k);
+        }
+        if self.ids.get(k).is_some_and(|s| s.srq.is_some()) {
+            let _ = self.destroy_srq(k);
+        }
+        // The saved passive attributes release the caller's CQs and SRQ.
+        if let Some(s) = self.ids.get_mut(k) {
+            s.saved = None;
         }
         let Some(s) = self.ids.get(k) else { return };
         let (chan, sync, listener, owned, saved_pd) =
@@ -805,10 +899,18 @@ impl<P: Provider> State<P> {
 }
 
 /// Needed by `create_ep` for passive endpoints.
-pub(crate) fn saved_attr<C>(res_qp_type: QpType, attr: &QpInitAttr<'_, C>) -> SavedAttr {
+pub(crate) fn saved_attr<P: Provider>(
+    res_qp_type: QpType,
+    attr: &QpInitAttr<P::Cq, P::Srq>,
+) -> SavedAttr<P> {
     SavedAttr {
         qp_type: res_qp_type,
         cap: attr.cap,
         sq_sig_all: attr.sq_sig_all,
+        user: UserObjs {
+            send_cq: attr.send_cq.clone(),
+            recv_cq: attr.recv_cq.clone(),
+            srq: attr.srq.clone(),
+        },
     }
 }

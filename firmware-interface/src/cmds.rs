@@ -366,6 +366,43 @@ layout! {
     fields {}
 }
 
+// ---------------------------------------------------------------- CREATE_SRQ / DESTROY_SRQ
+
+layout! {
+    /// CREATE_SRQ (0x700) input; PAS list from 0x110.
+    pub mod create_srq_in: size 0x110;
+    fields {
+        /// `srqc` context (64 bytes, `ctx::srqc`).
+        SRQ_CONTEXT_ENTRY = bytes(0x10, 64);
+        /// Flexible array of BE64 page addresses.
+        PAS = bytes(0x110, 0);
+    }
+}
+
+layout! {
+    /// CREATE_SRQ (0x700) output.
+    pub mod create_srq_out: size 16;
+    fields {
+        /// SRQ number.
+        SRQN = dw(0x8, 23, 0);
+    }
+}
+
+layout! {
+    /// DESTROY_SRQ (0x701) input.
+    pub mod destroy_srq_in: size 16;
+    fields {
+        /// SRQ number.
+        SRQN = dw(0x8, 23, 0);
+    }
+}
+
+layout! {
+    /// DESTROY_SRQ (0x701) output: header only.
+    pub mod destroy_srq_out: size 16;
+    fields {}
+}
+
 // ---------------------------------------------------------------- CREATE_QP / DESTROY_QP
 
 layout! {

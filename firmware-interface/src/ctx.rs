@@ -253,6 +253,45 @@ layout! {
 }
 
 layout! {
+    /// SRQ context (`srqc`, 64 bytes, at 0x10 of CREATE_SRQ; Linux `mlx5_ifc_srqc_bits`).
+    pub mod srqc: size 64;
+    fields {
+        /// Read-back state ([`STATE_GOOD`], [`STATE_ERROR`]).
+        STATE = dw(0x0, 31, 28);
+        /// log2 number of WQEs.
+        LOG_SRQ_SIZE = dw(0x0, 27, 24);
+        /// WQE signature enable.
+        WQ_SIGNATURE = dw(0x4, 31, 31);
+        /// Contiguous buffer (no PAS list).
+        CONT_SRQ = dw(0x4, 30, 30);
+        /// Reserved lkey enable.
+        RLKY = dw(0x4, 28, 28);
+        /// log2 of the WQE stride in 16-byte units.
+        LOG_RQ_STRIDE = dw(0x4, 26, 24);
+        /// XRC domain (XRC SRQs).
+        XRCD = dw(0x4, 23, 0);
+        /// Start offset in the first page, units of page_size/64.
+        PAGE_OFFSET = dw(0x8, 31, 26);
+        /// CQ (XRC SRQs).
+        CQN = dw(0x8, 23, 0);
+        /// page_shift - 12.
+        LOG_PAGE_SIZE = dw(0x10, 29, 24);
+        /// Protection domain.
+        PD = dw(0x18, 23, 0);
+        /// Limit water mark: an SRQ_RQ_LIMIT event when fewer WQEs are posted (0: none).
+        LWM = dw(0x1c, 31, 16);
+        /// WQE counter (read-back).
+        WQE_CNT = dw(0x1c, 15, 0);
+        /// DMA address of the doorbell record (word 0: receive counter).
+        DBR_ADDR = bytes(0x28, 8);
+    }
+    /// `state`: good.
+    pub const STATE_GOOD: u32 = 0x0;
+    /// `state`: error.
+    pub const STATE_ERROR: u32 = 0x1;
+}
+
+layout! {
     /// EQ context (`eqc`, 64 bytes, at 0x10 of CREATE_EQ).
     pub mod eqc: size 64;
     fields {

@@ -210,3 +210,19 @@ raw_struct!(
 
 /// Size of the XRC segment (`xrc_srqn` BE32 + 12 reserved).
 pub const XRC_SEG_SIZE: usize = 16;
+
+/// Next segment of a shared receive queue WQE (`mlx5_wqe_srq_next_seg`, 16 bytes): SRQ WQEs
+/// are a linked list in the ring; each starts with this header, then its data segments.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct SrqNextSeg {
+    /// Reserved.
+    pub rsvd0: [u8; 2],
+    /// Index of the WQE that follows this one in the free list.
+    pub next_wqe_index: Be16,
+    /// WQE signature (0 unless `wq_signature`).
+    pub signature: u8,
+    /// Reserved.
+    pub rsvd1: [u8; 11],
+}
+raw_struct!(SrqNextSeg, 16, [rsvd0, next_wqe_index, signature, rsvd1]);

@@ -1,7 +1,7 @@
 //! The verbs API (libibverbs semantics with Rust types) and the provider trait that device
 //! drivers implement.
 //!
-//! * [`Provider`]: PD, MR, CQ (with completion channels), QP, AH, post/poll, events — what
+//! * [`Provider`]: PD, MR, CQ (with completion channels), QP, SRQ, AH, post/poll, events — what
 //!   `ibv_*` offers, with owned objects and `Result`s;
 //! * attribute and work-request types with libibverbs' numeric values ([`WcStatus`],
 //!   [`WcOpcode`], [`WrOpcode`], [`QpState`], [`AccessFlags`], [`SendFlags`],
@@ -33,10 +33,10 @@ mod wr;
 pub use error::{DestroyError, Error, PostError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use modify::{TransitionParams, check_modify, transition_params};
-pub use provider::{CompletionQueue, MemoryRegion, Provider, QueuePair};
+pub use provider::{CompletionQueue, MemoryRegion, Provider, QueuePair, SharedReceiveQueue};
 pub use types::{
     AhAttr, DeviceAttr, Gid, LinkLayer, MemRegion, Mtu, PortAttr, PortState, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType,
+    QpInitAttr, QpState, QpType, SrqAttr,
 };
 pub use wr::{
     AsyncElement, AsyncEvent, AsyncEventType, CqEvent, RecvWr, RemoteOp, SendWr, Sge, WcOpcode,

@@ -4,6 +4,7 @@ use crate::error::{DestroyError, Error, PostError};
 use crate::flags::{AccessFlags, QpAttrMask};
 use crate::types::{
     AhAttr, DeviceAttr, Gid, MemRegion, PortAttr, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    SrqAttr,
 };
 use crate::wr::{AsyncEvent, CqEvent, RecvWr, SendWr, WorkCompletion};
 
@@ -42,6 +43,14 @@ pub trait QueuePair {
     fn cap(&self) -> QpCap;
 }
 
+/// A shared receive queue (`ibv_srq`): receive work requests any QP attached to it consumes.
+pub trait SharedReceiveQueue {
+    /// SRQ number.
+    fn srq_num(&self) -> u32;
+    /// Actual attributes (`ibv_query_srq`: `max_wr`, `max_sge`, the limit as last armed).
+    fn attr(&self) -> SrqAttr;
+}
+
 /// What a device driver offers the verbs layer: libibverbs' verbs with Rust ownership.
 ///
 /// Objects are values owned by the caller. Destroying one consumes it; if the provider finds
@@ -63,6 +72,8 @@ pub trait Provider {
     type Cq: CompletionQueue;
     /// Queue pair.
     type Qp: QueuePair;
+    /// Shared receive queue.
+    type Srq: SharedReceiveQueue;
     /// Address handle (UD destinations).
     type Ah;
     /// Completion channel.
@@ -128,7 +139,7 @@ pub trait Provider {
     fn create_qp(
         &self,
         pd: &Self::Pd,
-        attr: &QpInitAttr<'_, Self::Cq>,
+        attr: &QpInitAttr<'_, Self::Cq, Self::Srq>,
     ) -> Result<(Self::Qp, QpCap), Error>;
     /// Modifies a QP (`ibv_modify_qp`); the mask is checked with
     /// [`check_modify`](crate::check_modify) first.
@@ -144,6 +155,19 @@ pub trait Provider {
     /// Posts receive work requests (`ibv_post_recv`). On error, the requests before
     /// [`PostError::bad_wr`] were posted.
     fn post_recv(&self, qp: &mut Self::Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+
+    /// Creates a shared receive queue (`ibv_create_srq`) of at least `attr.max_wr` work
+    /// requests of `attr.max_sge` scatter entries; its actual attributes are
+    /// [`SharedReceiveQueue::attr`]. EINVAL for zero or too large sizes or a limit above
+    /// `max_wr`.
+    fn create_srq(&self, pd: &Self::Pd, attr: &SrqAttr) -> Result<Self::Srq, Error>;
+    /// Destroys an SRQ (`ibv_destroy_srq`); EBUSY while QPs use it.
+    fn destroy_srq(&self, srq: Self::Srq) -> Result<(), DestroyError<Self::Srq>>;
+    /// Posts receive work requests to an SRQ (`ibv_post_srq_recv`); any QP attached to it
+    /// takes them, in order. Takes `&` (an SRQ is shared by its QPs and their owners): the
+    /// provider serialises posters. ENOMEM when the SRQ is full, EINVAL for too many SGEs.
+    /// On error, the requests before [`PostError::bad_wr`] were posted.
+    fn post_srq_recv(&self, srq: &Self::Srq, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
 
     /// Creates an address handle (`ibv_create_ah`).
     fn create_ah(&self, pd: &Self::Pd, attr: &AhAttr) -> Result<Self::Ah, Error>;

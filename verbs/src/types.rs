@@ -258,28 +258,49 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
-/// QP creation attributes (`ibv_qp_init_attr`); `C` is the provider's CQ type.
+/// QP creation attributes (`ibv_qp_init_attr`); `C` is the provider's CQ type, `S` its SRQ
+/// type.
 #[derive(Debug)]
-pub struct QpInitAttr<'a, C> {
+pub struct QpInitAttr<'a, C, S> {
     /// Transport service.
     pub qp_type: QpType,
     /// CQ for send completions.
     pub send_cq: &'a C,
-    /// CQ for receive completions (may be the same CQ).
+    /// CQ for receive completions (may be the same CQ; with an SRQ, the CQ this QP's
+    /// receive completions go to).
     pub recv_cq: &'a C,
+    /// Shared receive queue the QP takes its receive work requests from (`None`: its own
+    /// receive queue of `cap.max_recv_wr`). With an SRQ, `cap.max_recv_wr` and
+    /// `cap.max_recv_sge` are ignored (reported back as 0) and `post_recv` on the QP is
+    /// EINVAL; it must be on the PD the QP is created on (else EINVAL), and it cannot be
+    /// destroyed while the QP exists (EBUSY).
+    pub srq: Option<&'a S>,
     /// Sizes wanted.
     pub cap: QpCap,
     /// Every send work request generates a completion, SIGNALED or not.
     pub sq_sig_all: bool,
 }
 
-impl<C> Clone for QpInitAttr<'_, C> {
+impl<C, S> Clone for QpInitAttr<'_, C, S> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<C> Copy for QpInitAttr<'_, C> {}
+impl<C, S> Copy for QpInitAttr<'_, C, S> {}
+
+/// Attributes of a shared receive queue (`ibv_srq_attr`): asked for at creation
+/// (`ibv_srq_init_attr.attr`), the actual values reported back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Outstanding receive work requests (at least 1; the provider may give more).
+    pub max_wr: u32,
+    /// Scatter entries per receive work request (at least 1).
+    pub max_sge: u32,
+    /// Limit: when fewer work requests than this stay posted, the SRQ_LIMIT_REACHED
+    /// asynchronous event is raised once (0: no limit event). At most `max_wr`.
+    pub srq_limit: u32,
+}
 
 /// QP attributes (`ibv_qp_attr`): what [`check_modify`](crate::check_modify) and a provider's
 /// `modify_qp` read (the fields the mask names) and `query_qp` fills.

@@ -24,6 +24,10 @@ pub struct Caps {
     pub log_max_qp: u8,
     /// log2 max WQEs per work queue (≤ 16).
     pub log_max_qp_sz: u8,
+    /// log2 max number of SRQs (≤ 24; 0: none).
+    pub log_max_srq: u8,
+    /// log2 max WQEs per SRQ (≤ 16).
+    pub log_max_srq_sz: u8,
     /// log2 max number of CQs (≤ 24).
     pub log_max_cq: u8,
     /// log2 max CQEs per CQ (≤ 24).
@@ -138,6 +142,8 @@ impl Caps {
         Ok(Caps {
             log_max_qp: at_most(F::LogMaxQp, g(c::LOG_MAX_QP), 24)?,
             log_max_qp_sz: at_most(F::LogMaxQpSz, g(c::LOG_MAX_QP_SZ), 16)?,
+            log_max_srq: at_most(F::LogMaxSrq, g(c::LOG_MAX_SRQ), 24)?,
+            log_max_srq_sz: at_most(F::LogMaxSrqSz, g(c::LOG_MAX_SRQ_SZ), 16)?,
             log_max_cq: at_most(F::LogMaxCq, g(c::LOG_MAX_CQ), 24)?,
             log_max_cq_sz: at_most(F::LogMaxCqSz, g(c::LOG_MAX_CQ_SZ), 24)?,
             log_max_eq: g(c::LOG_MAX_EQ) as u8,

@@ -86,6 +86,8 @@ impl PollState {
 /// The part of a CQ shared with the QPs attached to it and with its completion channel.
 pub(crate) struct CqCore {
     pub(crate) cqn: u32,
+    /// The device it was made on (`Device::uid`).
+    pub(crate) dev_uid: u32,
     pub(crate) log_size: u8,
     pub(crate) eqn: u32,
     pub(crate) uar: u32,
@@ -163,6 +165,16 @@ impl CqCore {
                 {
                     *word |= 1 << b;
                     st.skips += 1;
+                    // A receive completion of a QP on an SRQ that will never be polled: its
+                    // SRQ WQE goes back to the SRQ now.
+                    let op = cqe::opcode_of(self.ring.read_u8(off + OP_OWN));
+                    if op != cqe::opcode::REQ
+                        && op != cqe::opcode::REQ_ERR
+                        && let Ok(i) = st.table.binary_search_by_key(&qpn, |x| x.qpn)
+                        && let Some(srq) = &st.table[i].core.srq
+                    {
+                        srq.retire(self.ring.read_be16(off + 0x3c));
+                    }
                 }
             }
             ci = ci.wrapping_add(1);
@@ -329,6 +341,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         Ok(Cq {
             core: Arc::new(CqCore {
                 cqn,
+                dev_uid: self.uid,
                 log_size,
                 eqn,
                 uar,

@@ -91,6 +91,8 @@ pub struct Device<R: RegisterIo, P: Platform> {
     pub(crate) mkey_variant: AtomicU8,
     heartbeat: Mutex<Option<(u32, u64)>>,
     closed: bool,
+    /// This device among the program's (objects that name their device, as an SRQ does).
+    pub(crate) uid: u32,
 }
 
 /// A zeroed command input of `len` bytes with `opcode` and `op_mod` set.
@@ -225,6 +227,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             mkey_variant: AtomicU8::new(0),
             heartbeat: Mutex::new(None),
             closed: false,
+            uid: crate::srq::NEXT_DEV_UID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         };
         match dev.bring_up() {
             Ok(()) => Ok(dev),

@@ -1552,6 +1552,7 @@ fn provider_end_to_end_over_the_fake() {
         qp_type: QpType::Rc,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         cap: QpCap {
             max_send_wr: 100,
             max_recv_wr: 10,
@@ -1750,6 +1751,7 @@ fn provider_ud_qp_and_port_queries() {
         qp_type: QpType::Ud,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         cap: QpCap {
             max_send_wr: 8,
             max_recv_wr: 8,
@@ -1836,6 +1838,7 @@ fn blueflame_can_be_turned_off() {
             qp_type: QpType::Rc,
             send_cq: &cq,
             recv_cq: &cq,
+            srq: None,
             cap: QpCap {
                 max_send_wr: 4,
                 max_recv_wr: 4,
@@ -2234,4 +2237,153 @@ fn fast_poll_loop_writes_every_defined_field_over_old_contents() {
             ),
         ]
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// Shared receive queues
+
+/// The SRQ ring: initial links, posted WQEs (next segment, data segments), the doorbell
+/// record counting posts, ENOMEM when only the tail is free; completions of a QP on the SRQ
+/// resolved by `wqe_counter` within the SRQ, in any order, a WQE not posted (or completed
+/// already) a bad CQE, a byte count beyond the buffer a bad CQE; completed WQEs linked back
+/// after the tail; busy while a QP is on it.
+#[test]
+fn srq_ring_and_completions_by_wqe_index() {
+    let mut r = rig(4);
+    let pdn = r.dev.driver_pd().unwrap();
+    let srq = r
+        .dev
+        .create_srq(
+            pdn,
+            &verbs::SrqAttr {
+                max_wr: 3,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    // 4 WQEs of 32 bytes (next segment + one data segment), linked 0 → 1 → 2 → 3 → 0
+    // next_wqe_index: bytes 2..4 of the WQE (the high half of its first word)
+    let next_of = |srq: &Srq, i: usize| (srq.buffer().read_be32(i * 32).unwrap() & 0xffff) as u16;
+    assert_eq!(
+        (0..4).map(|i| next_of(&srq, i)).collect::<Vec<_>>(),
+        [1, 2, 3, 0]
+    );
+    let mut qp = r
+        .dev
+        .create_qp_srq(
+            &QpCreate {
+                pd: pdn,
+                send_cqn: r.cq.cqn(),
+                recv_cqn: r.cq.cqn(),
+                log_sq_size: 4,
+                ..QpCreate::default()
+            },
+            &srq,
+        )
+        .unwrap();
+    assert_eq!(qp.srqn(), Some(srq.srqn()));
+    // another PD: refused before any command
+    assert!(matches!(
+        r.dev.create_qp_srq(
+            &QpCreate {
+                pd: pdn + 1,
+                send_cqn: r.cq.cqn(),
+                recv_cqn: r.cq.cqn(),
+                ..QpCreate::default()
+            },
+            &srq
+        ),
+        Err(Error::InvalidArgument)
+    ));
+    r.dev.attach_qp(&mut qp, &r.cq, &r.cq).unwrap();
+    let m = QpModify::default();
+    r.dev.modify_qp(&mut qp, Transition::Rst2Init, &m).unwrap();
+    assert!(matches!(
+        r.dev.post_recv(
+            &mut qp,
+            &[RecvWr {
+                wr_id: 1,
+                sg_list: &SG
+            }]
+        ),
+        Err((Error::InvalidArgument, 0))
+    ));
+    let wrs: Vec<_> = (0..4)
+        .map(|i| RecvWr {
+            wr_id: 100 + i,
+            sg_list: &SG,
+        })
+        .collect();
+    assert!(matches!(
+        r.dev.post_srq_recv(&srq, &wrs),
+        Err((Error::QueueFull, 3))
+    ));
+    assert_eq!(srq.doorbell_record().read_be32(0).unwrap(), 3);
+    assert_eq!(srq.outstanding(), 3);
+    for i in 0..3 {
+        let mut b = [0u8; 16];
+        srq.buffer().read(i * 32 + 16, &mut b).unwrap();
+        let d = DataSeg::from_bytes(&b);
+        assert_eq!(
+            (d.byte_count.get(), d.lkey.get(), d.addr.get()),
+            (SG[0].length, SG[0].lkey, SG[0].addr)
+        );
+    }
+    let qpn = qp.qpn();
+    // WQE 1 completes first, then 0
+    r.cqe(resp(cop::RESP_SEND, qpn, 1, 10));
+    r.cqe(resp(cop::RESP_SEND, qpn, 0, 20));
+    let wc = r.poll(4).unwrap();
+    assert_eq!(
+        wc.iter()
+            .map(|w| (w.wr_id, w.byte_len, w.qp_num))
+            .collect::<Vec<_>>(),
+        [(101, 10, qpn), (100, 20, qpn)]
+    );
+    // linked back after the tail (3 → 1 → 0)
+    assert_eq!((next_of(&srq, 3), next_of(&srq, 1)), (1, 0));
+    assert_eq!(srq.outstanding(), 1);
+    // the tail (never posted), a WQE completed already, a byte count beyond the buffer
+    for (idx, len, counter) in [
+        (3u16, 4u32, true),
+        (1, 4, true),
+        (2, SG[0].length + 1, false),
+    ] {
+        r.cqe(resp(cop::RESP_SEND, qpn, idx, len));
+        let e = r.poll(4).unwrap_err();
+        let f = bad(e);
+        if counter {
+            assert_eq!(
+                f,
+                CqeFault::WqeCounter {
+                    qpn,
+                    wqe_counter: idx
+                }
+            );
+        } else {
+            assert!(matches!(f, CqeFault::ByteCount { .. }), "{f:?}");
+        }
+    }
+    // the bad byte count consumed nothing: WQE 2 is still posted and completes
+    r.cqe(resp(cop::RESP_SEND, qpn, 2, 1));
+    assert_eq!(r.poll(4).unwrap()[0].wr_id, 102);
+    // three free again: posted at 3, 1, 0 (the list's order)
+    r.dev.post_srq_recv(&srq, &wrs[..3]).unwrap();
+    assert_eq!(srq.doorbell_record().read_be32(0).unwrap(), 6);
+    r.cqe(resp(cop::RESP_SEND, qpn, 3, 1));
+    r.cqe(resp(cop::RESP_SEND, qpn, 1, 1));
+    r.cqe(resp(cop::RESP_SEND, qpn, 0, 1));
+    let wc = r.poll(4).unwrap();
+    assert_eq!(
+        wc.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        [100, 101, 102]
+    );
+    // busy while the QP is on it
+    let srq = match r.dev.destroy_srq(srq) {
+        Err((Error::Busy, Some(s))) => s,
+        other => panic!("{:?}", other.map_err(|(e, _)| e)),
+    };
+    r.dev.destroy_qp(qp).unwrap();
+    r.dev.destroy_srq(srq).unwrap();
 }

@@ -26,6 +26,10 @@ pub enum CapField {
     LogMaxQp,
     /// `log_max_qp_sz`.
     LogMaxQpSz,
+    /// `log_max_srq` (> 24: SRQNs are 24 bits).
+    LogMaxSrq,
+    /// `log_max_srq_sz`.
+    LogMaxSrqSz,
     /// `log_max_cq`.
     LogMaxCq,
     /// `log_max_cq_sz`.

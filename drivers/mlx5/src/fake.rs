@@ -153,6 +153,8 @@ pub fn default_caps() -> Vec<u8> {
     let s = |c: &mut Vec<u8>, f: Field, v: u32| assert!(f.set(c, v));
     s(&mut c, cap::LOG_MAX_QP, 10);
     s(&mut c, cap::LOG_MAX_QP_SZ, 12);
+    s(&mut c, cap::LOG_MAX_SRQ, 10);
+    s(&mut c, cap::LOG_MAX_SRQ_SZ, 12);
     s(&mut c, cap::LOG_MAX_CQ, 12);
     s(&mut c, cap::LOG_MAX_CQ_SZ, 16);
     s(&mut c, cap::LOG_MAX_EQ, 4);
@@ -480,6 +482,10 @@ impl Fw {
             opcode::DESTROY_QP => {
                 self.qp_state.remove(&destroy_qp_in::QPN.get(inp));
             }
+            opcode::CREATE_SRQ => {
+                let n = self.obj();
+                firmware_interface::cmds::create_srq_out::SRQN.set(&mut out, n);
+            }
             opcode::QUERY_NIC_VPORT_CONTEXT => {
                 out[0x106..0x10c].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
                 // Ethernet MTU 1500 (nic_vport_context.mtu)
@@ -760,6 +766,7 @@ impl FastPathRig {
                 qp_type: QpType::Rc,
                 send_cq: &cq,
                 recv_cq: &cq,
+                srq: None,
                 cap: QpCap {
                     max_send_wr: 64,
                     max_recv_wr: 16,

@@ -13,11 +13,12 @@ use crate::*;
 
 const GSI_QKEY: u32 = 0x8001_0000;
 
-fn init<'a>(cq: &'a Cq) -> QpInitAttr<'a, Cq> {
+fn init<'a>(cq: &'a Cq) -> QpInitAttr<'a, Cq, crate::Srq> {
     QpInitAttr {
         qp_type: QpType::Gsi,
         send_cq: cq,
         recv_cq: cq,
+        srq: None,
         cap: QpCap {
             max_send_wr: 8,
             max_recv_wr: 8,

@@ -89,7 +89,7 @@
 //!     .unwrap();
 //! let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
 //! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-//! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, cap, sq_sig_all: false };
+//! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false };
 //! let (mut qp, actual) = Provider::create_qp(&dev, &pd, &init).unwrap();
 //! assert!(actual.max_send_wr >= 16);
 //! // Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first).
@@ -129,6 +129,7 @@ mod post;
 mod provider;
 mod qp;
 mod ring;
+mod srq;
 #[cfg(test)]
 mod tests;
 mod wq;
@@ -147,6 +148,7 @@ pub use provider::{Mr, Pd, verbs_state};
 pub use qp::{
     AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, QueryQp, ServiceType, Transition,
 };
+pub use srq::Srq;
 
 use firmware_interface::pci;
 

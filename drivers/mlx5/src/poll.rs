@@ -35,6 +35,7 @@ use crate::cq::{Attached, Cq, CqCore, PollState};
 use crate::device::Device;
 use crate::error::{CqeFault, Error};
 use crate::ring::Ring;
+use crate::srq::SrqCore;
 use crate::wq::{META_ATOMIC, META_READ, META_SIGNALED, META_START, META_WC_SHIFT};
 
 /// CQE field offsets (spec §9.1).
@@ -191,22 +192,31 @@ fn responder(
         return Err(CqeFault::WrongQueue { qpn, opcode });
     }
     let q = &*a.core;
-    let tail = q.rq_tail.0.load(Relaxed);
-    let head = q.rq_head.0.load(Acquire);
-    if tail == head {
-        return Err(CqeFault::RqEmpty { qpn });
-    }
     let counter = (tail_word >> 16) as u16;
-    let bad = CqeFault::WqeCounter {
-        qpn,
-        wqe_counter: counter,
+    // A QP on an SRQ: the CQE names a WQE of the SRQ (out of line, its own lock).
+    let (wr_id, len, tail) = match &q.srq {
+        Some(srq) => {
+            let (wr_id, len) = srq_wqe(srq, qpn, counter)?;
+            (wr_id, len, 0)
+        }
+        None => {
+            let tail = q.rq_tail.0.load(Relaxed);
+            let head = q.rq_head.0.load(Acquire);
+            if tail == head {
+                return Err(CqeFault::RqEmpty { qpn });
+            }
+            if counter != tail as u16 {
+                return Err(CqeFault::WqeCounter {
+                    qpn,
+                    wqe_counter: counter,
+                });
+            }
+            let slot = q.rq_slot(tail);
+            (slot.wr_id.load(Relaxed), slot.len.load(Relaxed), tail)
+        }
     };
-    if counter != tail as u16 {
-        return Err(bad);
-    }
-    let slot = q.rq_slot(tail);
     let mut wc = WorkCompletion {
-        wr_id: slot.wr_id.load(Relaxed),
+        wr_id,
         opcode: WcOpcode::Recv,
         qp_num: qpn,
         ..WorkCompletion::default()
@@ -224,7 +234,6 @@ fn responder(
                 wc.imm_data = core.ring.read_raw32(o + off::IMM_INVAL_PKEY);
             }
             _ => {
-                let len = slot.len.load(Relaxed);
                 if byte_cnt > len {
                     return Err(CqeFault::ByteCount {
                         qpn,
@@ -262,9 +271,24 @@ fn responder(
             }
         }
     }
-    q.rq_tail.0.store(tail.wrapping_add(1), Release);
+    match &q.srq {
+        // The SRQ WQE goes back to the SRQ's free list.
+        Some(srq) => srq.retire(counter),
+        None => q.rq_tail.0.store(tail.wrapping_add(1), Release),
+    }
     *w = wc;
     Ok(())
+}
+
+/// The `wr_id` and scatter length of the SRQ WQE a receive CQE of QP `qpn` names (its index
+/// in `wqe_counter`); a WQE not posted is a bad counter.
+#[cold]
+#[inline(never)]
+fn srq_wqe(srq: &SrqCore, qpn: u32, counter: u16) -> Result<(u64, u32), CqeFault> {
+    srq.peek(counter).ok_or(CqeFault::WqeCounter {
+        qpn,
+        wqe_counter: counter,
+    })
 }
 
 /// `SqSlot::meta` bits a successful requester CQE of the fast loop checks: the send opcode,

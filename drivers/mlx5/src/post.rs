@@ -195,7 +195,7 @@ const _: () = assert!(META_SIGNALED == (wqe::CE_CQ_UPDATE as u32) << META_FM_SHI
 
 /// A data segment (`byte_count`, `lkey`, `addr`) as two words in device byte order.
 #[inline(always)]
-fn data_seg(len: u32, lkey: u32, addr: u64) -> (u64, u64) {
+pub(crate) fn data_seg(len: u32, lkey: u32, addr: u64) -> (u64, u64) {
     ((((len as u64) << 32) | lkey as u64).to_be(), addr.to_be())
 }
 
@@ -730,7 +730,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if wrs.is_empty() {
             return Ok(());
         }
-        if qp.state() == QpState::Reset {
+        // A QP on an SRQ has no receive queue (post to the SRQ).
+        if qp.state() == QpState::Reset || qp.srq.is_some() {
             return Err((Error::InvalidArgument, 0));
         }
         let rq = &mut qp.rq;

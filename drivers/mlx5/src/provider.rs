@@ -5,7 +5,8 @@
 //! | `Pd` | [`Pd`] (ALLOC_PD) |
 //! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::MemRegion`]) |
 //! | `Cq` | [`Cq`] (64-byte CQEs, `2^n ≥ cqe + 1` entries) |
-//! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used) |
+//! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used; on an SRQ: no RQ) |
+//! | `Srq` | [`Srq`] (CREATE_SRQ: a linked ring of `2^n > max_wr` WQEs) |
 //! | `Ah` | [`Ah`] (a prepared datagram segment) |
 //! | `CompChannel` | [`CompChannel`] (an EQ the caller polls) |
 //!
@@ -37,6 +38,7 @@ use crate::mkey::{Mkey, MkeyAccess};
 use crate::qp::{
     AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, ServiceType, Transition,
 };
+use crate::srq::Srq;
 use crate::wq::{max_wqe_bytes, sq_limits, sq_overhead};
 
 /// A protection domain.
@@ -112,11 +114,12 @@ impl Qp {
         let data = (self.sq.max_sge * 16).max((self.sq.max_inline + 4).next_multiple_of(16));
         let bytes = (sq_overhead(ud) + data).max(64);
         let bbs = bytes.div_ceil(64).max(1);
+        let on_srq = self.srq.is_some();
         QpCap {
             max_send_wr: self.sq.wqe_cnt / bbs,
-            max_recv_wr: self.rq.wqe_cnt,
+            max_recv_wr: if on_srq { 0 } else { self.rq.wqe_cnt },
             max_send_sge: self.sq.max_sge,
-            max_recv_sge: self.rq.max_sge,
+            max_recv_sge: if on_srq { 0 } else { self.rq.max_sge },
             max_inline_data: self.sq.max_inline,
         }
     }
@@ -328,6 +331,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     type Mr = Mr;
     type Cq = Cq;
     type Qp = Qp;
+    type Srq = Srq;
     type Ah = Ah;
     type CompChannel = CompChannel;
 
@@ -488,7 +492,11 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         Ok(Device::req_notify_cq(self, cq, solicited_only)?)
     }
 
-    fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_, Cq>) -> Result<(Qp, QpCap), verbs::Error> {
+    fn create_qp(
+        &self,
+        pd: &Pd,
+        attr: &QpInitAttr<'_, Cq, Srq>,
+    ) -> Result<(Qp, QpCap), verbs::Error> {
         let caps = &self.caps;
         let service = match attr.qp_type {
             QpType::Rc => ServiceType::Rc,
@@ -500,6 +508,20 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         let log_max = caps.log_max_qp_sz.min(15);
         let max_wr = 1u32 << log_max;
         let inval = verbs::Error::InvalidArgument;
+        // CQs (and the SRQ, checked by `create_qp_srq`) of this device only.
+        if attr.send_cq.core.dev_uid != self.uid || attr.recv_cq.core.dev_uid != self.uid {
+            return Err(inval);
+        }
+        // On an SRQ the receive sizes do not apply.
+        let c = if attr.srq.is_some() {
+            QpCap {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..c
+            }
+        } else {
+            c
+        };
         if c.max_send_wr > max_wr || c.max_recv_wr > max_wr {
             return Err(inval);
         }
@@ -550,7 +572,19 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             uar: own_uar,
             blueflame: own_uar.is_some(),
         };
-        let mut qp = match Device::create_qp(self, &create) {
+        let made = match attr.srq {
+            Some(srq) => Device::create_qp_srq(
+                self,
+                &QpCreate {
+                    log_rq_size: 0,
+                    log_rq_stride: 0,
+                    ..create
+                },
+                srq,
+            ),
+            None => Device::create_qp(self, &create),
+        };
+        let mut qp = match made {
             Ok(qp) => qp,
             Err(e) => {
                 if let Some(u) = own_uar {
@@ -638,6 +672,21 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     #[inline]
     fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
         Device::post_send(self, qp, wrs).map_err(|(e, i)| PostError {
+            error: e.into(),
+            bad_wr: i,
+        })
+    }
+
+    fn create_srq(&self, pd: &Pd, attr: &verbs::SrqAttr) -> Result<Srq, verbs::Error> {
+        Ok(Device::create_srq(self, pd.pdn, attr)?)
+    }
+
+    fn destroy_srq(&self, srq: Srq) -> Result<(), DestroyError<Srq>> {
+        Device::destroy_srq(self, srq).map_err(|(e, o)| destroy_err(e, o))
+    }
+
+    fn post_srq_recv(&self, srq: &Srq, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        Device::post_srq_recv(self, srq, wrs).map_err(|(e, i)| PostError {
             error: e.into(),
             bad_wr: i,
         })

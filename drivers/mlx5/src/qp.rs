@@ -20,6 +20,7 @@ use crate::device::{Device, cmd_in};
 use crate::error::{Error, OutputFault};
 use crate::mem::{Shared, write_pas};
 use crate::ring::{DbRec, Ring};
+use crate::srq::{Srq, SrqCore};
 use crate::uar_page_ok;
 use crate::wq::{BfReg, QpCore, RqState, SqState, max_wqe_bytes, sq_limits};
 
@@ -375,6 +376,8 @@ pub struct Qp {
     pub(crate) rec: DbRec,
     /// Send and receive CQ while attached.
     pub(crate) cqs: [Option<Arc<CqCore>>; 2],
+    /// The SRQ it receives from (it has no RQ then).
+    pub(crate) srq: Option<Arc<SrqCore>>,
     /// Q_Key (UD), as last set.
     pub(crate) qkey: u32,
     /// A UAR allocated for this QP alone (freed with it).
@@ -530,6 +533,11 @@ impl Qp {
         self.qkey
     }
 
+    /// The SRQ number it receives from, if it is on an SRQ.
+    pub fn srqn(&self) -> Option<u32> {
+        self.srq.as_ref().map(|s| s.srqn)
+    }
+
     /// Whether the QP is attached to its CQs.
     pub fn is_attached(&self) -> bool {
         self.cqs[0].is_some()
@@ -630,6 +638,22 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// CREATE_QP. Sizes are checked against the capabilities (`log_max_qp_sz`, the QPC field
     /// widths, `max_wqe_sz_rq`); the RQ must be at least 64 bytes (it precedes the SQ).
     pub fn create_qp(&self, attr: &QpCreate) -> Result<Qp, Error> {
+        self.create_qp_on(attr, None)
+    }
+
+    /// [`create_qp`](Self::create_qp) for a QP that receives from `srq` (`rq_type` SRQ): no
+    /// receive queue of its own (`log_rq_size` and `log_rq_stride` are ignored, the SQ starts
+    /// the buffer), receive completions in `attr.recv_cqn` naming SRQ WQEs. The SRQ must be
+    /// of this device and of the QP's PD (else [`Error::InvalidArgument`]); it cannot be
+    /// destroyed while the QP exists.
+    pub fn create_qp_srq(&self, attr: &QpCreate, srq: &Srq) -> Result<Qp, Error> {
+        if srq.core.dev_uid != self.uid || srq.core.pd != attr.pd {
+            return Err(Error::InvalidArgument);
+        }
+        self.create_qp_on(attr, Some(srq))
+    }
+
+    fn create_qp_on(&self, attr: &QpCreate, srq: Option<&Srq>) -> Result<Qp, Error> {
         let caps = &self.caps;
         let supported = match attr.service {
             ServiceType::Rc => caps.rc,
@@ -655,9 +679,13 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         {
             return Err(Error::InvalidArgument);
         }
-        let rq_bytes = rq_stride << attr.log_rq_size;
+        let rq_bytes = if srq.is_some() {
+            0
+        } else {
+            rq_stride << attr.log_rq_size
+        };
         let sq_bytes = 64usize << attr.log_sq_size;
-        if rq_bytes < 64 {
+        if rq_bytes < 64 && srq.is_none() {
             return Err(Error::InvalidArgument);
         }
         let bytes = (rq_bytes + sq_bytes).next_multiple_of(4096);
@@ -680,7 +708,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         q(&mut inp, qpc::LOG_PAGE_SIZE, 0);
         q(&mut inp, qpc::CQN_SND, attr.send_cqn);
         q(&mut inp, qpc::CQN_RCV, attr.recv_cqn);
-        q(&mut inp, qpc::RQ_TYPE, qpc::RQ_TYPE_REGULAR);
+        match srq {
+            Some(s) => {
+                q(&mut inp, qpc::LOG_RQ_SIZE, 0);
+                q(&mut inp, qpc::LOG_RQ_STRIDE, 0);
+                q(&mut inp, qpc::RQ_TYPE, qpc::RQ_TYPE_SRQ);
+                q(&mut inp, qpc::SRQN_RMPN_XRQN, s.core.srqn);
+            }
+            None => q(&mut inp, qpc::RQ_TYPE, qpc::RQ_TYPE_REGULAR),
+        }
         qpc::DBR_ADDR
             .at(create_qp_in::QPC.byte_off())
             .set64(&mut inp, dbrec.iova());
@@ -713,10 +749,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let half = (1usize << caps.log_bf_reg_size) / 2;
         // SAFETY: the Rings and the DbRec live in the Qp that owns `buf` and `dbrec`; those are
         // only released when the Qp is taken apart in `destroy_qp`.
+        // (A QP on an SRQ has no RQ: its ring is a stand-in that nothing posts to.)
         let (sq_ring, rq_ring, rec) = unsafe {
             (
                 Ring::new(&buf, rq_bytes, sq_bytes),
-                Ring::new(&buf, 0, rq_bytes),
+                Ring::new(&buf, 0, if srq.is_some() { sq_bytes } else { rq_bytes }),
                 DbRec::new(&dbrec),
             )
         };
@@ -724,10 +761,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             // Sizes are powers of two of at least 64 bytes and lie in the buffer: not reached.
             return Err(Error::InvalidArgument);
         };
-        let Some(core) = QpCore::new(qpn, ud, sq_cnt, rq_cnt, sq_ring) else {
+        let Some(mut core) = QpCore::new(qpn, ud, sq_cnt, rq_cnt, sq_ring) else {
             // The SQ ring is `sq_cnt` WQEBBs (`sq_bytes`): not reached.
             return Err(Error::InvalidArgument);
         };
+        core.srq = srq.map(|s| s.core.clone());
         Ok(Qp {
             qpn,
             service: attr.service,
@@ -767,6 +805,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             },
             rec,
             cqs: [None, None],
+            srq: srq.map(|s| s.core.clone()),
             qkey: 0,
             own_uar: None,
             attr: verbs::QpAttr::default(),
@@ -774,9 +813,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Attaches a QP to its CQs (the ones named at creation): from now on their pollers accept
-    /// CQEs naming it. The verbs provider's `create_qp` does this itself.
+    /// CQEs naming it. The verbs provider's `create_qp` does this itself. CQs other than the
+    /// ones named at creation, or of another device: [`Error::InvalidArgument`].
     pub fn attach_qp(&self, qp: &mut Qp, send_cq: &Cq, recv_cq: &Cq) -> Result<(), Error> {
-        if qp.is_attached() || send_cq.cqn() != qp.send_cqn || recv_cq.cqn() != qp.recv_cqn {
+        if qp.is_attached()
+            || send_cq.cqn() != qp.send_cqn
+            || recv_cq.cqn() != qp.recv_cqn
+            || send_cq.core.dev_uid != self.uid
+            || recv_cq.core.dev_uid != self.uid
+        {
             return Err(Error::InvalidArgument);
         }
         let same = Arc::ptr_eq(&send_cq.core, &recv_cq.core);

@@ -94,6 +94,9 @@ pub(crate) struct QpCore {
     pub(crate) rq_mask: u32,
     /// One slot per RQ WQE.
     pub(crate) rq: Box<[RqSlot]>,
+    /// The SRQ the QP receives from (then the RQ is unused: receive completions name SRQ
+    /// WQEs).
+    pub(crate) srq: Option<alloc::sync::Arc<crate::srq::SrqCore>>,
 }
 
 impl core::fmt::Debug for QpCore {
@@ -235,6 +238,7 @@ impl QpCore {
             rq_tail: Line::default(),
             rq_mask: rq_wqes - 1,
             rq: slots(rq_wqes as usize),
+            srq: None,
         })
     }
 

@@ -151,6 +151,7 @@ fn post_send_post_recv_poll_cq_do_not_allocate() {
             qp_type: QpType::Rc,
             send_cq: &cq,
             recv_cq: &cq,
+            srq: None,
             cap: QpCap {
                 max_send_wr: 64,
                 max_recv_wr: 64,

@@ -11,6 +11,7 @@ use firmware_interface::Field;
 
 mod props;
 mod prose;
+mod srq;
 mod structs;
 mod tables;
 

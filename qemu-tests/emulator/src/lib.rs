@@ -123,6 +123,8 @@ pub struct Live {
     pub mkeys: u32,
     /// Queue pairs.
     pub qps: u32,
+    /// Shared receive queues.
+    pub srqs: u32,
     /// Pages the driver gave with MANAGE_PAGES and did not take back.
     pub fw_pages: u32,
     /// ENABLE_HCA done and no DISABLE_HCA since.
@@ -465,6 +467,7 @@ impl Device {
             cqs: o.cqs.len(),
             mkeys: o.mkeys.len(),
             qps: o.qps.len(),
+            srqs: o.srqs.len(),
             fw_pages: u32::try_from(self.hca.pages.len()).unwrap_or(u32::MAX),
             hca_enabled: self.hca.enabled,
             hca_initialized: self.hca.initialized,

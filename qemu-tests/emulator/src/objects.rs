@@ -176,6 +176,24 @@ pub(crate) struct Mkey {
     pub mtt: Vec<u64>,
 }
 
+/// A shared receive queue: a ring of `2^log_size` WQEs of `16 << log_stride` bytes, each
+/// starting with a next segment (`wqe::SrqNextSeg`); the driver posts along that list and
+/// counts the WQEs posted in doorbell-record word 0.
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: u32,
+    pub log_size: u8,
+    /// `log_rq_stride`: a WQE is `16 << log_stride` bytes.
+    pub log_stride: u8,
+    pub dbr_addr: u64,
+    pub log_page_size: u8,
+    pub pas: Vec<u64>,
+    /// Limit water mark (0: no limit event armed).
+    pub lwm: u16,
+    /// Data-path state.
+    pub dp: crate::dp::SrqDp,
+}
+
 /// A queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
@@ -192,6 +210,8 @@ pub(crate) struct Qp {
     pub rq: Option<(u8, u8)>,
     /// `log_sq_size` when there is an SQ (SQ right after the RQ).
     pub sq: Option<u8>,
+    /// The SRQ its receives come from (`rq_type` SRQ; then there is no RQ).
+    pub srqn: Option<u32>,
     /// The context as it is now (QUERY_QP returns it with the current state).
     pub qpc: Vec<u8>,
     /// The context as created (2RST goes back to it).
@@ -210,6 +230,7 @@ pub(crate) struct Objects {
     pub cqs: Table<Cq>,
     pub mkeys: Table<Mkey>,
     pub qps: Table<Qp>,
+    pub srqs: Table<Srq>,
 }
 
 /// QP number of the GSI QP.
@@ -228,6 +249,7 @@ impl Objects {
             cqs: Table::new(1, pow2(p.log_max_cq, 1 << 24)),
             mkeys: Table::new(1, pow2(p.log_max_mkey, 1 << 24)),
             qps: Table::new(2, pow2(p.log_max_qp, 1 << 24)),
+            srqs: Table::new(1, pow2(p.log_max_qp, 1 << 24)),
         }
     }
 
@@ -240,10 +262,12 @@ impl Objects {
             + self.cqs.len()
             + self.mkeys.len()
             + self.qps.len()
+            + self.srqs.len()
     }
 
     pub(crate) fn clear(&mut self) {
         self.qps.clear();
+        self.srqs.clear();
         self.mkeys.clear();
         self.cqs.clear();
         self.eqs.clear();

@@ -89,7 +89,7 @@ pub const BAD_INDEX: u32 = s(0x41);
 /// BAD_RES: the object number is in range but names no live object.
 pub const NO_SUCH_OBJECT: u32 = s(0x42);
 /// BAD_RES_STATE: the object is still used by another (PD by an MKEY/QP, UAR by an EQ/CQ/QP,
-/// EQ by a CQ, CQ by a QP).
+/// EQ by a CQ, CQ by a QP, SRQ by a QP, PD by an SRQ).
 pub const OBJECT_IN_USE: u32 = s(0x43);
 
 // ------------------------------------------------------------------ context references
@@ -105,6 +105,9 @@ pub const BAD_EQ: u32 = s(0x53);
 /// BAD_RES / BAD_INDEX: the command names a QP that does not exist (with BAD_INDEX when out
 /// of range).
 pub const BAD_QPN: u32 = s(0x54);
+/// BAD_PARAM: a QP context with `rq_type` SRQ names an SRQ that does not exist (or one in
+/// error).
+pub const BAD_SRQ: u32 = s(0x56);
 
 // ------------------------------------------------------------------ buffers
 

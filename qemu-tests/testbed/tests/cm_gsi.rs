@@ -31,6 +31,7 @@ fn cm_mads_travel_on_qp1() {
                 qp_type: QpType::Gsi,
                 send_cq: &cq,
                 recv_cq: &cq,
+                srq: None,
                 cap: QpCap {
                     max_send_wr: 1,
                     max_recv_wr: 1,

@@ -1,6 +1,8 @@
 //! The rules of `rdma_create_ep` / `rdma_create_qp` (spec `librdmacm.md` §B), one test each,
 //! and the errno of the calls' argument and state checks (§A), against two emulated NICs.
 
+use std::sync::Arc;
+
 use cm::{ConnParam, Error, EventType, PortSpace, QpInitAttr, getaddrinfo};
 use verbs::{AccessFlags, Provider, QpCap, QpState, QpType};
 
@@ -83,16 +85,20 @@ fn b3_one_default_pd_per_device_shared_and_refcounted() {
 #[test]
 fn b4_auto_cqs_have_channels_user_cqs_stay_the_users() {
     let s = setup(14);
-    let user_cq =
+    let user_cq = Arc::new(
         s.cm.with_provider(s.client.dev, |p| Provider::create_cq(p, 16, 0, None))
             .unwrap()
-            .unwrap();
+            .unwrap(),
+    );
     let res = getaddrinfo(Some(SERVER), Some(PORT), Some(&client_hints())).unwrap();
     let mut a = QpInitAttr {
-        send_cq: Some(&user_cq),
+        send_cq: Some(user_cq.clone()),
         ..attr()
     };
     let id = s.cm.create_ep(&res, None, Some(&mut a)).unwrap();
+    // the caller's attr keeps its handle; the manager holds one more while the QP uses it
+    assert_eq!(Arc::strong_count(&user_cq), 3);
+    drop(a);
     let (send, send_ch, recv, recv_ch) = id
         .with_verbs(|v| {
             (
@@ -114,6 +120,7 @@ fn b4_auto_cqs_have_channels_user_cqs_stay_the_users() {
     );
     assert_eq!(id.get_send_comp(), Err(Error::InvalidArgument));
     id.destroy_qp().unwrap();
+    assert_eq!(Arc::strong_count(&user_cq), 1, "released with the QP");
     assert_eq!(id.destroy_qp(), Err(Error::InvalidArgument), "no QP left");
     // max_recv_wr 0: no recv CQ (the send CQ serves both)
     let mut a = QpInitAttr {
@@ -129,7 +136,8 @@ fn b4_auto_cqs_have_channels_user_cqs_stay_the_users() {
         .unwrap();
     assert_eq!((send, recv), (true, false));
     drop(id);
-    // destroy_ep left the user's CQ alone
+    // destroy_ep left the user's CQ alone (and released it)
+    let user_cq = Arc::try_unwrap(user_cq).expect("the manager holds no reference");
     s.cm.with_provider(s.client.dev, |p| {
         Provider::destroy_cq(p, user_cq).map_err(|e| e.error)
     })

@@ -73,6 +73,7 @@ impl Node {
                 qp_type,
                 send_cq: &self.cq,
                 recv_cq: &self.cq,
+                srq: None,
                 cap: QpCap {
                     max_send_wr: 32,
                     max_recv_wr: 32,
@@ -584,6 +585,7 @@ fn completion_channel_events() {
             qp_type: QpType::Rc,
             send_cq: &cq,
             recv_cq: &cq,
+            srq: None,
             cap: QpCap {
                 max_send_wr: 8,
                 max_recv_wr: 8,

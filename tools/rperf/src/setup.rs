@@ -211,6 +211,7 @@ impl End {
                 qp_type: QpType::Rc,
                 send_cq: &cq,
                 recv_cq: &cq,
+                srq: None,
                 cap: want,
                 sq_sig_all: false,
             },

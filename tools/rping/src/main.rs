@@ -221,7 +221,7 @@ impl Buf {
     }
 }
 
-fn qp_attr<'a>() -> QpInitAttr<'a, mlx5::Cq> {
+fn qp_attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
     QpInitAttr {
         cap: QpCap {
             max_send_wr: 4,

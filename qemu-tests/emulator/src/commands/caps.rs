@@ -81,6 +81,9 @@ pub(crate) fn max_caps(p: &Profile) -> Caps {
     for (f, v) in [
         (g::LOG_MAX_QP_SZ, u32::from(p.log_max_qp_sz)),
         (g::LOG_MAX_QP, u32::from(p.log_max_qp)),
+        // SRQs: as many and as large as QPs and their receive queues.
+        (g::LOG_MAX_SRQ, u32::from(p.log_max_qp)),
+        (g::LOG_MAX_SRQ_SZ, u32::from(p.log_max_qp_sz)),
         (g::LOG_MAX_CQ_SZ, u32::from(p.log_max_cq_sz)),
         (g::LOG_MAX_CQ, u32::from(p.log_max_cq)),
         (g::LOG_MAX_EQ_SZ, u32::from(p.log_max_eq_sz)),

@@ -19,6 +19,7 @@ mod mkey;
 mod qp;
 mod queues;
 mod resources;
+mod srq;
 mod vport;
 
 use firmware_interface::{Field, cmd_status as st, cmds, mbox_in, mbox_out, opcode as op};
@@ -344,6 +345,22 @@ static TABLE: &[Spec] = &[
         Initialized,
         Z,
         queues::destroy_cq
+    ),
+    spec!(
+        op::CREATE_SRQ,
+        cmds::create_srq_in::SIZE,
+        cmds::create_srq_out::SIZE,
+        Initialized,
+        Z,
+        srq::create_srq
+    ),
+    spec!(
+        op::DESTROY_SRQ,
+        cmds::destroy_srq_in::SIZE,
+        cmds::destroy_srq_out::SIZE,
+        Initialized,
+        Z,
+        srq::destroy_srq
     ),
     spec!(
         op::CREATE_MKEY,

@@ -75,7 +75,7 @@ pub(super) fn create_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
         return Err(bad_param(syn::BAD_PD));
     }
     let rq_type = c(q::RQ_TYPE);
-    if rq_type != q::RQ_TYPE_REGULAR && rq_type != q::RQ_TYPE_ZERO {
+    if rq_type != q::RQ_TYPE_REGULAR && rq_type != q::RQ_TYPE_ZERO && rq_type != q::RQ_TYPE_SRQ {
         return Err(bad_param(syn::UNSUPPORTED));
     }
     let no_sq = c(q::NO_SQ) != 0;
@@ -100,6 +100,20 @@ pub(super) fn create_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
         }
         rq_bytes = (16u64 << stride) << log;
         rq = Some((log as u8, stride as u8));
+        cqn_rcv = Some(cqn);
+    }
+    let mut srqn = None;
+    if rq_type == q::RQ_TYPE_SRQ {
+        // Receives come from the SRQ; completions still go to the QP's receive CQ.
+        let n = c(q::SRQN_RMPN_XRQN);
+        if !d.obj.srqs.contains(n) {
+            return Err(bad_param(syn::BAD_SRQ));
+        }
+        let cqn = c(q::CQN_RCV);
+        if !d.obj.cqs.contains(cqn) {
+            return Err(bad_param(syn::BAD_CQ));
+        }
+        srqn = Some(n);
         cqn_rcv = Some(cqn);
     }
     let mut sq_bytes = 0u64;
@@ -144,6 +158,7 @@ pub(super) fn create_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
         pas,
         rq,
         sq,
+        srqn,
         qpc: ctx.to_vec(),
         created: ctx.to_vec(),
         dp: Default::default(),
@@ -193,6 +208,7 @@ const IMMUTABLE: &[Field] = &[
     q::LOG_SQ_SIZE,
     q::NO_SQ,
     q::RQ_TYPE,
+    q::SRQN_RMPN_XRQN,
     q::LOG_PAGE_SIZE,
 ];
 

@@ -47,7 +47,10 @@ pub(super) fn dealloc_pd(d: &mut Device, input: &Input<'_>) -> CmdResult {
     if !d.obj.pds.contains(pd) {
         return Err(no_object(d.obj.pds.in_range(pd)));
     }
-    if d.obj.mkeys.values().any(|m| m.pd == pd) || d.obj.qps.values().any(|q| q.pd == pd) {
+    if d.obj.mkeys.values().any(|m| m.pd == pd)
+        || d.obj.qps.values().any(|q| q.pd == pd)
+        || d.obj.srqs.values().any(|s| s.pd == pd)
+    {
         return Err(IN_USE);
     }
     d.obj.pds.remove(pd);

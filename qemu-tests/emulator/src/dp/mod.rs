@@ -6,18 +6,20 @@
 //! * [`req`]: the requester (SQ execution, segmentation, PSNs, ACK/NAK, retransmission);
 //! * [`resp`]: the responder (PSN checks, duplicates, RNR, receive scatter, READ and atomic
 //!   execution with the responder resource table, UD receive);
+//! * [`srq`]: shared receive queues (receive WQEs any attached QP takes, the limit event);
 //! * [`net`]: the port (addresses, fabric, loopback, packet encode/decode).
 //!
-//! Doorbells are hints: the SQ producer is read from doorbell record word 1, the RQ producer
-//! from word 0, CQ consumer indexes from the CQ records. A send doorbell runs the SQ at once
-//! (and everything that loops back on this device); [`Device::poll`] takes in fabric frames,
-//! notices records written without a doorbell, and runs the timers.
+//! Doorbells are hints: the SQ producer is read from doorbell record word 1, the RQ (and
+//! SRQ) producer from word 0, CQ consumer indexes from the CQ records. A send doorbell runs
+//! the SQ at once (and everything that loops back on this device); [`Device::poll`] takes in
+//! fabric frames, notices records written without a doorbell, and runs the timers.
 
 pub(crate) mod cq;
 pub(crate) mod mkey;
 pub(crate) mod net;
 pub(crate) mod req;
 pub(crate) mod resp;
+pub(crate) mod srq;
 pub(crate) mod wq;
 
 use std::net::Ipv4Addr;
@@ -27,6 +29,7 @@ use firmware_interface::{Field, eqe::event, wqe};
 
 pub(crate) use cq::CqDp;
 pub use net::{Clock, PortStats};
+pub(crate) use srq::SrqDp;
 
 use crate::{Device, DeviceError};
 
@@ -36,6 +39,8 @@ pub(crate) struct QpDp {
     pub sq: req::SqState,
     /// RQ WQEs consumed (the next one is at this counter).
     pub rq_ci: u16,
+    /// The SRQ WQE (index) the message in progress took (QPs attached to an SRQ).
+    pub srq_wqe: Option<u16>,
     pub resp: resp::RespState,
 }
 
@@ -239,6 +244,7 @@ impl Device {
         sq.timer = None;
         sq.rnr_until = None;
         qp.dp.resp.cur = None;
+        let srq_wqe = qp.dp.srq_wqe.take();
         let has_sq = qp.sq.is_some();
         let nbb = wq::sq_bbs(qp);
         for (idx, opcode) in fetched {
@@ -263,6 +269,12 @@ impl Device {
             if let Some(qp) = self.obj.qps.get_mut(qpn) {
                 qp.dp.sq.ci = pi;
             }
+        }
+        // The SRQ WQE a message had taken completes with the QP (the SRQ's other WQEs stay
+        // posted for the other QPs).
+        if let Some(idx) = srq_wqe {
+            self.flush_recv(qpn, idx);
+            did = true;
         }
         let rq_n = self
             .obj

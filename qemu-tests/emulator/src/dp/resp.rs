@@ -20,6 +20,7 @@ use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
 use super::mkey::{Sgl, access};
+use super::srq::SrqTake;
 use super::wq::rq_geometry;
 use super::{QpInfo, STATE_ERR, STATE_RTR, STATE_RTS};
 use crate::objects::QP1;
@@ -368,6 +369,9 @@ impl Device {
 
     /// Reserves (reads and translates) the receive WQE at the RQ consumer counter.
     fn reserve_recv(&mut self, qpn: u32) -> Result<Sgl, RespErr> {
+        if let Some(srqn) = self.srq_of(qpn) {
+            return self.reserve_srq(qpn, srqn, true);
+        }
         let (n, ci) = {
             let qp = self.obj.qps.get(qpn).ok_or(RespErr::Fatal)?;
             let (n, _) = rq_geometry(qp).ok_or(RespErr::Invalid)?;
@@ -395,6 +399,9 @@ impl Device {
 
     /// Whether a receive WQE is posted (for WRITE with immediate).
     fn recv_posted(&mut self, qpn: u32) -> Result<(), RespErr> {
+        if let Some(srqn) = self.srq_of(qpn) {
+            return self.reserve_srq(qpn, srqn, false).map(|_| ());
+        }
         let (n, ci) = {
             let qp = self.obj.qps.get(qpn).ok_or(RespErr::Fatal)?;
             let (n, _) = rq_geometry(qp).ok_or(RespErr::Invalid)?;
@@ -414,6 +421,15 @@ impl Device {
             return Err(RespErr::Fatal);
         }
         Ok(())
+    }
+
+    /// [`reserve_recv`](Self::reserve_recv) for a QP attached to SRQ `srqn`.
+    fn reserve_srq(&mut self, qpn: u32, srqn: u32, scatter: bool) -> Result<Sgl, RespErr> {
+        self.srq_take(qpn, srqn, scatter).map_err(|e| match e {
+            SrqTake::Empty => RespErr::Rnr,
+            SrqTake::Fatal => RespErr::Fatal,
+            SrqTake::Key(synd) => RespErr::Local(synd, NakCode::RemoteOperationalError),
+        })
     }
 
     fn recv_send(&mut self, qpn: u32, info: &QpInfo, pkt: &PacketView<'_>) -> Result<u32, RespErr> {
@@ -875,7 +891,7 @@ impl Device {
         let Some(cqn) = info.cqn_rcv else {
             return false;
         };
-        let Some(ci) = self.obj.qps.get(qpn).map(|q| q.dp.rq_ci) else {
+        let Some(ci) = self.take_recv_counter(qpn) else {
             return false;
         };
         let mut c = Cqe64::zeroed();
@@ -894,9 +910,6 @@ impl Device {
         c.timestamp = Be64::new(self.now());
         c.sop_drop_qpn = Be32::new(qpn & cqe::QPN_MASK);
         c.wqe_counter = Be16::new(ci);
-        if let Some(qp) = self.obj.qps.get_mut(qpn) {
-            qp.dp.rq_ci = ci.wrapping_add(1);
-        }
         if self
             .push_cqe(cqn, NewCqe::ok(&c, opcode, solicited))
             .is_err()
@@ -909,12 +922,9 @@ impl Device {
 
     /// An error completion for the receive WQE at the RQ consumer counter (consumed).
     fn resp_err_cqe(&mut self, qpn: u32, info: &QpInfo, synd: u8) {
-        let Some(ci) = self.obj.qps.get(qpn).map(|q| q.dp.rq_ci) else {
+        let Some(ci) = self.take_recv_counter(qpn) else {
             return;
         };
-        if let Some(qp) = self.obj.qps.get_mut(qpn) {
-            qp.dp.rq_ci = ci.wrapping_add(1);
-        }
         self.recv_err_cqe(qpn, info.cqn_rcv, info.user_index, ci, synd);
     }
 

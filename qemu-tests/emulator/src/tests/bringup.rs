@@ -35,6 +35,7 @@ fn full_bring_up_then_teardown_leaves_nothing_live() {
             cqs: 1,
             mkeys: 1,
             qps: 1,
+            srqs: 0,
             fw_pages: 24,
             hca_enabled: true,
             hca_initialized: true,

@@ -7,6 +7,7 @@ mod faults;
 mod objects;
 mod qp;
 mod regs;
+mod srq;
 mod status;
 
 use std::collections::HashMap;

@@ -213,8 +213,9 @@ fn create_qp_checks_its_context() {
             syn::BAD_WQE_SIZE,
         ),
         (
+            // an SRQ QP naming no SRQ (srqn 0)
             Box::new(|m| set(m, q(qpc::RQ_TYPE), qpc::RQ_TYPE_SRQ)),
-            syn::UNSUPPORTED,
+            syn::BAD_SRQ,
         ),
         (
             Box::new(|m| {

@@ -12,7 +12,7 @@ fn bad_op_for_unknown_opcode() {
     h.cmd(&msg(0x7ff, 0, 16), 16)
         .expect(st::BAD_OP, syn::BAD_OPCODE);
     // An opcode of the PRM this device does not implement is the same.
-    h.cmd(&msg(op::CREATE_SRQ, 0, 0x200), 16)
+    h.cmd(&msg(op::ALLOC_XRCD, 0, 16), 16)
         .expect(st::BAD_OP, syn::BAD_OPCODE);
 }
 

@@ -542,6 +542,7 @@ fn setup(nic: &UdpNic, args: &Args) -> Res<Node> {
             qp_type: QpType::Rc,
             send_cq: &cq,
             recv_cq: &cq,
+            srq: None,
             cap: QpCap {
                 max_send_wr: 16,
                 max_recv_wr: RECV_DEPTH as u32,

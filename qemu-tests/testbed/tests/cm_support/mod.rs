@@ -108,7 +108,7 @@ pub fn client_hints() -> AddrInfo {
     }
 }
 
-pub fn attr<'a>() -> QpInitAttr<'a, mlx5::Cq> {
+pub fn attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
     QpInitAttr {
         cap: QpCap {
             max_send_wr: 4,

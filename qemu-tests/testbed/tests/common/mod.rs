@@ -153,6 +153,7 @@ impl Node {
                 qp_type,
                 send_cq: cq,
                 recv_cq: cq,
+                srq: None,
                 cap,
                 sq_sig_all: sig_all,
             },

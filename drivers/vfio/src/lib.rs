@@ -30,8 +30,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Tested so far by unit tests only (sysfs checks against a fake tree, the IOVA allocator,
-//! pagemap decoding, the DMA allocator against a fake IOMMU); see README.md.
+//! Tested by unit tests (sysfs checks against a fake tree, the IOVA allocator, pagemap
+//! decoding, the DMA allocator against a fake IOMMU) and through real kernel VFIO in a QEMU
+//! Linux guest against the emulated NIC (`qemu-tests/linux-guest`); never on a real ConnectX.
+//! See README.md.
 
 mod attach;
 mod dma;

@@ -11,9 +11,11 @@
 //! * [`transport`] — PSN arithmetic, retransmit and RNR timers, UDP source ports (§1, §8).
 //! * [`gid`] — IPv4-mapped GIDs (§10).
 //! * [`mad`] — the MAD common header and CM constants for QP1 (§11).
+//! * [`eth`] — Ethernet II framing and ARP, for the Ethernet fabric.
 //! * `fabric` (feature `std`, on by default) — the [`fabric::Fabric`] / [`fabric::Port`]
-//!   traits and two backends: a deterministic in-process network with seeded fault injection,
-//!   and UDP sockets on 127.0.0.0/8.
+//!   traits and three backends: a deterministic in-process network with seeded fault
+//!   injection, UDP sockets on 127.0.0.0/8, and raw Ethernet in QEMU's socket-netdev format
+//!   (with ARP) for talking to a QEMU guest's NIC.
 //!
 //! Without the `std` feature the crate is `no_std` + `alloc`.
 //!
@@ -45,6 +47,7 @@
 
 extern crate alloc;
 
+pub mod eth;
 #[cfg(feature = "std")]
 pub mod fabric;
 pub mod gid;

@@ -51,6 +51,13 @@ pub const fn retransmit_timeout_ns(timeout: u8) -> Option<u64> {
     }
 }
 
+/// rxe's UDP source port of a QP before any address vector sets one, which UD QPs (QP1
+/// included) keep: `0xC000 + hash_32(qpn, 14)`, the kernel's multiplicative hash with
+/// `GOLDEN_RATIO_32`. QP1's is 0xD872, as captured from soft-RoCE.
+pub const fn qp_source_port(qpn: u32) -> u16 {
+    ROCE_SPORT_BASE | (qpn.wrapping_mul(0x61C8_8647) >> (32 - 14)) as u16
+}
+
 /// `rdma_calc_flow_label(lqpn, rqpn)`: a 20-bit flow label from the two QPNs.
 pub const fn flow_label(lqpn: u32, rqpn: u32) -> u32 {
     let mut v = (lqpn as u64) * (rqpn as u64);
@@ -99,6 +106,14 @@ mod tests {
         assert_eq!(retransmit_timeout_ns(1), Some(8_192));
         assert_eq!(retransmit_timeout_ns(14), Some(4_096 << 14));
         assert_eq!(retransmit_timeout_ns(31), Some(4_096 << 31));
+    }
+
+    #[test]
+    fn ud_source_ports() {
+        // captured: rxe's QP1 sends from port 55410 (notes/interop-softroce.md)
+        assert_eq!(qp_source_port(1), 0xd872);
+        assert_eq!(qp_source_port(0), 0xc000);
+        assert!((0..5000).all(|q| qp_source_port(q) >= 0xC000));
     }
 
     #[test]

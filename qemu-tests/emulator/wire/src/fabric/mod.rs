@@ -9,12 +9,16 @@
 //! * [`UdpFabric`]: one UDP socket per port on a loopback address (127.0.0.0/8), so NICs in
 //!   different processes (or behind QEMU) reach each other. Only the UDP payload (BTH … ICRC)
 //!   crosses the socket.
+//! * [`EthLink`]: raw Ethernet frames over a pair of loopback UDP sockets in the format of
+//!   QEMU's `-netdev socket,udp=` backend, so a NIC talks to a QEMU guest's NIC; the port has
+//!   a MAC and an IPv4 address on that virtual wire and does ARP.
 //!
 //! Frames are routed by their IPv4 destination address; their source address must be the
 //! port's own. Undeliverable frames (no port at the destination) are dropped silently, as on a
 //! real network. Receiving never validates a frame: decode it with
 //! [`crate::packet::Packet::decode`], which catches corruption.
 
+mod eth;
 mod inproc;
 mod rng;
 mod udp;
@@ -26,6 +30,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 use std::vec::Vec;
 
+pub use eth::{ArpConfig, CAPTURE_LIMIT, Captured, EthHandle, EthLink, EthPort, EthStats};
 pub use inproc::{FabricStats, FaultConfig, InProcessFabric, InProcessPort};
 pub use rng::SplitMix64;
 pub use udp::{UdpFabric, UdpPort};

@@ -1,0 +1,446 @@
+//! The scenarios against Linux soft-RoCE: a QEMU guest (TCG) with `rdma_rxe` on virtio-net,
+//! its frames carried by QEMU's socket netdev to our NIC on the Ethernet fabric, and
+//! rdma-core's own `rping` on the guest side.
+//!
+//! The guest is built from Debian packages on first use (cached under `target/guest-cache`).
+//! The tests share one lock: one QEMU at a time on this 2-core machine.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cm::CmConfig;
+use interop::HostNic;
+use interop::guest::{self, GUEST_IP, GUEST_MAC, Guest, HOST_IP, HOST_MAC, Image, Mode};
+use interop::rping::{self, Options, Server, pattern};
+use nic_emulator::roce_wire::fabric::{ArpConfig, Captured, EthLink};
+use nic_emulator::roce_wire::packet::{Opcode, Packet, Transport};
+use nic_emulator::roce_wire::transport::{psn_cmp, qp_source_port};
+use std::collections::BTreeSet;
+
+static QEMU: Mutex<()> = Mutex::new(());
+
+fn image() -> &'static Image {
+    static IMG: OnceLock<Image> = OnceLock::new();
+    IMG.get_or_init(|| guest::build().expect("guest image"))
+}
+
+fn sa(p: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::LOCALHOST, p)
+}
+
+/// Our end of the link at 127.0.0.1:`port`, QEMU's at `port + 1`.
+fn host_nic(port: u16) -> HostNic {
+    let mut link = EthLink::new(sa(port), sa(port + 1), HOST_MAC);
+    // rdma_cm in the guest may miss an instant reply (notes, pitfall 1)
+    link.arp = ArpConfig {
+        reply_delay: Duration::from_millis(20),
+        ..ArpConfig::default()
+    };
+    HostNic::start(
+        link,
+        HOST_IP,
+        CmConfig {
+            wait_limit_ns: Some(90_000_000_000),
+            ..CmConfig::default()
+        },
+    )
+    .expect("host NIC")
+}
+
+fn serial(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("interop-{name}-{}.log", std::process::id()))
+}
+
+/// The serial output with long lines cut, for failure messages.
+fn short(out: &str) -> String {
+    out.lines()
+        .map(|l| l.chars().take(160).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every RoCEv2 frame rxe sent us decoded (ICRC, headers) and reached a QP; nothing was
+/// sent into the void.
+fn wire_clean(nic: &HostNic) {
+    let p = nic.port_stats();
+    let e = nic.eth().stats();
+    eprintln!("host port: {p:?}\nhost eth: {e:?}");
+    assert_eq!(p.rx_malformed, 0, "{p:?}");
+    assert_eq!(p.rx_dropped, 0, "{p:?}");
+    assert_eq!(p.tx_dropped, 0, "{p:?}");
+    assert_eq!(e.tx_unresolved, 0, "{e:?}");
+    assert_eq!(p.rx_frames, e.rx_delivered, "{p:?} {e:?}");
+}
+
+/// The RoCEv2 packets of a capture, decoded: (sent by us, packet).
+fn roce_packets(cap: &[Captured]) -> Vec<(bool, Packet)> {
+    cap.iter()
+        .filter(|c| c.frame.get(12..14) == Some(&[0x08, 0x00]))
+        .filter_map(|c| {
+            let ip = &c.frame[14..];
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            Packet::decode(&ip[..total]).ok().map(|p| (c.tx, p))
+        })
+        .collect()
+}
+
+/// Checks both sides' packets against each other: the same UDP source ports (rxe's flow
+/// hash of the two QPNs for RC, on both sides), rxe's QP1 port and AckReq, payloads
+/// within path MTU 1024 and frames within a 1500-byte Ethernet MTU, every AckReq packet
+/// answered with its PSN, AETH MSNs counting up message by message. Returns the opcodes seen (ours, rxe's).
+fn check_wire(cap: &[Captured]) -> (BTreeSet<Opcode>, BTreeSet<Opcode>) {
+    let pk = roce_packets(cap);
+    assert!(pk.len() > 20, "{} RoCE packets", pk.len());
+    // INTEROP_DUMP_DIR=dir: the first Ethernet frame of each opcode rxe sent, as hex (how
+    // tests/frames/rc_*.hex were made)
+    if let Some(dir) = std::env::var_os("INTEROP_DUMP_DIR") {
+        let mut seen = BTreeSet::new();
+        for c in cap.iter().filter(|c| !c.tx) {
+            if let Some((_, p)) = roce_packets(std::slice::from_ref(c)).first()
+                && seen.insert(p.bth.opcode)
+            {
+                let hex: String = c.frame.iter().map(|b| format!("{b:02x}")).collect();
+                let name = format!("{:?}.hex", p.bth.opcode);
+                std::fs::write(std::path::Path::new(&dir).join(name), hex).unwrap();
+            }
+        }
+    }
+    for c in cap {
+        assert!(c.frame.len() <= 1514, "{}-byte frame", c.frame.len());
+    }
+    let (mut ours, mut theirs) = (BTreeSet::new(), BTreeSet::new());
+    let mut rc_sport = None;
+    // per side: the last AETH MSN (the responder's count of completed messages)
+    let mut msn: [Option<u32>; 2] = [None, None];
+    for (i, (tx, p)) in pk.iter().enumerate() {
+        if let Some(a) = p.ext.aeth {
+            let last = &mut msn[usize::from(*tx)];
+            if let Some(m) = *last {
+                assert!(a.msn >= m && a.msn <= m + 4, "MSN {m} then {}", a.msn);
+            }
+            *last = Some(a.msn);
+        }
+        if *tx { &mut ours } else { &mut theirs }.insert(p.bth.opcode);
+        assert!(p.payload.len() <= 1024, "{:?}", p.bth);
+        match p.bth.opcode.transport() {
+            Transport::Ud => {
+                assert_eq!(p.bth.dest_qp, 1);
+                if *tx {
+                    // ours: the port of the AV's flow label (mlx5 puts it in the AV)
+                    assert!(p.udp_src_port >= 0xc000, "{:#x}", p.udp_src_port);
+                } else {
+                    // rxe: 0xC000 + hash_32(1, 14), AckReq set
+                    assert_eq!(p.udp_src_port, qp_source_port(1));
+                    assert!(p.bth.ack_req);
+                }
+            }
+            Transport::Rc => {
+                // one flow: both sides hash the same two QPNs
+                assert_eq!(*rc_sport.get_or_insert(p.udp_src_port), p.udp_src_port);
+                if p.bth.ack_req {
+                    // answered: an ACK or response carrying this PSN (or a later one)
+                    let answered = pk[i + 1..].iter().any(|(t, a)| {
+                        *t != *tx
+                            && a.ext.aeth.is_some()
+                            && psn_cmp(a.bth.psn, p.bth.psn) != std::cmp::Ordering::Less
+                    });
+                    let last = pk[i + 1..].iter().all(|(t, _)| *t == *tx);
+                    assert!(answered || last, "{:?} tx={tx} not answered", p.bth);
+                }
+            }
+            t => panic!("unexpected transport {t:?}"),
+        }
+    }
+    (ours, theirs)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    QEMU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The text of rping's ping `i` of `size` bytes (as `%s` prints it).
+fn text(i: u32, size: usize) -> String {
+    let p = pattern(i, size);
+    String::from_utf8(p[..size - 1].to_vec()).unwrap()
+}
+
+#[test]
+fn guest_rping_server_our_client() {
+    let _g = lock();
+    let nic = host_nic(48030);
+    let mut g = Guest::boot(
+        image(),
+        &Mode::Server { count: 10 },
+        sa(48030),
+        sa(48031),
+        &serial("server"),
+    )
+    .unwrap();
+    g.wait_for("rping server listening", Duration::from_secs(90))
+        .unwrap();
+    let out = g.output();
+    assert!(
+        out.contains("ping ok"),
+        "the guest's ping to our NIC: {}",
+        short(&out)
+    );
+    // The guest's ARP request (before its ping) taught us its MAC; forget it and ask: its
+    // kernel answers our ARP request.
+    assert_eq!(nic.eth().lookup(GUEST_IP), Some(GUEST_MAC));
+    nic.eth().remove(GUEST_IP);
+    assert_eq!(
+        nic.resolve(GUEST_IP, Duration::from_secs(5)).unwrap(),
+        Some(GUEST_MAC)
+    );
+    let o = Options {
+        count: 10,
+        size: 64,
+        ..Options::default()
+    };
+    nic.eth().start_capture();
+    let t0 = Instant::now();
+    let rep = rping::client(&nic, GUEST_IP, &o).unwrap_or_else(|e| {
+        panic!("our client: {e}\nserial:\n{}", g.output());
+    });
+    let took = t0.elapsed();
+    assert_eq!(rep.pings, 10);
+    let out = g.finish(Duration::from_secs(60)).unwrap();
+    for i in 0..10 {
+        let line = format!("server ping data: {}", text(i, 64));
+        assert!(out.contains(&line), "missing {line:?} in\n{}", short(&out));
+    }
+    // our disconnect ended the guest's server cleanly
+    assert!(out.contains("server DISCONNECT EVENT"), "{}", short(&out));
+    assert!(out.contains("rping server rc=0"), "{}", short(&out));
+    wire_clean(&nic);
+    assert_eq!(nic.eth().stats().arp_replies_received, 1);
+    let (ours, theirs) = check_wire(&nic.eth().take_capture());
+    use Opcode::*;
+    // the guest server READs our source and WRITEs our sink; both sides SEND and ACK
+    assert!(
+        theirs.is_superset(
+            &[
+                RcRdmaReadRequest,
+                RcRdmaWriteOnly,
+                RcSendOnly,
+                RcAcknowledge
+            ]
+            .into()
+        ),
+        "{theirs:?}"
+    );
+    assert!(
+        ours.is_superset(&[RcRdmaReadResponseOnly, RcSendOnly, RcAcknowledge].into()),
+        "{ours:?}"
+    );
+    // everything the connection used is released on our side
+    assert_eq!(nic.shutdown().unwrap(), Default::default());
+    eprintln!(
+        "interop figures: guest rping -s, our client: 10 pings of 64 B in {:?} ({:?} per ping; connect+pings+disconnect {:?})",
+        rep.elapsed,
+        rep.elapsed / 10,
+        took
+    );
+}
+
+#[test]
+fn our_rping_server_guest_client() {
+    let _g = lock();
+    let nic = host_nic(48040);
+    let o = Options {
+        count: 0,
+        ..Options::default()
+    };
+    let server = Server::listen(&nic, &o).unwrap();
+    nic.eth().start_capture();
+    let g = Guest::boot(
+        image(),
+        &Mode::Client {
+            count: 10,
+            size: 4096,
+            port: 7174,
+        },
+        sa(48040),
+        sa(48041),
+        &serial("client"),
+    )
+    .unwrap();
+    let rep = server.serve_one(&nic, &o).unwrap_or_else(|e| {
+        panic!("our server: {e}\nserial:\n{}", g.output());
+    });
+    server.close();
+    // the guest's disconnect ended our server cleanly, after its 10 pings
+    assert_eq!(rep.pings, 10);
+    assert!(rep.peer_disconnected);
+    let out = g.finish(Duration::from_secs(60)).unwrap();
+    for i in 0..10 {
+        let line = format!("ping data: {}", text(i, 4096));
+        assert!(out.contains(&line), "missing ping {i} in\n{}", short(&out));
+    }
+    assert!(!out.contains("data mismatch"), "{}", short(&out));
+    assert!(out.contains("rping client rc=0"), "{}", short(&out));
+    // our CM answered the guest's DREQ
+    assert!(out.contains("client DISCONNECT EVENT"), "{}", short(&out));
+    wire_clean(&nic);
+    let (ours, theirs) = check_wire(&nic.eth().take_capture());
+    use Opcode::*;
+    // 4096-byte pings at path MTU 1024: rxe's read responses and our writes are segmented
+    assert!(
+        theirs.is_superset(
+            &[
+                RcRdmaReadResponseFirst,
+                RcRdmaReadResponseMiddle,
+                RcRdmaReadResponseLast,
+                RcSendOnly,
+                RcAcknowledge
+            ]
+            .into()
+        ),
+        "{theirs:?}"
+    );
+    assert!(
+        ours.is_superset(
+            &[
+                RcRdmaReadRequest,
+                RcRdmaWriteFirst,
+                RcRdmaWriteMiddle,
+                RcRdmaWriteLast,
+                RcSendOnly,
+                RcAcknowledge
+            ]
+            .into()
+        ),
+        "{ours:?}"
+    );
+    assert_eq!(nic.shutdown().unwrap(), Default::default());
+    eprintln!(
+        "interop figures: our server, guest rping -c -S 4096: 10 pings in {:?} ({:?} per ping)",
+        rep.elapsed,
+        rep.elapsed / 10
+    );
+}
+
+#[test]
+fn guest_client_to_unused_port_is_rejected() {
+    let _g = lock();
+    let nic = host_nic(48050);
+    let g = Guest::boot(
+        image(),
+        &Mode::Client {
+            count: 1,
+            size: 64,
+            port: 7999,
+        },
+        sa(48050),
+        sa(48051),
+        &serial("reject"),
+    )
+    .unwrap();
+    let out = g.finish(Duration::from_secs(90)).unwrap();
+    let rej = out
+        .lines()
+        .find(|l| l.contains("RDMA_CM_EVENT_REJECTED"))
+        .unwrap_or_else(|| panic!("no REJECTED in\n{}", short(&out)));
+    // rdma_cm reports the REJ's reason: 8, invalid service ID (nobody listens there), what
+    // Linux's own CM sends in that case.
+    assert!(rej.ends_with("RDMA_CM_EVENT_REJECTED, error 8"), "{rej}");
+    assert!(!out.contains("rping client rc=0"), "{}", short(&out));
+    let st = nic.cm.stats();
+    assert!(st.mads_received >= 1 && st.mads_sent >= 1, "{st:?}");
+}
+
+/// Lost frames in both directions, recovered by both transports: rxe retries its READ and
+/// SENDs after a lost response or ACK (we replay / re-ACK duplicates), and our requester
+/// retries a SEND whose ACK was lost (rxe re-ACKs its duplicate).
+#[test]
+fn retransmissions_across_rxe() {
+    let _g = lock();
+    let nic = host_nic(48060);
+    let mut g = Guest::boot(
+        image(),
+        &Mode::Server { count: 5 },
+        sa(48060),
+        sa(48061),
+        &serial("retx"),
+    )
+    .unwrap();
+    g.wait_for("rping server listening", Duration::from_secs(90))
+        .unwrap();
+    let eth = nic.eth();
+    eth.drop_next(true, Opcode::RcRdmaReadResponseOnly); // rxe's READ times out, retried
+    eth.drop_next(true, Opcode::RcAcknowledge); // rxe's SEND or WRITE retried
+    eth.drop_next(false, Opcode::RcAcknowledge); // our SEND retried
+    eth.drop_next(false, Opcode::RcSendOnly); // rxe's go-ahead lost, rxe retries it
+    let o = Options {
+        count: 5,
+        size: 64,
+        ..Options::default()
+    };
+    let rep = rping::client(&nic, GUEST_IP, &o).unwrap_or_else(|e| {
+        panic!("our client: {e}\nserial:\n{}", short(&g.output()));
+    });
+    assert_eq!(rep.pings, 5);
+    let out = g.finish(Duration::from_secs(60)).unwrap();
+    for i in 0..5 {
+        let line = format!("server ping data: {}", text(i, 64));
+        assert!(out.contains(&line), "missing {line:?} in\n{}", short(&out));
+    }
+    assert!(out.contains("rping server rc=0"), "{}", short(&out));
+    let e = nic.eth().stats();
+    let p = nic.port_stats();
+    eprintln!("host port: {p:?}\nhost eth: {e:?}");
+    assert_eq!(e.test_drops, 4, "{e:?}");
+    // at least the retried READ arrived as a duplicate (its response is replayed); whether a
+    // retried SEND also does depends on which of the lost frames came first
+    assert!(p.rx_duplicates >= 1, "{p:?}");
+    assert!(p.retransmits >= 1 && p.timeouts >= 1, "{p:?}");
+    assert_eq!(p.rx_malformed, 0);
+    eprintln!(
+        "interop figures: 5 pings with 4 lost frames took {:?}",
+        rep.elapsed
+    );
+}
+
+/// QEMU processes whose command line mentions `needle` (from /proc).
+fn qemus_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.starts_with("qemu-system") && c.contains(needle))
+        .count()
+}
+
+/// A test that fails with its guest still running does not leave QEMU behind.
+#[test]
+fn dropping_a_running_guest_stops_qemu() {
+    let _g = lock();
+    let log = serial("drop");
+    let needle = log.display().to_string();
+    let g = Guest::boot(
+        image(),
+        &Mode::Server { count: 1 },
+        sa(48070),
+        sa(48071),
+        &log,
+    )
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while qemus_with(&needle) == 0 {
+        assert!(Instant::now() < end, "QEMU did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(g);
+    let end = Instant::now() + Duration::from_secs(10);
+    while qemus_with(&needle) != 0 {
+        assert!(
+            Instant::now() < end,
+            "QEMU still running after the guest was dropped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!log.exists(), "serial log removed");
+}

@@ -1,0 +1,461 @@
+//! `vfio-guest`: the stack in a Linux process through real kernel VFIO, for the QEMU guest
+//! test (built statically; it runs from the guest's initramfs).
+//!
+//! It attaches the emulated NIC's PCI function (ivshmem 1af4:1110, bound to vfio-pci)
+//! with `vfio-attach` (BAR2 is the NIC's BAR0), takes DMA memory with IOVA = guest-physical
+//! address (huge pages for buffers over 4 KiB), brings the mlx5 driver up on it, adds it to
+//! the connection manager and runs the data-checked SEND / WRITE / READ exchange
+//! (`linux_guest::Exchange`):
+//!
+//! ```text
+//! vfio-guest --ip ADDR --mode loopback [--port N] [--iters N] [--bdf BDF]
+//!     server and client on this NIC (two threads, one connection to itself)
+//! vfio-guest --ip ADDR --mode client --peer ADDR [--peer-mac MAC] [--port N] ...
+//!     connects to a server on another NIC of the UDP fabric
+//! vfio-guest --ip ADDR --mode server [--peer ADDR [--peer-mac MAC]] [--port N] ...
+//!     listens (printing `server: listening on ADDR:PORT`) and serves one connection
+//! ```
+//!
+//! `--checks` first exercises the error paths on the real VFIO nodes: a BAR the function
+//! does not have (`NoSuchBar`, after which the group must be attachable again), the group
+//! opened by an unprivileged user (the tool re-runs itself as uid 65534 with
+//! `--mode denied`: `PermissionDenied`), a second attach while the first holds the group
+//! (`Busy`), and 4 KiB-page DMA memory mapped page by page at each page's physical address
+//! (`small-pages`: the IOVAs equal what `/proc/self/pagemap` says, a buffer over a page is
+//! refused with `NotContiguous`). `--mode unbound` checks the error for a function not
+//! bound to vfio-pci yet (`NotBound`). Each prints `VFIO-GUEST CHECK <name> ok: <the error's message>` or
+//! `VFIO-GUEST CHECK <name> FAIL ...`.
+//!
+//! Every step prints one line starting with `VFIO-GUEST`; the last is
+//! `VFIO-GUEST RESULT <mode> ok sends=N reads=N writes=N rdma_bytes=N` or
+//! `VFIO-GUEST RESULT <mode> FAIL <why>`. Exit status 0 only on success.
+
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cm::{Cm, CmConfig, Neighbor};
+use linux_guest::{Exchange, Report, SpinClock, client_ep, listen, run_client, serve};
+use nic_hal::DmaAllocator;
+use verbs::Gid;
+use vfio_attach::{AttachError, AttachOptions, DmaOptions, HugePages, IovaPolicy, VfioBar, attach};
+
+type Dev = mlx5::Device<Arc<VfioBar>, SpinClock>;
+
+/// ivshmem's PCI IDs.
+const IVSHMEM: (u16, u16) = (0x1af4, 0x1110);
+/// The emulated NIC's default MAC (nic-emulator's default profile).
+const DEFAULT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+#[derive(Debug)]
+struct Opts {
+    mode: String,
+    ip: Ipv4Addr,
+    peer: Option<Ipv4Addr>,
+    peer_mac: [u8; 6],
+    port: u16,
+    iters: u32,
+    rdma_len: usize,
+    bdf: Option<String>,
+    checks: bool,
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("bad MAC {s:?}"));
+    }
+    let mut m = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|_| format!("bad MAC {s:?}"))?;
+    }
+    Ok(m)
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        mode: String::new(),
+        ip: Ipv4Addr::UNSPECIFIED,
+        peer: None,
+        peer_mac: DEFAULT_MAC,
+        port: 7471,
+        iters: Exchange::default().iters,
+        rdma_len: Exchange::default().rdma_len,
+        bdf: None,
+        checks: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut v = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--mode" => o.mode = v()?,
+            "--ip" => o.ip = v()?.parse().map_err(|e| format!("--ip: {e}"))?,
+            "--peer" => o.peer = Some(v()?.parse().map_err(|e| format!("--peer: {e}"))?),
+            "--peer-mac" => o.peer_mac = parse_mac(&v()?)?,
+            "--port" => o.port = v()?.parse().map_err(|e| format!("--port: {e}"))?,
+            "--iters" => o.iters = v()?.parse().map_err(|e| format!("--iters: {e}"))?,
+            "--len" => o.rdma_len = v()?.parse().map_err(|e| format!("--len: {e}"))?,
+            "--bdf" => o.bdf = Some(v()?),
+            "--checks" => o.checks = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if matches!(o.mode.as_str(), "unbound" | "denied") {
+        return Ok(o);
+    }
+    if o.ip.is_unspecified() {
+        return Err("--ip is required (the NIC's address on the fabric)".into());
+    }
+    match o.mode.as_str() {
+        "loopback" | "server" => {}
+        "client" if o.peer.is_some() => {}
+        "client" => return Err("--mode client needs --peer".into()),
+        m => {
+            return Err(format!(
+                "--mode {m:?}: want loopback, client, server, unbound or denied"
+            ));
+        }
+    }
+    Ok(o)
+}
+
+fn read_hex(path: &std::path::Path) -> Option<u16> {
+    let s = std::fs::read_to_string(path).ok()?;
+    u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// The first PCI function with ivshmem's IDs.
+fn find_ivshmem() -> Result<String, String> {
+    let rd = std::fs::read_dir("/sys/bus/pci/devices")
+        .map_err(|e| format!("/sys/bus/pci/devices: {e}"))?;
+    let mut found: Vec<String> = rd
+        .flatten()
+        .filter(|e| {
+            read_hex(&e.path().join("vendor")) == Some(IVSHMEM.0)
+                && read_hex(&e.path().join("device")) == Some(IVSHMEM.1)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    found
+        .into_iter()
+        .next()
+        .ok_or_else(|| "no ivshmem function (1af4:1110) on the PCI bus".into())
+}
+
+fn step(t0: Instant, what: &str) {
+    println!("VFIO-GUEST [{:7.3}s] {what}", t0.elapsed().as_secs_f64());
+}
+
+fn bar2() -> AttachOptions {
+    AttachOptions {
+        bar: 2,
+        ..AttachOptions::default()
+    }
+}
+
+/// Attaches `bdf` with `opts` and checks the error is the one `want` accepts.
+fn expect_error(
+    name: &str,
+    bdf: &str,
+    opts: &AttachOptions,
+    want: impl Fn(&AttachError) -> bool,
+) -> Result<(), String> {
+    match attach(bdf, opts) {
+        Ok(d) => Err(format!("CHECK {name}: attach succeeded: {d:?}")),
+        Err(e) if want(&e) => {
+            println!("VFIO-GUEST CHECK {name} ok: {e}");
+            Ok(())
+        }
+        Err(e) => Err(format!("CHECK {name}: unexpected error {e}")),
+    }
+}
+
+/// The error checks that need no attached device.
+fn checks_before(bdf: &str) -> Result<(), String> {
+    // ivshmem-plain has BAR0 (registers) and BAR2 (memory) only
+    let bar1 = AttachOptions {
+        bar: 1,
+        ..AttachOptions::default()
+    };
+    expect_error("no-such-bar", bdf, &bar1, |e| {
+        *e == AttachError::NoSuchBar { bar: 1 }
+    })?;
+    // the same group as an unprivileged user
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out = std::process::Command::new(exe)
+        .args(["--mode", "denied", "--bdf", bdf])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .map_err(|e| format!("running as uid 65534: {e}"))?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        return Err(format!(
+            "CHECK denied: the unprivileged run exited {}",
+            out.status
+        ));
+    }
+    Ok(())
+}
+
+/// DMA memory in 4 KiB pages, each mapped for the device at its own physical address.
+fn check_small_pages(dev: &vfio_attach::Attached) -> Result<(), String> {
+    let dma = dev
+        .dma(DmaOptions {
+            iova: IovaPolicy::PhysicalAddress,
+            hugepages: HugePages::Never,
+            block_size: 64 << 10,
+            ..DmaOptions::default()
+        })
+        .map_err(|e| format!("CHECK small-pages: {e}"))?;
+    let mut regions = Vec::new();
+    let mut pas = Vec::new();
+    for _ in 0..3 {
+        let r = dma
+            .try_allocate(4096, 4096)
+            .map_err(|e| format!("CHECK small-pages: allocate: {e}"))?;
+        let pa = vfio_attach::pagemap::physical_address(r.va.as_ptr() as usize)
+            .map_err(|e| format!("CHECK small-pages: pagemap: {e}"))?;
+        if pa != r.iova {
+            return Err(format!(
+                "CHECK small-pages: IOVA {:#x} but the page is at {pa:#x}",
+                r.iova
+            ));
+        }
+        pas.push(pa);
+        regions.push(r);
+    }
+    let refused = match dma.try_allocate(8192, 4096) {
+        Err(e @ vfio_attach::VfioDmaError::NotContiguous { .. }) => e.to_string(),
+        other => return Err(format!("CHECK small-pages: 8 KiB request gave {other:?}")),
+    };
+    let st = dma.stats();
+    for r in regions {
+        // SAFETY: each region came from this allocator's try_allocate and is freed once;
+        // nothing refers to it (no device was given its address).
+        unsafe { nic_hal::DmaAllocator::deallocate(&*dma, r) };
+    }
+    if let Some(e) = dma.last_error() {
+        return Err(format!("CHECK small-pages: {e}"));
+    }
+    drop(dma);
+    println!(
+        "VFIO-GUEST CHECK small-pages ok: 3 pages at IOVA = PA {pas:x?}, {} blocks, {} map calls, 8 KiB refused: {refused}",
+        st.blocks, st.map_calls
+    );
+    Ok(())
+}
+
+fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
+    let bdf = match &o.bdf {
+        Some(b) => b.clone(),
+        None => find_ivshmem()?,
+    };
+    if o.checks {
+        checks_before(&bdf)?;
+    }
+    let dev = attach(&bdf, &bar2()).map_err(|e| format!("attach {bdf}: {e}"))?;
+    let bar = dev.bar();
+    if o.checks {
+        expect_error("busy", &bdf, &bar2(), |e| {
+            matches!(e, AttachError::Busy { .. })
+        })?;
+        check_small_pages(&dev)?;
+    }
+    step(
+        t0,
+        &format!(
+            "attach {bdf} ok: {:04x}:{:04x} iommu_group {} bar2 {:#x} bytes, reset {}, command {:#06x}",
+            dev.vendor_id(),
+            dev.device_id(),
+            dev.iommu_group(),
+            bar.len(),
+            dev.was_reset(),
+            dev.command()
+        ),
+    );
+    let dma = dev
+        .dma(DmaOptions {
+            iova: IovaPolicy::PhysicalAddress,
+            hugepages: HugePages::Required,
+            ..DmaOptions::default()
+        })
+        .map_err(|e| format!("DMA allocator: {e}"))?;
+    let alloc: Arc<dyn DmaAllocator> = dma.clone();
+    let clock = SpinClock::new();
+    let config = mlx5::Config {
+        init_timeout_ns: 30_000_000_000,
+        cmd_timeout_ns: 30_000_000_000,
+        bar_size: bar.len() as u64,
+        vendor_id: dev.vendor_id(),
+        device_id: dev.device_id(),
+        ..mlx5::Config::default()
+    };
+    let nic: Dev = mlx5::Device::probe(bar, alloc.clone(), clock, config).map_err(|e| match dma
+        .last_error()
+    {
+        Some(d) => format!("mlx5 probe: {e} (DMA allocator: {d})"),
+        None => format!("mlx5 probe: {e}"),
+    })?;
+    let mac = nic.mac().map_err(|e| format!("query MAC: {e}"))?;
+    nic.set_roce_gid(0, Gid::from_ipv4(o.ip.octets()).0, mac)
+        .map_err(|e| format!("set GID: {e}"))?;
+    let st = dma.stats();
+    step(
+        t0,
+        &format!(
+            "mlx5 probe ok: mac {mac:02x?}, gid {}, DMA {} blocks ({} huge), {} map calls",
+            o.ip, st.blocks, st.hugetlb_blocks, st.map_calls
+        ),
+    );
+    let cm: Cm<Dev> = Cm::new(
+        clock,
+        CmConfig {
+            wait_limit_ns: Some(60_000_000_000),
+            mad_recv_slots: 32,
+            mad_send_slots: 16,
+            ..CmConfig::default()
+        },
+    );
+    let devid = cm
+        .add_device(nic, alloc.clone(), mac)
+        .map_err(|(e, _)| format!("cm add_device: {e}"))?;
+    if let Some(p) = o.peer {
+        cm.add_neighbor(p, Neighbor { mac: o.peer_mac });
+    }
+    let ex = Exchange {
+        iters: o.iters,
+        rdma_len: o.rdma_len,
+        ..Exchange::default()
+    };
+    let ip = o.ip.to_string();
+    let r = match o.mode.as_str() {
+        "loopback" => {
+            let l = listen(&cm, &ip, o.port)?;
+            let r = (|| {
+                let id = client_ep(&cm, &ip, &ip, o.port)?;
+                step(t0, "loopback: listening, connecting to self");
+                let r = std::thread::scope(|s| {
+                    let srv = s.spawn(|| serve(&l, &alloc, &ex));
+                    let c = run_client(&id, &alloc, &ex);
+                    let sr = srv
+                        .join()
+                        .unwrap_or_else(|_| Err("server thread panicked".into()));
+                    match (c, sr) {
+                        (Ok(c), Ok(s)) => Ok(Report {
+                            sends: s.sends,
+                            reads: s.reads,
+                            writes: c.writes,
+                            rdma_bytes: c.rdma_bytes,
+                        }),
+                        (Err(e), _) => Err(format!("client: {e}")),
+                        (_, Err(e)) => Err(format!("server: {e}")),
+                    }
+                });
+                id.destroy_ep();
+                r
+            })();
+            l.destroy_ep();
+            r
+        }
+        "server" => {
+            let l = listen(&cm, &ip, o.port)?;
+            step(t0, &format!("server: listening on {ip}:{}", o.port));
+            let r = serve(&l, &alloc, &ex);
+            l.destroy_ep();
+            r
+        }
+        _ => {
+            let peer = o.peer.map(|p| p.to_string()).unwrap_or_default();
+            let id = client_ep(&cm, &ip, &peer, o.port)?;
+            step(t0, &format!("client: connecting to {peer}:{}", o.port));
+            let r = run_client(&id, &alloc, &ex);
+            id.destroy_ep();
+            r
+        }
+    };
+    let (ids, chans) = cm.live();
+    let nic = cm
+        .remove_device(devid)
+        .map_err(|e| format!("cm remove_device: {e}"))?;
+    nic.shutdown().map_err(|e| format!("mlx5 shutdown: {e}"))?;
+    let st = dma.stats();
+    step(
+        t0,
+        &format!(
+            "teardown ok: cm ids {ids} channels {chans}; DMA live buffers {} ({} bytes), {} map / {} unmap calls",
+            st.live_buffers, st.live_bytes, st.map_calls, st.unmap_calls
+        ),
+    );
+    if let Some(e) = dma.last_error() {
+        return Err(format!("DMA allocator reported: {e}"));
+    }
+    if st.live_buffers != 0 {
+        return Err(format!(
+            "{} DMA buffers still allocated after teardown",
+            st.live_buffers
+        ));
+    }
+    // The last reference: its drop unmaps every block from the IOMMU (a failure is printed
+    // as a `vfio-attach:` line, which the harness looks for).
+    drop(alloc);
+    match Arc::try_unwrap(dma) {
+        Ok(d) => drop(d),
+        Err(_) => return Err("the DMA allocator is still referenced after teardown".into()),
+    }
+    drop(dev);
+    step(t0, "DMA allocator and device released");
+    r
+}
+
+fn main() -> ExitCode {
+    let t0 = Instant::now();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            println!("VFIO-GUEST RESULT - FAIL bad command line: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    step(t0, &format!("start: {o:?}"));
+    if matches!(o.mode.as_str(), "unbound" | "denied") {
+        let bdf = o
+            .bdf
+            .clone()
+            .or_else(|| find_ivshmem().ok())
+            .unwrap_or_default();
+        let r = if o.mode == "unbound" {
+            expect_error("not-bound", &bdf, &bar2(), |e| {
+                matches!(e, AttachError::NotBound { .. })
+            })
+        } else {
+            expect_error("denied", &bdf, &bar2(), |e| {
+                matches!(e, AttachError::PermissionDenied { .. })
+            })
+        };
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("VFIO-GUEST {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    match run(&o, t0) {
+        Ok(r) => {
+            println!(
+                "VFIO-GUEST RESULT {} ok sends={} reads={} writes={} rdma_bytes={}",
+                o.mode, r.sends, r.reads, r.writes, r.rdma_bytes
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("VFIO-GUEST RESULT {} FAIL {e}", o.mode);
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,10 +1,13 @@
 //! Command line: perftest's options, parsed by hand (no parser dependency), and the checks that
-//! turn a request rperf cannot serve yet into a clear error.
+//! turn an inconsistent request into a clear error.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use verbs::Mtu;
+
+use crate::remote::{DEFAULT_CM_PORT, DEFAULT_FABRIC_PORT, DEFAULT_TIMEOUT_S};
 
 /// Largest message size `-s` accepts (the device's `max_msg_sz` is 1 GiB).
 pub const MAX_SIZE: usize = 1 << 30;
@@ -177,6 +180,25 @@ pub struct Options {
     pub peer: Option<String>,
     /// `--device`.
     pub device: Option<String>,
+    /// `--bind`: this NIC's address (two-process mode).
+    pub bind: Option<Ipv4Addr>,
+    /// `-p`: the CM port.
+    pub port: Option<u16>,
+    /// `--fabric-port`: the emulated fabric's UDP port.
+    pub fabric_port: Option<u16>,
+    /// `--timeout`, in seconds.
+    pub timeout: Option<f64>,
+}
+
+/// Where the two ends run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Both ends in this process.
+    Embedded,
+    /// The server end (`--server`).
+    Server,
+    /// The client end, connecting to the peer.
+    Client(Ipv4Addr),
 }
 
 /// What the command line asks for.
@@ -190,20 +212,17 @@ pub enum Command {
     Version,
 }
 
-/// Why the command line cannot be served; both exit with code 2.
+/// Why the command line cannot be served (exit code 2).
 #[derive(Debug, PartialEq, Eq)]
 pub enum CliError {
     /// Malformed or inconsistent options.
     Usage(String),
-    /// A mode that needs a part of the stack that does not exist yet.
-    Unsupported(String),
 }
 
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Usage(m) => write!(f, "{m}\nTry 'rperf --help'."),
-            CliError::Unsupported(m) => f.write_str(m),
         }
     }
 }
@@ -214,15 +233,24 @@ pub fn usage() -> String {
     format!(
         "rperf: perftest-style RDMA bandwidth and latency benchmark
 
-Usage: rperf [TEST] [OPTIONS] [PEER]
+Usage: rperf [TEST] [OPTIONS]                 both ends in this process
+       rperf [TEST] --server [OPTIONS]        server end
+       rperf [TEST] [OPTIONS] PEER            client end, connects to PEER
 
 With no TEST, runs the default suite: send_lat, write_lat, read_lat at 64 B and
 write_bw, read_bw at 64 KiB.
 
 Tests: {}
 
-Mode: EMBEDDED only for now: both ends run in this process on two emulated
-ConnectX-class NICs joined by the in-process RoCEv2 fabric. Times are wall-clock.
+Modes (times are wall-clock):
+  EMBEDDED (no --server, no PEER): both ends in this process on two emulated
+    ConnectX-class NICs joined by the in-process RoCEv2 fabric.
+  SERVER / CLIENT: one end per process, each with its own NIC: an emulated one
+    on the UDP fabric (a socket at BIND:FABRIC_PORT in 127.0.0.0/8) or a real
+    one (--device vfio:BDF), connected through the connection manager. The
+    client's test and options govern; a server given a TEST serves only that
+    test; it serves the client's connections (one per test and size) and exits
+    after its last one. Both ends check what arrived.
 
 Options:
   -s, --size BYTES        message size (default 2 for *_lat, 65536 for *_bw;
@@ -240,9 +268,18 @@ Options:
       --json              print one JSON object per size (JSON Lines) instead of tables
       --plot FILE.svg     write an SVG: latency histogram (*_lat), bandwidth vs
                           size (*_bw); with the suite, one FILE-<test>.svg per test
-      --server            wait for a client (needs the connection manager: issue 4)
-      PEER                connect to a server (needs the connection manager: issue 4)
-  -d, --device DEV        emu (default) or vfio:BDF (needs the VFIO provider: issue 6)
+      --server            be the server end
+      PEER                be the client end of the server at PEER (IPv4)
+      --bind IP           this NIC's address (default 127.0.0.2 for --server,
+                          127.0.0.1 for a client); the emulated fabric has no
+                          ARP: both ends' addresses must share a /24
+  -p, --port N            CM port (default {DEFAULT_CM_PORT})
+      --fabric-port N     UDP port of the emulated fabric, the same on both ends
+                          (default {DEFAULT_FABRIC_PORT})
+      --timeout SECS      give up when the peer makes no progress for SECS
+                          (default {DEFAULT_TIMEOUT_S})
+  -d, --device DEV        emu (default: emulated NICs) or vfio:BDF (a real NIC
+                          through VFIO; with --server or PEER)
   -h, --help              print this help
   -V, --version           print the version
 
@@ -409,6 +446,35 @@ where
                 })?);
             }
             "--plot" => o.plot = Some(PathBuf::from(value)),
+            "--bind" => {
+                o.bind =
+                    Some(value.parse().map_err(|_| {
+                        usage_err(format!("{name}: '{value}' is not an IPv4 address"))
+                    })?);
+            }
+            "-p" | "--port" => {
+                let p: u16 = number(&name, &value)?;
+                if p == 0 {
+                    return Err(usage_err(format!("{name}: 1 .. 65535")));
+                }
+                o.port = Some(p);
+            }
+            "--fabric-port" => {
+                let p: u16 = number(&name, &value)?;
+                if p == 0 {
+                    return Err(usage_err(format!("{name}: 1 .. 65535")));
+                }
+                o.fabric_port = Some(p);
+            }
+            "--timeout" => {
+                let t: f64 = number(&name, &value)?;
+                if !(t.is_finite() && t > 0.0 && t <= 86_400.0) {
+                    return Err(usage_err(format!(
+                        "{name}: '{value}' is not a duration in seconds (0 .. 86400]"
+                    )));
+                }
+                o.timeout = Some(t);
+            }
             "-d" | "--device" => o.device = Some(value),
             _ => return Err(usage_err(format!("unknown option '{arg}'"))),
         }
@@ -497,26 +563,109 @@ fn check(o: &Options) -> Result<(), CliError> {
             "--device vfio: needs a PCI address (vfio:0000:01:00.0)",
         ));
     }
-    // Modes the parser accepts but that need parts of the stack still to come.
-    if o.server {
-        return Err(CliError::Unsupported(
-            "--server: not yet supported: needs the connection manager (issue 4)".into(),
+    if let Some(bdf) = device.strip_prefix("vfio:")
+        && let Err(e) = bdf.parse::<vfio_attach::PciAddress>()
+    {
+        return Err(usage_err(format!("--device vfio:{bdf}: {e}")));
+    }
+    let peer = match &o.peer {
+        None => None,
+        Some(p) => Some(p.parse::<Ipv4Addr>().map_err(|_| {
+            usage_err(format!(
+                "peer '{p}': not an IPv4 address (no name lookup here)"
+            ))
+        })?),
+    };
+    if o.server && peer.is_some() {
+        return Err(usage_err("--server and a peer address are exclusive"));
+    }
+    let remote = o.server || peer.is_some();
+    if !remote {
+        if device != "emu" {
+            return Err(usage_err(format!(
+                "--device {device}: a real NIC runs one end: add --server or a peer address \
+                 (the embedded mode runs both ends on two emulated NICs)"
+            )));
+        }
+        if o.bind.is_some() || o.port.is_some() || o.fabric_port.is_some() || o.timeout.is_some() {
+            return Err(usage_err(
+                "--bind, -p, --fabric-port and --timeout apply to --server and client mode",
+            ));
+        }
+    }
+    if remote && o.mtu.is_some() {
+        return Err(usage_err(
+            "-m: in two-process mode the connection manager sets the path MTU",
         ));
     }
-    if let Some(p) = &o.peer {
-        return Err(CliError::Unsupported(format!(
-            "peer address '{p}': not yet supported: needs the connection manager (issue 4)"
-        )));
+    if o.server
+        && (o.size.is_some()
+            || o.all
+            || o.iters.is_some()
+            || o.duration.is_some()
+            || o.tx_depth.is_some()
+            || o.cq_mod.is_some()
+            || o.inline.is_some()
+            || o.plot.is_some())
+    {
+        return Err(usage_err(
+            "--server takes the test parameters from the client: give -s, -a, -n, -D, -t, -Q, \
+             -I and --plot to the client",
+        ));
     }
-    if device != "emu" {
-        return Err(CliError::Unsupported(format!(
-            "--device {device}: not yet supported: needs the VFIO provider (issue 6)"
+    if device == "emu" {
+        for (what, ip) in [("--bind", o.bind), ("peer", peer)] {
+            if let Some(ip) = ip
+                && !ip.is_loopback()
+            {
+                return Err(usage_err(format!(
+                    "{what} {ip}: emulated NICs live on 127.0.0.0/8 (test traffic never leaves \
+                     the machine)"
+                )));
+            }
+        }
+    }
+    if let (Some(p), Some(b)) = (peer, o.bind.or(Some(crate::remote::DEFAULT_CLIENT_IP)))
+        && p == b
+    {
+        return Err(usage_err(format!(
+            "peer {p} is this NIC's own address: give the client another one with --bind"
         )));
     }
     Ok(())
 }
 
 impl Options {
+    /// Where the two ends run.
+    pub fn mode(&self) -> Mode {
+        match self.peer.as_deref().and_then(|p| p.parse().ok()) {
+            Some(ip) => Mode::Client(ip),
+            None if self.server => Mode::Server,
+            None => Mode::Embedded,
+        }
+    }
+
+    /// The VFIO device asked for (`--device vfio:BDF`).
+    pub fn vfio(&self) -> Option<&str> {
+        self.device.as_deref().and_then(|d| d.strip_prefix("vfio:"))
+    }
+
+    /// Local NIC, ports and timeout of the two-process mode.
+    pub fn net(&self) -> crate::remote::Net {
+        use crate::remote::*;
+        let local = self.bind.unwrap_or(if self.server {
+            DEFAULT_SERVER_IP
+        } else {
+            DEFAULT_CLIENT_IP
+        });
+        Net {
+            local,
+            port: self.port.unwrap_or(DEFAULT_CM_PORT),
+            fabric_port: self.fabric_port.unwrap_or(DEFAULT_FABRIC_PORT),
+            timeout: Duration::from_secs_f64(self.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
+        }
+    }
+
     /// The sizes to run for `test`.
     pub fn sizes(&self, test: Test) -> Vec<usize> {
         if test == Test::AtomicLat {
@@ -624,19 +773,46 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_modes() {
-        let cm = "not yet supported: needs the connection manager (issue 4)";
-        let vfio = "not yet supported: needs the VFIO provider (issue 6)";
-        for (args, want) in [
-            (&["write_bw", "--server"][..], cm),
-            (&["write_bw", "127.0.0.1"], cm),
-            (&["127.0.0.9"], cm),
-            (&["send_lat", "--device", "vfio:0000:01:00.0"], vfio),
+    fn modes() {
+        assert_eq!(run(&[]).mode(), Mode::Embedded);
+        let o = run(&["write_bw", "--server"]);
+        assert_eq!(o.mode(), Mode::Server);
+        assert_eq!(o.net().local, Ipv4Addr::new(127, 0, 0, 2));
+        assert_eq!((o.net().port, o.net().fabric_port), (18515, 4791));
+        let o = run(&[
+            "write_bw",
+            "127.0.0.2",
+            "--bind",
+            "127.0.7.1",
+            "-p",
+            "9",
+            "--fabric-port",
+            "47001",
+        ]);
+        assert_eq!(o.mode(), Mode::Client(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(o.net().local, Ipv4Addr::new(127, 0, 7, 1));
+        assert_eq!((o.net().port, o.net().fabric_port), (9, 47001));
+        let o = run(&["127.0.0.9", "--timeout", "2.5"]);
+        assert_eq!(o.test, None);
+        assert_eq!(o.net().timeout, Duration::from_millis(2500));
+        let o = run(&["send_lat", "--server", "--device", "vfio:0000:01:00.0"]);
+        assert_eq!(o.vfio(), Some("0000:01:00.0"));
+        for bad in [
+            &["write_bw", "--server", "127.0.0.2"][..],
+            &["send_lat", "--device", "vfio:0000:01:00.0"],
+            &["write_bw", "--bind", "127.0.0.5"],
+            &["write_bw", "-p", "7"],
+            &["write_bw", "10.0.0.1"],
+            &["write_bw", "127.0.0.2", "--bind", "10.0.0.1"],
+            &["write_bw", "127.0.0.1"],
+            &["write_bw", "--server", "-s", "64"],
+            &["write_bw", "--server", "-n", "5"],
+            &["write_bw", "127.0.0.2", "-m", "1024"],
+            &["write_bw", "host.example"],
+            &["write_bw", "--server", "--timeout", "0"],
+            &["write_bw", "--server", "--device", "vfio:zz"],
         ] {
-            match err(args) {
-                CliError::Unsupported(m) => assert!(m.contains(want), "{args:?}: {m}"),
-                e => panic!("{args:?}: {e:?}"),
-            }
+            assert!(matches!(err(bad), CliError::Usage(_)), "{bad:?}");
         }
     }
 

@@ -36,7 +36,7 @@ pub struct LatRun {
 
 /// The stamp of iteration `i`: 1..=255, consecutive ones differ, never the zero a cleared
 /// buffer holds.
-fn stamp(i: u64) -> u8 {
+pub(crate) fn stamp(i: u64) -> u8 {
     (i % 255) as u8 + 1
 }
 
@@ -122,7 +122,7 @@ fn room(
 }
 
 /// Whether the loop goes on after `i` iterations started at `start`; the fraction done.
-fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f64) {
+pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f64) {
     match plan {
         Plan::Iters(n) => (i < n, i as f64 / n as f64),
         Plan::Duration(d) => {

@@ -1,32 +1,37 @@
 //! `rperf`: a perftest-style bandwidth and latency benchmark for the kernel-bypass RDMA stack.
 //!
-//! Today it runs in EMBEDDED mode only: both ends in this process, each on its own emulated
-//! ConnectX-class NIC driven by the mlx5 driver through the verbs provider trait, the two NICs
-//! joined by the in-process RoCEv2 fabric and their RC QPs connected by hand. The fabric is a
-//! discrete-event simulation stepped by the poll loops, so the figures are the wall-clock cost
-//! of driver + emulated device + wire encoding on this CPU (measured with
-//! [`std::time::Instant`]), not of a network: they compare versions of the stack, not NICs.
-//! Server mode, a peer address and a VFIO device are parsed but refused (exit status 2) until
-//! the connection manager (issue 4) and the VFIO provider (issue 6) exist.
+//! Two modes:
+//! - EMBEDDED (the default): both ends in this process, each on its own emulated
+//!   ConnectX-class NIC driven by the mlx5 driver through the verbs provider trait, the two
+//!   NICs joined by the in-process RoCEv2 fabric and their RC QPs connected by hand. The fabric
+//!   is a discrete-event simulation stepped by the poll loops, so the figures are the
+//!   wall-clock cost of driver + emulated device + wire encoding on this CPU (measured with
+//!   [`std::time::Instant`]), not of a network: they compare versions of the stack, not NICs.
+//! - SERVER (`--server`) and CLIENT (`PEER`): one end per process, each on its own NIC (an
+//!   emulated one on the UDP fabric, or a real one through VFIO with `--device vfio:BDF`),
+//!   connected through the connection manager ([`remote`]).
 //!
 //! ```text
 //! rperf                          # the default suite
 //! rperf write_bw -s 4096 -n 5000 # one test at one size
 //! rperf send_lat -a --json       # every size from 2 B to 8 MiB, JSON Lines
 //! rperf read_lat --plot lat.svg  # with a latency histogram
+//! rperf write_bw --server        # one side (NIC at 127.0.0.2) ...
+//! rperf write_bw 127.0.0.2       # ... and the other (NIC at 127.0.0.1)
 //! ```
 //!
 //! Output follows perftest: a banner, then `#bytes #iterations BW peak[MB/sec] BW
 //! average[MB/sec] MsgRate[Mpps]` (MB = 2^20 bytes) or `#bytes #iterations t_min[usec] ...
 //! 99.9% percentile[usec]`, then `data verified: yes` once what arrived was compared with what
-//! was sent. Exit status: 0 ok, 1 run failure or data mismatch, 2 bad command line or
-//! unsupported mode.
+//! was sent. Exit status: 0 ok, 1 run failure (a device that cannot be attached, a peer that
+//! does not answer) or data mismatch, 2 bad command line.
 
 mod bw;
 mod cli;
 mod lat;
 mod plot;
 mod progress;
+mod remote;
 mod report;
 mod setup;
 mod stats;
@@ -34,9 +39,11 @@ mod stats;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cli::{Command, Options, Plan, Test};
+use cli::{Command, Mode, Options, Plan, Test};
+use nic_hal::RegisterIo;
 use progress::Progress;
-use report::RunInfo;
+use remote::{Local, Net, Outcome};
+use report::{BannerInfo, RunInfo, Side};
 use setup::{Pair, QpConfig};
 
 fn main() {
@@ -75,8 +82,288 @@ fn real_main() -> i32 {
     }
 }
 
+type BoxError = Box<dyn std::error::Error>;
+
 /// Runs what `o` asks for; `Ok(false)` when some data did not verify.
-fn run(o: &Options) -> Result<bool, Box<dyn std::error::Error>> {
+fn run(o: &Options) -> Result<bool, BoxError> {
+    if o.mode() == Mode::Embedded {
+        return run_tests(o, &mut Embedded);
+    }
+    let net = o.net();
+    if let Some(bdf) = o.vfio() {
+        // A real NIC: attach it through VFIO (the clear error of vfio-attach otherwise).
+        let dev = vfio_attach::attach(bdf, &vfio_attach::AttachOptions::default())
+            .map_err(|e| format!("--device vfio:{bdf}: {e}"))?;
+        let dma = dev
+            .dma(vfio_attach::DmaOptions::default())
+            .map_err(|e| format!("--device vfio:{bdf}: DMA memory: {e}"))?;
+        let local = Local::new(dev.bar(), dma, net.local, &net)?;
+        let device = format!("mlx5 at {bdf} (VFIO)");
+        return run_remote(o, &net, &local, &device);
+    }
+    let nic = remote::emulated_nic(&net)?;
+    let local = Local::new(nic.regs(), nic.allocator(), net.local, &net)?;
+    let device = format!(
+        "emulated mlx5 at {} on the UDP fabric (port {})",
+        net.local, net.fabric_port
+    );
+    let r = run_remote(o, &net, &local, &device);
+    drop(local);
+    drop(nic);
+    r
+}
+
+fn run_remote<R: RegisterIo + 'static>(
+    o: &Options,
+    net: &Net,
+    local: &Local<R>,
+    device: &str,
+) -> Result<bool, BoxError> {
+    match o.mode() {
+        Mode::Client(peer) => run_tests(
+            o,
+            &mut Client {
+                local,
+                net,
+                peer,
+                device,
+            },
+        ),
+        _ => serve(o, net, local),
+    }
+}
+
+/// The server: connections until the client's last one.
+fn serve<R: RegisterIo + 'static>(
+    o: &Options,
+    net: &Net,
+    local: &Local<R>,
+) -> Result<bool, BoxError> {
+    let listener = remote::listen(local, net)?;
+    // On stderr, so that stdout stays the results (JSON Lines with --json).
+    eprintln!(
+        "rperf: server: listening on {}:{} (fabric UDP port {})",
+        local.ip, net.port, net.fabric_port
+    );
+    let mut all_ok = true;
+    loop {
+        let s = remote::serve_one(local, &listener, o.test, net)?;
+        let peer = s.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{}",
+            report::served(s.req.test, s.req.size, s.count, &peer, &s.verified, o.json)
+        )?;
+        out.flush()?;
+        all_ok &= s.verified.is_ok();
+        if s.req.last {
+            break;
+        }
+    }
+    listener.destroy_ep();
+    Ok(all_ok)
+}
+
+/// Runs one test at one size somewhere: prints the banner (first size) once connected.
+trait Exec {
+    /// The JSON mode name.
+    fn mode(&self) -> &'static str;
+    /// Runs `test` at `size`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        o: &Options,
+        test: Test,
+        size: usize,
+        last: bool,
+        banner: bool,
+        progress: &mut Progress,
+    ) -> Result<(RunInfo, Outcome), BoxError>;
+}
+
+/// Both ends here.
+struct Embedded;
+
+impl Exec for Embedded {
+    fn mode(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn run(
+        &mut self,
+        o: &Options,
+        test: Test,
+        size: usize,
+        _last: bool,
+        banner: bool,
+        progress: &mut Progress,
+    ) -> Result<(RunInfo, Outcome), BoxError> {
+        let plan: Plan = o.plan();
+        let inline = o.inline(test);
+        let qp = QpConfig {
+            sq: if test.is_lat() {
+                lat::LAT_SQ
+            } else {
+                o.tx_depth()
+            },
+            rq: match test {
+                Test::SendLat => lat::LAT_RQ,
+                Test::SendBw => bw::RX_DEPTH.max(o.tx_depth()),
+                _ => 1,
+            },
+            inline,
+            mtu: o.mtu,
+        };
+        // Bytes of SRC (and of DST) each NIC needs for `size`-byte messages.
+        let region = if test.is_lat() {
+            size.max(8)
+        } else {
+            bw::slots(size) * size
+        };
+        // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
+        // receive, counter or buffer layout carries over from the previous size.
+        let mut pair = Pair::new(region, &qp)?;
+        let info = RunInfo {
+            test,
+            tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
+            cq_mod: o.cq_mod(),
+            inline,
+            rd_atomic: pair.rd_atomic,
+            mtu: pair.mtu.bytes(),
+            mode: self.mode(),
+        };
+        if banner {
+            use verbs::MemoryRegion;
+            let side = |e: &setup::End| Side {
+                qpn: Some(e.qpn()),
+                psn: Some(e.psn),
+                rkey: e.mr.rkey(),
+                vaddr: e.mem.iova(),
+                gid: e.gid,
+            };
+            let bi = BannerInfo {
+                mode: "EMBEDDED (both ends in this process, two emulated NICs)",
+                device: "emulated mlx5",
+                fw: pair.c.dev.fw_version(),
+                local: side(&pair.c),
+                remote: side(&pair.s),
+            };
+            emit(progress, &report::banner(&info, &bi))?;
+            emit(progress, &report::header(test))?;
+        }
+        let out = if test.is_lat() {
+            Outcome::Lat(lat::run(&mut pair, test, size, plan, inline, progress)?)
+        } else {
+            let cfg = bw::BwConfig {
+                tx_depth: o.tx_depth(),
+                cq_mod: o.cq_mod(),
+                inline,
+                rx_depth: bw::RX_DEPTH.max(o.tx_depth()),
+            };
+            Outcome::Bw(bw::run(&mut pair, test, size, plan, cfg, progress)?)
+        };
+        pair.teardown()?;
+        Ok((info, out))
+    }
+}
+
+/// The client end of a server in another process.
+struct Client<'a, R: RegisterIo> {
+    local: &'a Local<R>,
+    net: &'a Net,
+    peer: std::net::Ipv4Addr,
+    device: &'a str,
+}
+
+impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
+    fn mode(&self) -> &'static str {
+        "client"
+    }
+
+    fn run(
+        &mut self,
+        o: &Options,
+        test: Test,
+        size: usize,
+        last: bool,
+        banner: bool,
+        progress: &mut Progress,
+    ) -> Result<(RunInfo, Outcome), BoxError> {
+        let inline = o.inline(test);
+        let info = RunInfo {
+            test,
+            tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
+            cq_mod: o.cq_mod(),
+            inline,
+            rd_atomic: setup::MAX_RD_ATOMIC,
+            mtu: self.local.mtu,
+            mode: self.mode(),
+        };
+        let run = remote::ClientRun {
+            test,
+            size,
+            plan: o.plan(),
+            cfg: bw::BwConfig {
+                tx_depth: o.tx_depth(),
+                cq_mod: o.cq_mod(),
+                inline,
+                rx_depth: bw::RX_DEPTH.max(o.tx_depth()),
+            },
+            last,
+        };
+        let mode = format!(
+            "CLIENT of {}:{} (this NIC {}), through the connection manager",
+            self.peer, self.net.port, self.local.ip
+        );
+        let (fw, local_gid, peer_gid) = (
+            self.local.fw,
+            verbs::Gid::from_ipv4(self.local.ip.octets()),
+            verbs::Gid::from_ipv4(self.peer.octets()),
+        );
+        let device = self.device;
+        let mut on_connected = |a: &remote::Addresses| -> std::io::Result<()> {
+            if !banner {
+                return Ok(());
+            }
+            let bi = BannerInfo {
+                mode: &mode,
+                device,
+                fw,
+                local: Side {
+                    qpn: Some(a.local.0),
+                    psn: None,
+                    rkey: a.local.1,
+                    vaddr: a.local.2,
+                    gid: local_gid,
+                },
+                remote: Side {
+                    qpn: None,
+                    psn: None,
+                    rkey: a.remote.0,
+                    vaddr: a.remote.1,
+                    gid: peer_gid,
+                },
+            };
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", report::banner(&info, &bi))?;
+            writeln!(out, "{}", report::header(test))?;
+            out.flush()
+        };
+        let out = remote::client(
+            self.local,
+            self.net,
+            self.peer,
+            run,
+            progress,
+            &mut on_connected,
+        )?;
+        Ok((info, out))
+    }
+}
+
+/// Runs the tests `o` asks for on `exec`.
+fn run_tests(o: &Options, exec: &mut dyn Exec) -> Result<bool, BoxError> {
     let tests: Vec<(Test, Vec<usize>)> = match o.test {
         Some(t) => vec![(t, o.sizes(t))],
         None => Test::SUITE.iter().map(|&(t, s)| (t, vec![s])).collect(),
@@ -99,7 +386,16 @@ fn run(o: &Options) -> Result<bool, Box<dyn std::error::Error>> {
                 p.clone()
             }
         });
-        all_ok &= run_test(o, *test, sizes, plot.as_deref(), &mut progress)?;
+        let last_test = k + 1 == tests.len();
+        all_ok &= run_test(
+            o,
+            *test,
+            sizes,
+            plot.as_deref(),
+            &mut progress,
+            exec,
+            last_test,
+        )?;
     }
     Ok(all_ok)
 }
@@ -120,103 +416,60 @@ fn emit(progress: &mut Progress, line: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// One test over its sizes, each size on a freshly connected pair of NICs.
+/// One test over its sizes, each size on a fresh connection.
 fn run_test(
     o: &Options,
     test: Test,
     sizes: &[usize],
     plot: Option<&Path>,
     progress: &mut Progress,
-) -> Result<bool, Box<dyn std::error::Error>> {
-    let plan: Plan = o.plan();
-    let inline = o.inline(test);
-    let qp = QpConfig {
-        sq: if test.is_lat() {
-            lat::LAT_SQ
-        } else {
-            o.tx_depth()
-        },
-        rq: match test {
-            Test::SendLat => lat::LAT_RQ,
-            Test::SendBw => bw::RX_DEPTH.max(o.tx_depth()),
-            _ => 1,
-        },
-        inline,
-        mtu: o.mtu,
-    };
-    // Bytes of SRC (and of DST) each NIC needs for `size`-byte messages.
-    let region = |size: usize| {
-        if test.is_lat() {
-            size.max(8)
-        } else {
-            bw::slots(size) * size
-        }
-    };
-    let info_for = |pair: &Pair| RunInfo {
-        test,
-        tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
-        cq_mod: o.cq_mod(),
-        inline,
-        rd_atomic: pair.rd_atomic,
-        mtu: pair.mtu.bytes(),
-    };
+    exec: &mut dyn Exec,
+    last_test: bool,
+) -> Result<bool, BoxError> {
     let mut all_ok = true;
     let mut first_error: Option<String> = None;
     let mut lat_runs = Vec::new();
     let mut bw_runs = Vec::new();
     for (k, &size) in sizes.iter().enumerate() {
         progress.begin(format!("{} {}", test.name(), plot::size_label(size)));
-        // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
-        // receive, counter or buffer layout carries over from the previous size.
-        let mut pair = Pair::new(region(size), &qp)?;
-        if k == 0 && !o.json {
-            emit(progress, &report::banner(&info_for(&pair), &pair))?;
-            emit(progress, &report::header(test))?;
-        }
-        let info = info_for(&pair);
-        if test.is_lat() {
-            let r = lat::run(&mut pair, test, size, plan, inline, progress)?;
-            let st = stats::lat_stats(&r.samples_us).ok_or("no latency samples")?;
-            let n = r.samples_us.len();
-            emit(
-                progress,
-                &if o.json {
-                    report::lat_json(&info, size, n, &st, &r.verified)
-                } else {
-                    report::lat_row(size, n, &st)
-                },
-            )?;
-            if let Err(e) = &r.verified {
-                all_ok = false;
-                first_error.get_or_insert_with(|| format!("{size} B: {e}"));
+        let last = last_test && k + 1 == sizes.len();
+        let (info, out) = exec.run(o, test, size, last, k == 0 && !o.json, progress)?;
+        let verified = match out {
+            Outcome::Lat(r) => {
+                let st = stats::lat_stats(&r.samples_us).ok_or("no latency samples")?;
+                let n = r.samples_us.len();
+                emit(
+                    progress,
+                    &if o.json {
+                        report::lat_json(&info, size, n, &st, &r.verified)
+                    } else {
+                        report::lat_row(size, n, &st)
+                    },
+                )?;
+                let v = r.verified.clone();
+                lat_runs.push((r, st));
+                v
             }
-            lat_runs.push((r, st));
-        } else {
-            let cfg = bw::BwConfig {
-                tx_depth: o.tx_depth(),
-                cq_mod: o.cq_mod(),
-                inline,
-                rx_depth: bw::RX_DEPTH.max(o.tx_depth()),
-            };
-            let r = bw::run(&mut pair, test, size, plan, cfg, progress)?;
-            let st =
-                stats::bw_stats(size, &r.posted, &r.completed).ok_or("no bandwidth samples")?;
-            let n = r.completed.len();
-            emit(
-                progress,
-                &if o.json {
-                    report::bw_json(&info, size, n, &st, &r.verified)
-                } else {
-                    report::bw_row(size, n, &st)
-                },
-            )?;
-            if let Err(e) = &r.verified {
-                all_ok = false;
-                first_error.get_or_insert_with(|| format!("{size} B: {e}"));
+            Outcome::Bw(r) => {
+                let st =
+                    stats::bw_stats(size, &r.posted, &r.completed).ok_or("no bandwidth samples")?;
+                let n = r.completed.len();
+                emit(
+                    progress,
+                    &if o.json {
+                        report::bw_json(&info, size, n, &st, &r.verified)
+                    } else {
+                        report::bw_row(size, n, &st)
+                    },
+                )?;
+                bw_runs.push((size, st));
+                r.verified
             }
-            bw_runs.push((size, st));
+        };
+        if let Err(e) = &verified {
+            all_ok = false;
+            first_error.get_or_insert_with(|| format!("{size} B: {e}"));
         }
-        pair.teardown()?;
         progress.end_unit();
     }
     let verdict = match &first_error {

@@ -2,8 +2,9 @@
 
 use std::fmt::Write as _;
 
+use verbs::Gid;
+
 use crate::cli::Test;
-use crate::setup::{End, Pair};
 use crate::stats::{BwStats, LatStats};
 
 /// perftest's separator line.
@@ -24,41 +25,76 @@ pub struct RunInfo {
     pub rd_atomic: u8,
     /// Path MTU in bytes.
     pub mtu: u32,
+    /// `embedded`, `client` or `server` (JSON's `mode`).
+    pub mode: &'static str,
+}
+
+/// One end's address line of the banner.
+#[derive(Clone, Copy, Debug)]
+pub struct Side {
+    /// QP number, if known here.
+    pub qpn: Option<u32>,
+    /// Initial send PSN, if known here.
+    pub psn: Option<u32>,
+    /// The buffer's rkey.
+    pub rkey: u32,
+    /// The buffer's device address.
+    pub vaddr: u64,
+    /// The port's GID.
+    pub gid: Gid,
+}
+
+/// What the banner shows besides the run parameters.
+pub struct BannerInfo<'a> {
+    /// The mode line.
+    pub mode: &'a str,
+    /// The device line.
+    pub device: &'a str,
+    /// Firmware version.
+    pub fw: (u16, u16, u16),
+    /// This end.
+    pub local: Side,
+    /// The other end.
+    pub remote: Side,
 }
 
 /// perftest's way of printing a GID: 16 decimal bytes.
-fn gid(g: &verbs::Gid) -> String {
+fn gid(g: &Gid) -> String {
     g.0.iter()
         .map(|b| format!("{b:02}"))
         .collect::<Vec<_>>()
         .join(":")
 }
 
-fn address(e: &End, who: &str) -> String {
-    use verbs::MemoryRegion;
-    format!(
-        " {who} address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}\n GID: {}\n",
-        e.qpn(),
-        e.psn,
-        e.mr.rkey(),
-        e.mem.iova(),
+fn address(e: &Side, who: &str) -> String {
+    let mut s = format!(" {who} address:");
+    if let Some(q) = e.qpn {
+        let _ = write!(s, " QPN {q:#06x}");
+    }
+    if let Some(p) = e.psn {
+        let _ = write!(s, " PSN {p:#08x}");
+    }
+    let _ = writeln!(
+        s,
+        " RKey {:#08x} VAddr {:#016x}\n GID: {}",
+        e.rkey,
+        e.vaddr,
         gid(&e.gid)
-    )
+    );
+    s
 }
 
 /// The banner printed before a test's table.
-pub fn banner(info: &RunInfo, pair: &Pair) -> String {
-    let (maj, min, sub) = pair.c.dev.fw_version();
+pub fn banner(info: &RunInfo, bi: &BannerInfo<'_>) -> String {
+    let (maj, min, sub) = bi.fw;
     let mut b = String::new();
     let _ = writeln!(b, "{RULE}");
     let _ = writeln!(b, "{:>20}{}", "", info.test.title());
+    let _ = writeln!(b, " Mode            : {}", bi.mode);
     let _ = writeln!(
         b,
-        " Mode            : EMBEDDED (both ends in this process, two emulated NICs)"
-    );
-    let _ = writeln!(
-        b,
-        " Device          : emulated mlx5 (fw {maj}.{min}.{sub})\tTransport type : IB"
+        " Device          : {} (fw {maj}.{min}.{sub})\tTransport type : IB",
+        bi.device
     );
     let _ = writeln!(b, " Number of qps   : 1\t\tConnection type : RC");
     if info.test.is_lat() {
@@ -85,8 +121,8 @@ pub fn banner(info: &RunInfo, pair: &Pair) -> String {
     }
     let _ = writeln!(b, " Timing          : wall clock (std::time::Instant)");
     let _ = writeln!(b, "{RULE}");
-    b.push_str(&address(&pair.c, "local"));
-    b.push_str(&address(&pair.s, "remote"));
+    b.push_str(&address(&bi.local, "local"));
+    b.push_str(&address(&bi.remote, "remote"));
     let _ = write!(b, "{RULE}");
     b
 }
@@ -187,8 +223,9 @@ fn jn(x: f64, decimals: usize) -> String {
 
 fn json_common(info: &RunInfo, size: usize, iters: usize) -> String {
     format!(
-        "{{\"test\":{},\"mode\":\"embedded\",\"bytes\":{size},\"iterations\":{iters},\"mtu\":{},\"inline\":{}",
+        "{{\"test\":{},\"mode\":{},\"bytes\":{size},\"iterations\":{iters},\"mtu\":{},\"inline\":{}",
         js(info.test.name()),
+        js(info.mode),
         info.mtu,
         info.inline as usize >= size && info.test.can_inline()
     )
@@ -198,6 +235,34 @@ fn json_verified(verified: &Result<(), String>) -> String {
     match verified {
         Ok(()) => ",\"data_verified\":true}".into(),
         Err(e) => format!(",\"data_verified\":false,\"verify_error\":{}}}", js(e)),
+    }
+}
+
+/// The server's line about one connection it served.
+pub fn served(
+    test: Test,
+    size: u64,
+    count: u64,
+    peer: &str,
+    verified: &Result<(), String>,
+    json: bool,
+) -> String {
+    if json {
+        format!(
+            "{{\"test\":{},\"mode\":\"server\",\"bytes\":{size},\"iterations\":{count},\"peer\":{}{}",
+            js(test.name()),
+            js(peer),
+            json_verified(verified)
+        )
+    } else {
+        let v = match verified {
+            Ok(()) => "data verified: yes".to_string(),
+            Err(e) => format!("data verified: no ({e})"),
+        };
+        format!(
+            " {:<10} {size:>9} B  {count:>9} iterations  from {peer:<21} {v}",
+            test.name()
+        )
     }
 }
 

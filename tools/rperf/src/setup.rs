@@ -303,10 +303,14 @@ impl End {
     /// the mirror with the same), and zeroes DST; touches every page outside the timed loop.
     pub fn prepare(&mut self, size: usize, slots: usize) -> Result<()> {
         let used = size * slots;
-        let who = u64::from(self.tb.ip().octets()[3]);
+        let who = self.tb.ip().octets()[3];
         for slot in 0..slots {
-            let seed = (who << 56) ^ ((size as u64) << 16) ^ slot as u64;
-            fill_pattern(seed, &mut self.mirror[slot * size..(slot + 1) * size]);
+            slot_pattern(
+                who,
+                size,
+                slot,
+                &mut self.mirror[slot * size..(slot + 1) * size],
+            );
         }
         self.mem
             .write(0, &self.mirror[..used])
@@ -572,6 +576,13 @@ pub fn fill_pattern(seed: u64, out: &mut [u8]) {
         x ^= x << 17;
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
+}
+
+/// What SRC slot `slot` of `size`-byte messages holds on the NIC whose pattern seed is `who`
+/// (the last byte of its address): both ends of a two-process run can compute it.
+pub fn slot_pattern(who: u8, size: usize, slot: usize, out: &mut [u8]) {
+    let seed = (u64::from(who) << 56) ^ ((size as u64) << 16) ^ slot as u64;
+    fill_pattern(seed, out);
 }
 
 /// FNV-1a (64-bit) of `data`: the checksum compared between what was sent and what arrived.

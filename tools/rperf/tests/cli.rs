@@ -1,5 +1,6 @@
-//! Runs the `rperf` binary as a user would: every test with few iterations, as tables and as
-//! JSON, `-a`, `-D`, `--plot`, the default suite, and the modes that must be refused.
+//! Runs the `rperf` binary as a user would, in the embedded mode: every test with few
+//! iterations, as tables and as JSON, `-a`, `-D`, `--plot`, the default suite, and the command
+//! lines that must be refused. (The two-process mode: `tests/two_process.rs`.)
 //! Checks the output's shape and that data verified, never the figures' values (benchmarks
 //! are benchmarks, not timed assertions).
 
@@ -298,16 +299,22 @@ fn plots() {
 }
 
 #[test]
-fn unsupported_modes_exit_2_with_the_reason() {
-    let cm = "not yet supported: needs the connection manager (issue 4)";
-    let vfio = "not yet supported: needs the VFIO provider (issue 6)";
+fn modes_that_need_a_second_end_or_a_device_are_usage_errors() {
     for (args, want) in [
-        (&["--server"][..], cm),
-        (&["write_bw", "--server", "-s", "64"], cm),
-        (&["write_bw", "127.0.0.1"], cm),
-        (&["127.0.0.1"], cm),
-        (&["send_lat", "--device", "vfio:0000:01:00.0"], vfio),
-        (&["--device=vfio:0000:3b:00.1"], vfio),
+        (
+            &["send_lat", "--device", "vfio:0000:01:00.0"][..],
+            "add --server or a peer",
+        ),
+        (&["--device=vfio:0000:3b:00.1"], "add --server or a peer"),
+        (&["write_bw", "--server", "127.0.0.2"], "exclusive"),
+        (&["write_bw", "--server", "-s", "64"], "from the client"),
+        (&["write_bw", "10.1.2.3"], "127.0.0.0/8"),
+        (&["write_bw", "127.0.0.1"], "own address"),
+        (&["write_bw", "--bind", "127.0.0.9"], "apply to --server"),
+        (
+            &["write_bw", "--server", "--device", "vfio:nope"],
+            "not a PCI address",
+        ),
     ] {
         let out = rperf(args);
         let err = text(&out.stderr);

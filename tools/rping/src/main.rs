@@ -1,11 +1,16 @@
 //! `rping`: librdmacm's `rping` example on the kernel-bypass RDMA stack.
 //!
-//! Today it runs in EMBEDDED mode only: the server and the client live in this process, each
-//! on its own thread and its own emulated ConnectX-class NIC (mlx5 driver), the two NICs joined
-//! by the in-process RoCEv2 fabric of one `nic_testbed::World` and connected through the
-//! connection manager (`cm`): `getaddrinfo`, `create_ep`, `listen` / `get_request` / `accept`
-//! on the server thread, `connect` on the client thread. Both threads block in synchronous CM
-//! calls, which drive the one shared progress engine.
+//! Three modes, all through the connection manager (`cm`): `getaddrinfo`, `create_ep`,
+//! `listen` / `get_request` / `accept` on the server, `connect` on the client.
+//! - EMBEDDED (neither `-s` nor `-c`): the server and the client live in this process, each on
+//!   its own thread and its own emulated ConnectX-class NIC (mlx5 driver), the two NICs joined
+//!   by the in-process RoCEv2 fabric of one `nic_testbed::World`. Both threads block in
+//!   synchronous CM calls, which drive the one shared progress engine.
+//! - SERVER (`-s [-a ADDR]`) and CLIENT (`-c -a ADDR [-I SRC]`): one end per process, each on
+//!   its own emulated NIC on the UDP fabric (`nic_testbed::UdpNic`: a UDP socket on
+//!   `ADDR:FABRIC_PORT` in 127.0.0.0/8 as its port, the device on a poller thread, real time).
+//!   There is no ARP on that fabric: an emulated NIC's MAC is derived from its address, and
+//!   each end enters the MACs of its own /24 in the CM's neighbour table.
 //!
 //! Each ping follows rping: the client fills its source buffer with rping's pattern
 //! (`rdma-ping-N: ` then a rotating run of ASCII letters starting one further each ping, NUL
@@ -15,24 +20,28 @@
 //! compares sink and source.
 //!
 //! ```text
-//! rping                      # 10 pings of 100 bytes
+//! rping                      # 10 pings of 100 bytes, embedded
 //! rping -C 5 -S 64 -v -V     # print each ping, report validation
+//! rping -s -a 127.0.0.2 -C 5            # server (one connection)
+//! rping -c -a 127.0.0.2 -C 5 -v -V      # client, from 127.0.0.1
 //! ```
 //!
-//! `-s` (server) and `-c -a ADDR` (client) are parsed but refused with exit status 2 until
-//! the stack runs on a real network. Exit status: 0 all pings verified, 1 run failure or data
-//! mismatch, 2 bad command line or unsupported mode.
+//! Exit status: 0 all pings verified (server: all pings served), 1 run failure or data
+//! mismatch, 2 bad command line.
 
+use std::net::Ipv4Addr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use cm::{AddrInfo, Cm, CmConfig, CmId, QpInitAttr, RaiFlags, getaddrinfo};
+use cm::{AddrInfo, Cm, CmConfig, CmId, Neighbor, QpInitAttr, RaiFlags, getaddrinfo};
 use nic_emulator::Profile;
-use nic_hal::{DmaAllocator, DmaBuf};
-use nic_testbed::{EmuDevice, World};
-use verbs::{Gid, MemRegion, MemoryRegion, QpCap, SendFlags, WcOpcode, WcStatus};
+use nic_hal::{DmaAllocator, DmaBuf, Platform, RegisterIo};
+use nic_testbed::{EmuDevice, UdpDevice, UdpNic, World};
+use verbs::{Gid, MemRegion, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
 
-type Id = CmId<EmuDevice>;
+/// The devices rping runs on: the mlx5 driver over any register backend and platform.
+trait Dev: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq> {}
+impl<P: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq>> Dev for P {}
 
 const SERVER_IP: &str = "127.0.0.2";
 const CLIENT_IP: &str = "127.0.0.1";
@@ -48,14 +57,26 @@ const MAX_SIZE: usize = 64 * 1024 - 1;
 /// The advertisement: `struct rping_rdma_info { __be64 buf; __be32 rkey; __be32 size; }`.
 const INFO_LEN: usize = 16;
 
-const USAGE: &str = "usage: rping [-v] [-V] [-d] [-C count] [-S size] [-p port]
-       rping -s [-a addr] ...  | rping -c -a addr ...   (not yet supported)
+/// The RoCEv2 UDP port: the emulated fabric's default.
+const DEFAULT_FABRIC_PORT: u16 = 4791;
+/// How long a blocking CM call waits for the peer by default, in seconds.
+const DEFAULT_TIMEOUT_S: u64 = 60;
+
+const USAGE: &str = "usage: rping [-v] [-V] [-d] [-C count] [-S size] [-p port]   (embedded)
+       rping -s [-a addr] [options]              (server)
+       rping -c -a addr [-I src] [options]       (client)
+  -s          server: one emulated NIC at addr (default 127.0.0.2), one connection
+  -c          client: one emulated NIC at src (default 127.0.0.1), connects to addr
+  -a addr     server: address to bind; client: the server's address (127.0.0.0/8)
+  -I src      client: source address (its NIC's address; in the server's /24)
   -v          print each ping's data
   -V          validate each ping's data (always checked; reported with -V)
   -d          debug output (the message exchange)
   -C count    number of pings (default 10)
   -S size     ping data size (default 100, range 26..65535)
-  -p port     port (default 7174)";
+  -p port     port (default 7174)
+  --fabric-port N  UDP port of the emulated fabric, the same on both ends (default 4791)
+  --timeout SECS   give up when the peer does not answer for SECS (default 60)";
 
 /// The command line.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +90,9 @@ struct Options {
     server: bool,
     client: bool,
     addr: Option<String>,
+    src: Option<String>,
+    fabric_port: u16,
+    timeout_s: u64,
 }
 
 /// Why the command line was refused (exit status 2).
@@ -89,6 +113,9 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         server: false,
         client: false,
         addr: None,
+        src: None,
+        fabric_port: DEFAULT_FABRIC_PORT,
+        timeout_s: DEFAULT_TIMEOUT_S,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -105,6 +132,23 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
             "-c" => o.client = true,
             "-h" | "--help" => return Err(CliError::Help),
             "-a" => o.addr = Some(value("-a")?),
+            "-I" => o.src = Some(value("-I")?),
+            "--fabric-port" => {
+                let v = value("--fabric-port")?;
+                o.fabric_port = v
+                    .parse()
+                    .ok()
+                    .filter(|&p| p != 0)
+                    .ok_or_else(|| CliError::Bad(format!("invalid fabric port {v:?}")))?;
+            }
+            "--timeout" => {
+                let v = value("--timeout")?;
+                o.timeout_s = v
+                    .parse()
+                    .ok()
+                    .filter(|&t| (1..=86_400).contains(&t))
+                    .ok_or_else(|| CliError::Bad(format!("invalid timeout {v:?} (1..86400 s)")))?;
+            }
             "-C" => {
                 let v = value("-C")?;
                 o.count = v
@@ -130,6 +174,33 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
                     .map_err(|_| CliError::Bad(format!("invalid port {v:?}")))?;
             }
             other => return Err(CliError::Bad(format!("unknown option {other:?}"))),
+        }
+    }
+    if o.server && o.client {
+        return Err(CliError::Bad("-s and -c are exclusive".into()));
+    }
+    if o.client && o.addr.is_none() {
+        return Err(CliError::Bad(
+            "-c needs the server's address (-a addr)".into(),
+        ));
+    }
+    if !o.server && !o.client && (o.addr.is_some() || o.src.is_some()) {
+        return Err(CliError::Bad(
+            "-a and -I need -s or -c (with neither, both ends run in this process)".into(),
+        ));
+    }
+    if o.src.is_some() && !o.client {
+        return Err(CliError::Bad("-I applies to the client (-c)".into()));
+    }
+    for a in [&o.addr, &o.src].into_iter().flatten() {
+        match a.parse::<Ipv4Addr>() {
+            Ok(ip) if ip.is_loopback() => {}
+            Ok(_) => {
+                return Err(CliError::Bad(format!(
+                    "{a}: not in 127.0.0.0/8 (the emulated fabric never leaves the machine)"
+                )));
+            }
+            Err(_) => return Err(CliError::Bad(format!("{a}: not an IPv4 address"))),
         }
     }
     Ok(o)
@@ -216,7 +287,7 @@ impl Buf {
             .map_err(|e| format!("dma write: {e:?}"))
     }
 
-    fn free(self, id: &Id) {
+    fn free<P: Dev>(self, id: &CmId<P>) {
         let _ = id.dereg_mr(self.mr);
     }
 }
@@ -248,7 +319,12 @@ fn check(
 }
 
 /// Writes `info` into `send`, SENDs it and waits for the send completion.
-fn send_info(id: &Id, side: &str, send: &Buf, info: [u8; INFO_LEN]) -> Result<(), String> {
+fn send_info<P: Dev>(
+    id: &CmId<P>,
+    side: &str,
+    send: &Buf,
+    info: [u8; INFO_LEN],
+) -> Result<(), String> {
     send.write(&info)?;
     id.post_send(
         2,
@@ -263,7 +339,7 @@ fn send_info(id: &Id, side: &str, send: &Buf, info: [u8; INFO_LEN]) -> Result<()
 }
 
 /// Waits for the receive posted in `recv`, reads it and posts the next one.
-fn recv_info(id: &Id, side: &str, recv: &Buf) -> Result<[u8; INFO_LEN], String> {
+fn recv_info<P: Dev>(id: &CmId<P>, side: &str, recv: &Buf) -> Result<[u8; INFO_LEN], String> {
     let wc = check(side, "recv", id.get_recv_comp())?;
     if wc.opcode != WcOpcode::Recv || wc.byte_len as usize != INFO_LEN {
         return Err(format!(
@@ -279,7 +355,13 @@ fn recv_info(id: &Id, side: &str, recv: &Buf) -> Result<[u8; INFO_LEN], String> 
 }
 
 /// The server side on a connected id: `count` pings (rping's `rping_test_server`).
-fn server_pings(conn: &Id, o: &Options, recv: &Buf, send: &Buf, rdma: &Buf) -> Result<(), String> {
+fn server_pings<P: Dev>(
+    conn: &CmId<P>,
+    o: &Options,
+    recv: &Buf,
+    send: &Buf,
+    rdma: &Buf,
+) -> Result<(), String> {
     for _ in 0..o.count {
         let (addr, rkey, len) = decode_info(&recv_info(conn, "server", recv)?);
         if o.debug {
@@ -299,7 +381,7 @@ fn server_pings(conn: &Id, o: &Options, recv: &Buf, send: &Buf, rdma: &Buf) -> R
         )
         .map_err(|e| format!("server: post_read: {e:?}"))?;
         check("server", "rdma read", conn.get_send_comp())?;
-        if o.debug {
+        if o.debug || (o.verbose && o.server) {
             println!("server ping data: {}", as_text(&rdma.read(len as usize)?));
         }
         // "go ahead": the client may advertise its sink
@@ -338,7 +420,11 @@ fn server_pings(conn: &Id, o: &Options, recv: &Buf, send: &Buf, rdma: &Buf) -> R
 }
 
 /// The server thread: get_request, buffers, accept, pings, disconnect.
-fn server(listen: &Id, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<(), String> {
+fn server<P: Dev>(
+    listen: &CmId<P>,
+    dma: &Arc<dyn DmaAllocator>,
+    o: &Options,
+) -> Result<(), String> {
     let conn = listen
         .get_request()
         .map_err(|e| format!("server: get_request: {e:?}"))?;
@@ -346,14 +432,19 @@ fn server(listen: &Id, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<(), S
         let recv = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
         let send = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
         let rdma = Buf::new(dma, o.size, |m| conn.reg_msgs(m))?;
+        let mut accepted = false;
         let r = (|| {
             conn.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
                 .map_err(|e| format!("server: post_recv: {e:?}"))?;
             conn.accept(None)
                 .map_err(|e| format!("server: accept: {e:?}"))?;
+            accepted = true;
             server_pings(&conn, o, &recv, &send, &rdma)
         })();
-        conn.disconnect().ok();
+        if accepted {
+            // (an id that never connected has nothing to disconnect: the call would wait)
+            conn.disconnect().ok();
+        }
         for b in [recv, send, rdma] {
             b.free(&conn);
         }
@@ -365,8 +456,8 @@ fn server(listen: &Id, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<(), S
 
 /// The client side on a connected id: `count` pings (rping's `rping_test_client`); returns
 /// how many pings matched.
-fn client_pings(
-    id: &Id,
+fn client_pings<P: Dev>(
+    id: &CmId<P>,
     o: &Options,
     recv: &Buf,
     send: &Buf,
@@ -412,7 +503,7 @@ fn client_pings(
 }
 
 /// The client thread: buffers, connect, pings, disconnect.
-fn client(id: &Id, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<u32, String> {
+fn client<P: Dev>(id: &CmId<P>, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<u32, String> {
     let recv = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
     let send = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
     let start = Buf::new(dma, o.size, |m| id.reg_read(m))?;
@@ -443,8 +534,17 @@ fn add_nic(cm: &Cm<EmuDevice>, tb: &nic_testbed::Testbed) -> Result<Arc<dyn DmaA
     let dev = tb
         .probe(mlx5::Config::default())
         .map_err(|e| format!("probe: {e:?}"))?;
+    add_device(cm, dev, tb.ip())
+}
+
+/// A probed device given its RoCE GID (`ip`) and added to the connection manager.
+fn add_device<R: RegisterIo, Pl: Platform>(
+    cm: &Cm<mlx5::Device<R, Pl>>,
+    dev: mlx5::Device<R, Pl>,
+    ip: Ipv4Addr,
+) -> Result<Arc<dyn DmaAllocator>, String> {
     let mac = dev.mac().map_err(|e| format!("mac: {e:?}"))?;
-    dev.set_roce_gid(0, Gid::from_ipv4(tb.ip().octets()).0, mac)
+    dev.set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
         .map_err(|e| format!("set gid: {e:?}"))?;
     let dma = dev.dma().clone();
     cm.add_device(dev, dma.clone(), mac)
@@ -515,6 +615,118 @@ fn embedded(o: &Options) -> Result<u32, String> {
     r
 }
 
+/// The MAC of the emulated NIC at `ip` (the UDP fabric has no ARP: both ends derive it).
+fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// One end of a two-process run: an emulated NIC at `ip` on the UDP fabric, its device in a
+/// connection manager whose neighbour table knows the NICs of `ip`'s /24.
+struct UdpEnd {
+    cm: Cm<UdpDevice>,
+    dma: Arc<dyn DmaAllocator>,
+    // Last: the poller stops after the manager's objects are gone.
+    _nic: UdpNic,
+}
+
+fn udp_end(ip: Ipv4Addr, o: &Options) -> Result<UdpEnd, String> {
+    let nic = UdpNic::new(
+        ip,
+        o.fabric_port,
+        Profile {
+            mac: mac_for(ip),
+            ..Profile::default()
+        },
+    )
+    .map_err(|e| {
+        format!(
+            "emulated NIC at {ip} (fabric UDP port {}): {e}",
+            o.fabric_port
+        )
+    })?;
+    let cm = Cm::new(
+        nic.platform(),
+        CmConfig {
+            wait_limit_ns: Some(o.timeout_s * 1_000_000_000),
+            ..CmConfig::default()
+        },
+    );
+    let dev = nic
+        .probe(mlx5::Config::default())
+        .map_err(|e| format!("probe: {e:?}"))?;
+    let dma = add_device(&cm, dev, ip)?;
+    let [a, b, c, _] = ip.octets();
+    for h in 1..=254 {
+        let n = Ipv4Addr::new(a, b, c, h);
+        if n != ip {
+            cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
+        }
+    }
+    Ok(UdpEnd { cm, dma, _nic: nic })
+}
+
+fn ip_of(a: &Option<String>, default: &str) -> Ipv4Addr {
+    // parse() checked the options already
+    a.as_deref()
+        .unwrap_or(default)
+        .parse()
+        .unwrap_or(Ipv4Addr::LOCALHOST)
+}
+
+/// Server mode: listen on this process's NIC, serve one connection.
+fn serve(o: &Options) -> Result<(), String> {
+    let ip = ip_of(&o.addr, SERVER_IP);
+    let end = udp_end(ip, o)?;
+    let port = o.port.to_string();
+    let passive = AddrInfo {
+        ai_flags: RaiFlags::PASSIVE,
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(Some(&ip.to_string()), Some(&port), Some(&passive))
+        .map_err(|e| format!("server: getaddrinfo: {e:?}"))?;
+    let mut a = qp_attr();
+    let listen = end
+        .cm
+        .create_ep(&res, None, Some(&mut a))
+        .map_err(|e| format!("server: create_ep: {e:?}"))?;
+    listen
+        .listen(0)
+        .map_err(|e| format!("server: listen: {e:?}"))?;
+    eprintln!(
+        "rping: server: listening on {ip}:{} (fabric UDP port {})",
+        o.port, o.fabric_port
+    );
+    let r = server(&listen, &end.dma, o);
+    listen.destroy_ep();
+    r
+}
+
+/// Client mode: connect from this process's NIC to the server at `-a`; the verified pings.
+fn connect(o: &Options) -> Result<u32, String> {
+    let src = ip_of(&o.src, CLIENT_IP);
+    let dst = ip_of(&o.addr, SERVER_IP);
+    let end = udp_end(src, o)?;
+    let hints = AddrInfo {
+        ai_src_addr: Some(std::net::SocketAddr::from((src, 0))),
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(
+        Some(&dst.to_string()),
+        Some(&o.port.to_string()),
+        Some(&hints),
+    )
+    .map_err(|e| format!("client: getaddrinfo: {e:?}"))?;
+    let mut a = qp_attr();
+    let id = end
+        .cm
+        .create_ep(&res, None, Some(&mut a))
+        .map_err(|e| format!("client: create_ep: {e:?}"))?;
+    let r = client(&id, &end.dma, o);
+    id.destroy_ep();
+    r
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let o = match parse(&args) {
@@ -528,19 +740,32 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if o.server || o.client || o.addr.is_some() {
-        eprintln!("rping: -s / -c / -a: not yet supported outside embedded mode");
-        return ExitCode::from(2);
+    if o.server {
+        return match serve(&o) {
+            Ok(()) => {
+                println!("rping: server: {} pings of {} bytes", o.count, o.size);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rping: {e}");
+                ExitCode::from(1)
+            }
+        };
     }
-    match embedded(&o) {
+    let (mode, r) = if o.client {
+        ("client", connect(&o))
+    } else {
+        ("embedded", embedded(&o))
+    };
+    match r {
         Ok(n) if n == o.count => {
             let v = if o.validate { ", validated" } else { "" };
-            println!("rping: embedded: {n} pings of {} bytes{v}", o.size);
+            println!("rping: {mode}: {n} pings of {} bytes{v}", o.size);
             ExitCode::SUCCESS
         }
         Ok(n) => {
             eprintln!(
-                "rping: embedded: {} of {} pings failed validation",
+                "rping: {mode}: {} of {} pings failed validation",
                 o.count - n,
                 o.count
             );

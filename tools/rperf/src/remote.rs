@@ -1,0 +1,1610 @@
+//! The two-process mode: `rperf TEST --server` in one process, `rperf TEST PEER` in another,
+//! each with its own NIC (an emulated one on the UDP fabric, [`UdpNic`], or a real one through
+//! VFIO), connected through the connection manager (`cm`) with librdmacm's endpoint calls.
+//!
+//! The client (requester) drives every test, as in the embedded mode; the server answers
+//! (`send_lat`, `write_lat`) or stays passive, then checks what arrived. One connection per
+//! test and size:
+//! - the REQ's private data ([`Req`]) carries the test, the size, the queue parameters and the
+//!   client's buffer (address, rkey, the byte pattern's seed); the REP's ([`Rep`]) the
+//!   server's buffer;
+//! - each side's buffer is `[SRC | DST | CTRL]`; SRC holds a pattern both sides can compute
+//!   ([`crate::setup::slot_pattern`]), so each checks what landed in its DST without the
+//!   data crossing twice;
+//! - after the run the client RDMA-WRITEs the iteration count into the server's CTRL with
+//!   immediate data `DONE`; the server checks its DST (or counter) and WRITEs its verdict into
+//!   the client's CTRL with immediate `VRFY`. "data verified: yes" needs both sides' checks.
+//!
+//! The UDP fabric has no ARP: an emulated NIC's MAC is derived from its address
+//! ([`mac_for`]) and each end enters its /24's MACs in the manager's neighbour table.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cm::{
+    AddrInfo, Cm, CmConfig, CmId, ConnParam, EventParam, Neighbor, QpInitAttr, RaiFlags,
+    getaddrinfo,
+};
+use nic_emulator::Profile;
+use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
+use nic_testbed::{RealTime, UdpNic};
+use verbs::{
+    AccessFlags, Gid, MemRegion, MemoryRegion, Provider, QpCap, RecvWr, RemoteOp, SendFlags,
+    SendWr, Sge, WcOpcode, WorkCompletion, WrOpcode,
+};
+
+use crate::bw::{self, BwConfig, BwRun};
+use crate::cli::{Plan, Test};
+use crate::lat::{self, LatRun};
+use crate::progress::Progress;
+use crate::setup::{Error, MAX_RD_ATOMIC, Result, check_ok, compare, slot_pattern};
+
+/// perftest's default TCP port, used here as the CM port (service ID).
+pub const DEFAULT_CM_PORT: u16 = 18515;
+/// The RoCEv2 UDP port: the emulated fabric's default.
+pub const DEFAULT_FABRIC_PORT: u16 = 4791;
+/// Default local address of a server's NIC.
+pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// Default local address of a client's NIC.
+pub const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+/// Default seconds a wait for the peer lasts.
+pub const DEFAULT_TIMEOUT_S: f64 = 60.0;
+
+/// Magic at the head of rperf's private data.
+const MAGIC: &[u8; 4] = b"RPRF";
+/// Protocol version.
+const VERSION: u8 = 1;
+/// Bytes of the CTRL area after DST: `[0, 64)` incoming, `[64, 128)` outgoing.
+const CTRL: usize = 4096;
+const CTRL_IN: usize = 0;
+const CTRL_OUT: usize = 64;
+/// Immediate data of the client's end-of-run write (network byte order on the wire).
+const IMM_DONE: u32 = u32::from_be_bytes(*b"DONE");
+/// Immediate data of the server's verdict.
+const IMM_VRFY: u32 = u32::from_be_bytes(*b"VRFY");
+/// `wr_id` of the control writes.
+const CTRL_WR: u64 = u64::MAX;
+
+/// Every access right an MR can grant.
+const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// The MAC of the emulated NIC at `ip` (both ends derive it: the UDP fabric has no ARP).
+pub fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// Where this process's NIC is and how to reach the peer.
+#[derive(Clone, Debug)]
+pub struct Net {
+    /// This NIC's address.
+    pub local: Ipv4Addr,
+    /// The CM port.
+    pub port: u16,
+    /// The emulated fabric's UDP port.
+    pub fabric_port: u16,
+    /// How long a wait for the peer lasts.
+    pub timeout: Duration,
+}
+
+fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
+    move |e| Error::Check(format!("{what}: {e:?} (errno {})", e.errno()))
+}
+
+/// The device type a NIC of this mode is driven through.
+pub type RtDevice<R> = mlx5::Device<R, RealTime>;
+
+/// This process's NIC, probed and added to a connection manager.
+pub struct Local<R: RegisterIo> {
+    /// The manager (which owns the device).
+    pub cm: Cm<RtDevice<R>>,
+    /// The device's DMA memory.
+    pub dma: Arc<dyn DmaAllocator>,
+    /// Firmware version, for the banner.
+    pub fw: (u16, u16, u16),
+    /// The port's active MTU in bytes.
+    pub mtu: u32,
+    /// This NIC's address.
+    pub ip: Ipv4Addr,
+}
+
+impl<R: RegisterIo + 'static> Local<R> {
+    /// Probes `regs`/`dma` as an mlx5 device with address `ip`, adds it to a new manager.
+    pub fn new(regs: R, dma: Arc<dyn DmaAllocator>, ip: Ipv4Addr, net: &Net) -> Result<Self> {
+        let dev = mlx5::Device::probe(regs, dma.clone(), RealTime::new(), mlx5::Config::default())
+            .map_err(|err| Error::Driver {
+                what: "probe the NIC",
+                err,
+            })?;
+        let mac = dev.mac().map_err(|err| Error::Driver {
+            what: "query the MAC",
+            err,
+        })?;
+        dev.set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
+            .map_err(|err| Error::Driver {
+                what: "program the RoCE GID",
+                err,
+            })?;
+        let fw = dev.fw_version();
+        let mtu = Provider::query_port(&dev, 1)
+            .map_err(|err| Error::Verbs {
+                what: "query_port",
+                err,
+            })?
+            .active_mtu
+            .bytes();
+        let cm = Cm::new(
+            RealTime::new(),
+            CmConfig {
+                wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
+                auto_comp_channels: false,
+                ..CmConfig::default()
+            },
+        );
+        cm.add_device(dev, dma.clone(), mac)
+            .map_err(|(e, _)| cm_err("add the device to the CM")(e))?;
+        let [a, b, c, _] = ip.octets();
+        for h in 1..=254 {
+            let n = Ipv4Addr::new(a, b, c, h);
+            if n != ip {
+                cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
+            }
+        }
+        Ok(Local {
+            cm,
+            dma,
+            fw,
+            mtu,
+            ip,
+        })
+    }
+}
+
+/// An emulated NIC on the UDP fabric at `net.local`.
+pub fn emulated_nic(net: &Net) -> Result<UdpNic> {
+    UdpNic::new(
+        net.local,
+        net.fabric_port,
+        Profile {
+            mac: mac_for(net.local),
+            ..Profile::default()
+        },
+    )
+    .map_err(|e| {
+        Error::Check(format!(
+            "emulated NIC at {}:{} (UDP fabric): {e}",
+            net.local, net.fabric_port
+        ))
+    })
+}
+
+// ------------------------------------------------------------------ the private data
+
+/// What the client asks for (the REQ's private data, 56 bytes at most).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Req {
+    /// The test.
+    pub test: Test,
+    /// This is the client's last connection (the server exits after it).
+    pub last: bool,
+    /// Messages go inline.
+    pub use_inline: bool,
+    /// The client's pattern seed.
+    pub who: u8,
+    /// Message size.
+    pub size: u64,
+    /// Bandwidth queue depth.
+    pub tx_depth: u32,
+    /// Receives the server keeps posted (`send_bw`).
+    pub rx_depth: u32,
+    /// Bytes of SRC (= of DST) on each side.
+    pub region: u32,
+    /// The client's buffer (device address) and rkey.
+    pub addr: u64,
+    /// The client's rkey.
+    pub rkey: u32,
+    /// The inline threshold.
+    pub inline: u32,
+}
+
+impl Req {
+    fn encode(&self) -> [u8; 56] {
+        let mut b = [0u8; 56];
+        b[..4].copy_from_slice(MAGIC);
+        b[4] = VERSION;
+        b[5] = Test::ALL.iter().position(|&t| t == self.test).unwrap_or(0) as u8;
+        b[6] = u8::from(self.last) | (u8::from(self.use_inline) << 1);
+        b[7] = self.who;
+        b[8..16].copy_from_slice(&self.size.to_le_bytes());
+        b[16..20].copy_from_slice(&self.tx_depth.to_le_bytes());
+        b[20..24].copy_from_slice(&self.rx_depth.to_le_bytes());
+        b[24..28].copy_from_slice(&self.region.to_le_bytes());
+        b[28..36].copy_from_slice(&self.addr.to_le_bytes());
+        b[36..40].copy_from_slice(&self.rkey.to_le_bytes());
+        b[40..44].copy_from_slice(&self.inline.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> std::result::Result<Req, String> {
+        if b.len() < 44 || &b[..4] != MAGIC {
+            return Err("the connection request is not from rperf".into());
+        }
+        if b[4] != VERSION {
+            return Err(format!("rperf protocol version {} (want {VERSION})", b[4]));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let test = *Test::ALL
+            .get(usize::from(b[5]))
+            .ok_or_else(|| format!("unknown test number {}", b[5]))?;
+        let r = Req {
+            test,
+            last: b[6] & 1 != 0,
+            use_inline: b[6] & 2 != 0,
+            who: b[7],
+            size: u64_at(8),
+            tx_depth: u32_at(16),
+            rx_depth: u32_at(20),
+            region: u32_at(24),
+            addr: u64_at(28),
+            rkey: u32_at(36),
+            inline: u32_at(40),
+        };
+        let size = usize::try_from(r.size).unwrap_or(usize::MAX);
+        if size == 0 || size > crate::cli::MAX_SIZE {
+            return Err(format!("message size {} out of range", r.size));
+        }
+        if r.region as usize != region_for(test, size) {
+            return Err(format!(
+                "buffer of {} bytes for {} B messages (want {})",
+                r.region,
+                r.size,
+                region_for(test, size)
+            ));
+        }
+        if r.tx_depth == 0 || r.tx_depth > crate::cli::MAX_DEPTH || r.rx_depth > 2 * 8192 {
+            return Err("queue depth out of range".into());
+        }
+        if r.inline > 1024 {
+            return Err("inline size out of range".into());
+        }
+        Ok(r)
+    }
+}
+
+/// The server's answer (the REP's private data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rep {
+    who: u8,
+    addr: u64,
+    rkey: u32,
+    region: u32,
+}
+
+impl Rep {
+    fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..4].copy_from_slice(MAGIC);
+        b[4] = VERSION;
+        b[5] = self.who;
+        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
+        b[20..24].copy_from_slice(&self.region.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> std::result::Result<Rep, String> {
+        if b.len() < 24 || &b[..4] != MAGIC || b[4] != VERSION {
+            return Err("the server's reply is not rperf's".into());
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        Ok(Rep {
+            who: b[5],
+            addr: u64::from_le_bytes(b[8..16].try_into().unwrap_or([0; 8])),
+            rkey: u32_at(16),
+            region: u32_at(20),
+        })
+    }
+}
+
+/// Bytes of SRC (and of DST) for `size`-byte messages of `test`.
+pub fn region_for(test: Test, size: usize) -> usize {
+    let r = if test.is_lat() {
+        size.max(8)
+    } else {
+        bw::slots(size) * size
+    };
+    r.max(4096).next_multiple_of(4096)
+}
+
+// ------------------------------------------------------------------ one connection
+
+/// Queue sizes of one side's QP.
+fn caps(test: Test, server: bool, tx_depth: u32, rx_depth: u32, inline: u32) -> QpCap {
+    let (sq, rq) = match (test, server) {
+        (Test::SendLat, _) => (lat::LAT_SQ, lat::LAT_RQ),
+        (Test::WriteLat, _) => (lat::LAT_SQ, 1),
+        (Test::SendBw, true) => (4, rx_depth.max(1)),
+        (_, true) => (4, 1),
+        (t, false) if t.is_lat() => (lat::LAT_SQ, 1),
+        (_, false) => (tx_depth, 1),
+    };
+    QpCap {
+        max_send_wr: sq,
+        max_recv_wr: rq,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: inline,
+    }
+}
+
+/// The peer's buffer.
+#[derive(Clone, Copy, Debug)]
+struct PeerBuf {
+    addr: u64,
+    rkey: u32,
+    region: usize,
+    who: u8,
+}
+
+/// One side of a connection: the id (with its QP and CQs), the buffer and the peer's.
+pub struct Conn<P: Provider> {
+    id: CmId<P>,
+    /// `[SRC region | DST region | CTRL]`.
+    pub mem: DmaBuf,
+    mr: Option<P::Mr>,
+    region: usize,
+    /// What SRC holds.
+    pub mirror: Vec<u8>,
+    who: u8,
+    peer: PeerBuf,
+    /// Signalled sends not completed yet.
+    outstanding: u32,
+    /// The connection was established (so [`Conn::close`] disconnects it).
+    connected: bool,
+}
+
+impl<P: Provider> Conn<P> {
+    /// Allocates and registers the buffer on the id's PD.
+    fn new(id: CmId<P>, dma: &Arc<dyn DmaAllocator>, region: usize, who: u8) -> Result<Self> {
+        let mem = DmaBuf::new(dma, 2 * region + CTRL, 4096).map_err(|err| Error::Dma {
+            what: "allocate the buffer",
+            err,
+        })?;
+        let mr = id
+            .with_verbs(|v| {
+                let pd = v.pd.ok_or(verbs::Error::InvalidArgument)?;
+                v.provider.reg_mr(
+                    pd,
+                    &MemRegion {
+                        addr: mem.iova(),
+                        length: mem.len() as u64,
+                        pages: &[],
+                    },
+                    ALL_ACCESS,
+                )
+            })
+            .map_err(cm_err("reg_mr"))?
+            .map_err(|err| Error::Verbs {
+                what: "reg_mr",
+                err,
+            })?;
+        Ok(Conn {
+            id,
+            mem,
+            mr: Some(mr),
+            region,
+            mirror: vec![0; region],
+            who,
+            peer: PeerBuf {
+                addr: 0,
+                rkey: 0,
+                region,
+                who: 0,
+            },
+            outstanding: 0,
+            connected: false,
+        })
+    }
+
+    fn lkey(&self) -> u32 {
+        self.mr.as_ref().map_or(0, |m| m.lkey())
+    }
+
+    fn rkey(&self) -> u32 {
+        self.mr.as_ref().map_or(0, |m| m.rkey())
+    }
+
+    /// Buffer offset of DST slot `slot`.
+    fn dst_off(&self, slot: usize, size: usize) -> usize {
+        self.region + slot * size
+    }
+
+    fn ctrl(&self) -> usize {
+        2 * self.region
+    }
+
+    fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.mem.iova() + off as u64,
+            length: len as u32,
+            lkey: self.lkey(),
+        }
+    }
+
+    /// The peer's address of its DST slot `slot`.
+    fn peer_dst(&self, slot: usize, size: usize) -> (u64, u32) {
+        (
+            self.peer.addr + (self.peer.region + slot * size) as u64,
+            self.peer.rkey,
+        )
+    }
+
+    /// The peer's address of its SRC slot `slot`.
+    fn peer_src(&self, slot: usize, size: usize) -> (u64, u32) {
+        (self.peer.addr + (slot * size) as u64, self.peer.rkey)
+    }
+
+    /// Fills SRC's first `slots` slots (and the mirror) with this side's pattern, zeroes DST
+    /// and CTRL.
+    fn prepare(&mut self, size: usize, slots: usize) -> Result<()> {
+        for slot in 0..slots {
+            slot_pattern(
+                self.who,
+                size,
+                slot,
+                &mut self.mirror[slot * size..(slot + 1) * size],
+            );
+        }
+        let dma = |what| move |err| Error::Dma { what, err };
+        self.mem
+            .write(0, &self.mirror[..size * slots])
+            .map_err(dma("fill SRC"))?;
+        self.mem
+            .fill(self.region, self.region + CTRL, 0)
+            .map_err(dma("clear DST"))
+    }
+
+    /// What the peer's SRC slot `slot` holds.
+    fn peer_pattern(&self, size: usize, slot: usize) -> Vec<u8> {
+        let mut v = vec![0; size];
+        slot_pattern(self.peer.who, size, slot, &mut v);
+        v
+    }
+
+    fn post_send(&self, wr: SendWr<'_, P::Ah>) -> Result<()> {
+        self.id
+            .with_verbs(|v| match v.qp {
+                Some(qp) => v.provider.post_send(qp, &[wr]).map_err(|err| Error::Post {
+                    what: "post_send",
+                    err,
+                }),
+                None => Err(Error::Check("post_send: the id has no QP".into())),
+            })
+            .map_err(cm_err("post_send"))?
+    }
+
+    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
+        self.id
+            .with_verbs(|v| match v.qp {
+                Some(qp) => v
+                    .provider
+                    .post_recv(
+                        qp,
+                        &[RecvWr {
+                            wr_id,
+                            sg_list: &[sge],
+                        }],
+                    )
+                    .map_err(|err| Error::Post {
+                        what: "post_recv",
+                        err,
+                    }),
+                None => Err(Error::Check("post_recv: the id has no QP".into())),
+            })
+            .map_err(cm_err("post_recv"))?
+    }
+
+    /// Polls the send CQ, then the receive CQ, into `wc`.
+    fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        self.id
+            .with_verbs(|v| {
+                let mut n = 0;
+                for cq in [v.send_cq, v.recv_cq].into_iter().flatten() {
+                    if n < wc.len() {
+                        n += v.provider.poll_cq(cq, &mut wc[n..])?;
+                    }
+                }
+                Ok(n)
+            })
+            .map_err(cm_err("poll_cq"))?
+            .map_err(|err| Error::Verbs {
+                what: "poll_cq",
+                err,
+            })
+    }
+
+    /// Posts the control write: `len` bytes of CTRL's outgoing half into the peer's CTRL,
+    /// with immediate data `imm`, signalled.
+    fn post_ctrl(&mut self, len: usize, imm: u32) -> Result<()> {
+        let sg = [self.sge(self.ctrl() + CTRL_OUT, len)];
+        let remote_addr = self.peer.addr + (2 * self.peer.region + CTRL_IN) as u64;
+        let rkey = self.peer.rkey;
+        self.post_send(SendWr {
+            wr_id: CTRL_WR,
+            opcode: WrOpcode::RdmaWriteWithImm,
+            flags: SendFlags::SIGNALED,
+            sg_list: &sg,
+            imm_data: imm.to_be(),
+            remote: RemoteOp::Rdma { remote_addr, rkey },
+            ..SendWr::default()
+        })?;
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// Reads `len` bytes at buffer offset `off`.
+    fn read(&self, off: usize, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0; len];
+        self.mem.read(off, &mut v).map_err(|err| Error::Dma {
+            what: "read the buffer",
+            err,
+        })?;
+        Ok(v)
+    }
+
+    fn read_u8(&self, off: usize) -> Result<u8> {
+        self.mem.read_u8(off).map_err(|err| Error::Dma {
+            what: "read the buffer",
+            err,
+        })
+    }
+
+    /// Deregisters the buffer, disconnects (waiting for the peer's side) and destroys the id.
+    fn close(mut self) -> Result<()> {
+        let disc = if self.connected {
+            self.id.disconnect()
+        } else {
+            Ok(())
+        };
+        let dereg = match self.mr.take() {
+            Some(mr) => self.id.dereg_mr(mr),
+            None => Ok(()),
+        };
+        self.id.destroy_ep();
+        disc.map_err(cm_err("disconnect"))?;
+        dereg.map_err(cm_err("dereg_mr"))
+    }
+}
+
+/// Spins waiting for the peer: a wall-clock limit without progress, and a yield now and then
+/// (each process's NIC has a poller thread that needs the CPU too).
+struct Wait {
+    since: Instant,
+    n: u32,
+    limit: Duration,
+    what: &'static str,
+}
+
+impl Wait {
+    fn new(limit: Duration, what: &'static str) -> Wait {
+        Wait {
+            since: Instant::now(),
+            n: 0,
+            limit,
+            what,
+        }
+    }
+
+    fn progress(&mut self) {
+        self.since = Instant::now();
+    }
+
+    fn relax(&mut self) -> Result<()> {
+        self.n = self.n.wrapping_add(1);
+        if self.n.is_multiple_of(16) {
+            std::thread::yield_now();
+            if self.since.elapsed() > self.limit {
+                return Err(Error::Check(format!(
+                    "{}: the peer made no progress for {:.0} s",
+                    self.what,
+                    self.limit.as_secs_f64()
+                )));
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ client
+
+/// What one client run at one size produced.
+pub enum Outcome {
+    /// A latency run.
+    Lat(LatRun),
+    /// A bandwidth run.
+    Bw(BwRun),
+}
+
+/// Parameters of one client run.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientRun {
+    /// The test.
+    pub test: Test,
+    /// Message size.
+    pub size: usize,
+    /// Iterations or duration.
+    pub plan: Plan,
+    /// Bandwidth knobs (`inline` is the threshold of every test).
+    pub cfg: BwConfig,
+    /// The last connection of this client.
+    pub last: bool,
+}
+
+/// What the banner shows of a connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Addresses {
+    /// Local QPN, rkey, buffer address.
+    pub local: (u32, u32, u64),
+    /// Remote rkey and buffer address (the QPN is the CM's business).
+    pub remote: (u32, u64),
+}
+
+/// Connects to `peer`, runs `run`, exchanges verdicts, disconnects.
+pub fn client<R: RegisterIo + 'static>(
+    local: &Local<R>,
+    net: &Net,
+    peer: Ipv4Addr,
+    run: ClientRun,
+    progress: &mut Progress,
+    on_connected: &mut dyn FnMut(&Addresses) -> std::io::Result<()>,
+) -> std::result::Result<Outcome, Box<dyn std::error::Error>> {
+    let ClientRun {
+        test, size, cfg, ..
+    } = run;
+    let region = region_for(test, size);
+    let hints = AddrInfo {
+        ai_src_addr: Some(SocketAddr::from((local.ip, 0))),
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(
+        Some(&peer.to_string()),
+        Some(&net.port.to_string()),
+        Some(&hints),
+    )
+    .map_err(|e| Error::Check(format!("getaddrinfo {peer}: {e:?}")))?;
+    let mut attr = QpInitAttr {
+        cap: caps(test, false, cfg.tx_depth, cfg.rx_depth, cfg.inline),
+        ..QpInitAttr::default()
+    };
+    let id = local
+        .cm
+        .create_ep(&res, None, Some(&mut attr))
+        .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
+    let mut c = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
+    let use_inline = cfg.inline as usize >= size && test.can_inline();
+    let req = Req {
+        test,
+        last: run.last,
+        use_inline,
+        who: c.who,
+        size: size as u64,
+        tx_depth: cfg.tx_depth,
+        rx_depth: cfg.rx_depth,
+        region: region as u32,
+        addr: c.mem.iova(),
+        rkey: c.rkey(),
+        inline: cfg.inline,
+    }
+    .encode();
+    let r = (|| -> std::result::Result<Outcome, Box<dyn std::error::Error>> {
+        c.prepare(size, if test.is_lat() { 1 } else { bw::slots(size) })?;
+        // The receive for the server's verdict (send_lat posts its own ring below).
+        if test != Test::SendLat {
+            let sge = c.sge(c.ctrl(), 8);
+            c.post_recv(CTRL_WR, sge)?;
+        }
+        if test == Test::SendLat {
+            for k in 0..u64::from(lat::LAT_RQ) {
+                let sge = c.sge(c.dst_off(0, size), size);
+                c.post_recv(k, sge)?;
+            }
+        }
+        let param = ConnParam {
+            private_data: &req,
+            responder_resources: MAX_RD_ATOMIC,
+            initiator_depth: MAX_RD_ATOMIC,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        if let Err(e) = c.id.connect(Some(&param)) {
+            let why = match c.id.event().map(|ev| ev.param) {
+                Some(EventParam::Conn(d)) if d.private_data.starts_with(MAGIC) => {
+                    let t = &d.private_data[4..];
+                    let end = t.iter().position(|&b| b == 0).unwrap_or(t.len());
+                    format!(": the server says: {}", String::from_utf8_lossy(&t[..end]))
+                }
+                _ => String::new(),
+            };
+            return Err(format!(
+                "connect to {peer}:{} (is `rperf --server` running there?): {e:?} (errno {}){why}",
+                net.port,
+                e.errno()
+            )
+            .into());
+        }
+        c.connected = true;
+        let rep = match c.id.event().map(|ev| ev.param) {
+            Some(EventParam::Conn(d)) => Rep::decode(&d.private_data)?,
+            _ => return Err("the server's reply carries no private data".into()),
+        };
+        if rep.region as usize != region {
+            return Err(
+                format!("the server's buffer is {} bytes, want {region}", rep.region).into(),
+            );
+        }
+        c.peer = PeerBuf {
+            addr: rep.addr,
+            rkey: rep.rkey,
+            region,
+            who: rep.who,
+        };
+        on_connected(&Addresses {
+            local: (c.id.qp_num().unwrap_or(0), c.rkey(), c.mem.iova()),
+            remote: (rep.rkey, rep.addr),
+        })?;
+        let (mut out, count) = if test.is_lat() {
+            let r = client_lat(&mut c, test, size, run.plan, use_inline, net, progress)?;
+            let n = r.samples_us.len() as u64;
+            (Outcome::Lat(r), n)
+        } else {
+            let r = client_bw(&mut c, test, size, run.plan, cfg, net, progress)?;
+            let n = r.completed.len() as u64;
+            (Outcome::Bw(r), n)
+        };
+        let theirs = finish_client(&mut c, count, net)?;
+        let v = match &mut out {
+            Outcome::Lat(r) => &mut r.verified,
+            Outcome::Bw(r) => &mut r.verified,
+        };
+        if v.is_ok()
+            && let Err(e) = theirs
+        {
+            *v = Err(format!("server: {e}"));
+        }
+        Ok(out)
+    })();
+    let closed = c.close();
+    let out = r?;
+    closed?;
+    Ok(out)
+}
+
+/// Reaps the client's completions in a latency run: sends free slots, receives (send_lat) are
+/// checked and reposted. Returns the receives seen.
+fn reap<P: Provider>(
+    c: &mut Conn<P>,
+    wc: &mut [WorkCompletion],
+    size: usize,
+    want_stamp: u8,
+    recvs: &mut u64,
+    bad: &mut Option<String>,
+) -> Result<u32> {
+    let n = c.poll(wc)?;
+    let mut got = 0;
+    for w in &wc[..n] {
+        if w.opcode == WcOpcode::Recv {
+            check_ok(w, "receive")?;
+            if w.byte_len as usize != size {
+                bad.get_or_insert(format!(
+                    "receive {recvs}: {} bytes, want {size}",
+                    w.byte_len
+                ));
+            }
+            let last = c.read_u8(c.dst_off(0, size) + size - 1)?;
+            if last != want_stamp {
+                bad.get_or_insert(format!(
+                    "receive {recvs}: last byte {last}, want stamp {want_stamp}"
+                ));
+            }
+            *recvs += 1;
+            got += 1;
+            let sge = c.sge(c.dst_off(0, size), size);
+            c.post_recv(*recvs + u64::from(lat::LAT_RQ), sge)?;
+        } else {
+            check_ok(w, "send")?;
+            c.outstanding = c.outstanding.saturating_sub(1);
+        }
+    }
+    Ok(got)
+}
+
+fn client_lat<P: Provider>(
+    c: &mut Conn<P>,
+    test: Test,
+    size: usize,
+    plan: Plan,
+    use_inline: bool,
+    net: &Net,
+    progress: &mut Progress,
+) -> Result<LatRun> {
+    let mut wc = [WorkCompletion::default(); 16];
+    let mut bad: Option<String> = None;
+    let mut recvs = 0u64;
+    let flags = if use_inline {
+        SendFlags::SIGNALED | SendFlags::INLINE
+    } else {
+        SendFlags::SIGNALED
+    };
+    let peer_src = c.peer_pattern(size, 0);
+    let mut samples = Vec::with_capacity(match plan {
+        Plan::Iters(n) => n.min(1 << 24) as usize,
+        Plan::Duration(_) => 1 << 16,
+    });
+    let start = Instant::now();
+    let mut now = start;
+    let mut i = 0u64;
+    loop {
+        let (go, frac) = lat::more(plan, i, start, now);
+        if !go {
+            break;
+        }
+        progress.update(now, frac);
+        let st = lat::stamp(i);
+        let t0 = Instant::now();
+        match test {
+            Test::SendLat | Test::WriteLat => {
+                if c.outstanding >= lat::LAT_SQ / 2 {
+                    let mut w = Wait::new(net.timeout, "send completions");
+                    while c.outstanding > 0 {
+                        reap(c, &mut wc, size, 0, &mut recvs, &mut bad)?;
+                        w.relax()?;
+                    }
+                }
+                c.mirror[size - 1] = st;
+                c.mem.write_u8(size - 1, st).map_err(|err| Error::Dma {
+                    what: "stamp SRC",
+                    err,
+                })?;
+                let (opcode, remote) = if test == Test::SendLat {
+                    (WrOpcode::Send, RemoteOp::None)
+                } else {
+                    let (remote_addr, rkey) = c.peer_dst(0, size);
+                    (WrOpcode::RdmaWrite, RemoteOp::Rdma { remote_addr, rkey })
+                };
+                let sg = [c.sge(0, size)];
+                let wr = SendWr {
+                    wr_id: i,
+                    opcode,
+                    flags,
+                    sg_list: if use_inline { &[] } else { &sg },
+                    inline_data: if use_inline { &c.mirror[..size] } else { &[] },
+                    remote,
+                    ..SendWr::default()
+                };
+                c.post_send(wr)?;
+                c.outstanding += 1;
+                let mut w = Wait::new(net.timeout, "the server's reply");
+                if test == Test::SendLat {
+                    while reap(c, &mut wc, size, st, &mut recvs, &mut bad)? == 0 {
+                        w.relax()?;
+                    }
+                } else {
+                    let at = c.dst_off(0, size) + size - 1;
+                    while c.read_u8(at)? != st {
+                        w.relax()?;
+                    }
+                }
+            }
+            Test::ReadLat | Test::AtomicLat => {
+                let at = c.dst_off(0, size);
+                let dma = |err| Error::Dma {
+                    what: "reset the target",
+                    err,
+                };
+                let wr = if test == Test::ReadLat {
+                    // Spoil the last byte: only this READ can put it back.
+                    c.mem
+                        .write_u8(at + size - 1, !peer_src[size - 1])
+                        .map_err(dma)?;
+                    let (remote_addr, rkey) = c.peer_src(0, size);
+                    SendWr {
+                        wr_id: i,
+                        opcode: WrOpcode::RdmaRead,
+                        flags: SendFlags::SIGNALED,
+                        remote: RemoteOp::Rdma { remote_addr, rkey },
+                        ..SendWr::default()
+                    }
+                } else {
+                    c.mem.write(at, &[0xff; 8]).map_err(dma)?;
+                    let (remote_addr, rkey) = c.peer_dst(0, size);
+                    SendWr {
+                        wr_id: i,
+                        opcode: WrOpcode::AtomicFetchAndAdd,
+                        flags: SendFlags::SIGNALED,
+                        remote: RemoteOp::Atomic {
+                            remote_addr,
+                            rkey,
+                            compare_add: 1,
+                            swap: 0,
+                        },
+                        ..SendWr::default()
+                    }
+                };
+                let sg = [c.sge(at, size)];
+                c.post_send(SendWr { sg_list: &sg, ..wr })?;
+                let mut w = Wait::new(net.timeout, "READ / atomic completion");
+                let got = loop {
+                    if c.poll(&mut wc[..1])? == 1 {
+                        break wc[0];
+                    }
+                    w.relax()?;
+                };
+                let (what, opcode) = if test == Test::ReadLat {
+                    ("RDMA READ", WcOpcode::RdmaRead)
+                } else {
+                    ("fetch-and-add", WcOpcode::FetchAdd)
+                };
+                check_ok(&got, what)?;
+                if got.wr_id != i || got.opcode != opcode || got.byte_len as usize != size {
+                    return Err(Error::Completion { what, wc: got });
+                }
+                if test == Test::ReadLat {
+                    let last = c.read_u8(at + size - 1)?;
+                    if last != peer_src[size - 1] {
+                        bad.get_or_insert(format!(
+                            "READ {i}: last byte {last}, want {}",
+                            peer_src[size - 1]
+                        ));
+                    }
+                } else {
+                    let v = c.mem.read_be64(at).map_err(|err| Error::Dma {
+                        what: "read the result",
+                        err,
+                    })?;
+                    if v != i {
+                        bad.get_or_insert(format!("fetch-and-add {i} returned {v}, want {i}"));
+                    }
+                }
+            }
+            _ => unreachable!("latency tests only"),
+        }
+        now = Instant::now();
+        samples.push(now.duration_since(t0).as_secs_f64() * 1e6 / test.rtt_divisor());
+        i += 1;
+    }
+    let mut w = Wait::new(net.timeout, "the last send completions");
+    while c.outstanding > 0 {
+        reap(c, &mut wc, size, 0, &mut recvs, &mut bad)?;
+        if c.outstanding > 0 {
+            w.relax()?;
+        }
+    }
+    let verified = match bad {
+        Some(b) => Err(b),
+        None => match test {
+            Test::SendLat | Test::WriteLat => {
+                let mut want = peer_src;
+                want[size - 1] = lat::stamp(i.saturating_sub(1));
+                compare(
+                    &c.read(c.dst_off(0, size), size)?,
+                    &want,
+                    "server -> client",
+                )
+            }
+            Test::ReadLat => compare(
+                &c.read(c.dst_off(0, size), size)?,
+                &peer_src,
+                "server -> client (READ)",
+            ),
+            _ => Ok(()),
+        },
+    };
+    Ok(LatRun {
+        size,
+        samples_us: samples,
+        verified,
+    })
+}
+
+fn client_bw<P: Provider>(
+    c: &mut Conn<P>,
+    test: Test,
+    size: usize,
+    plan: Plan,
+    cfg: BwConfig,
+    net: &Net,
+    progress: &mut Progress,
+) -> Result<BwRun> {
+    let nslots = bw::slots(size);
+    let use_inline = cfg.inline as usize >= size && test.can_inline();
+    let depth = u64::from(cfg.tx_depth);
+    let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
+    let (opcode, wc_opcode) = match test {
+        Test::SendBw => (WrOpcode::Send, WcOpcode::Send),
+        Test::WriteBw => (WrOpcode::RdmaWrite, WcOpcode::RdmaWrite),
+        Test::ReadBw => (WrOpcode::RdmaRead, WcOpcode::RdmaRead),
+        _ => unreachable!("bandwidth tests only"),
+    };
+    let (mut limit, cap) = match plan {
+        Plan::Iters(n) => (n, n.min(1 << 26) as usize),
+        Plan::Duration(_) => (u64::MAX, 1 << 16),
+    };
+    let mut posted: Vec<u64> = Vec::with_capacity(cap);
+    let mut completed: Vec<u64> = Vec::with_capacity(cap);
+    let mut wc = [WorkCompletion::default(); 64];
+    let (mut scnt, mut ccnt) = (0u64, 0u64);
+    let mut last_signaled = false;
+    let mut w = Wait::new(net.timeout, "bandwidth completions");
+    let start = Instant::now();
+    loop {
+        while scnt < limit && scnt - ccnt < depth {
+            let slot = scnt as usize % nslots;
+            let signaled = (scnt + 1) % cq_mod == 0 || scnt + 1 == limit;
+            let mut flags = if signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            let (local, (remote_addr, rkey)) = match test {
+                Test::ReadBw => (c.sge(c.dst_off(slot, size), size), c.peer_src(slot, size)),
+                _ => (c.sge(slot * size, size), c.peer_dst(slot, size)),
+            };
+            let sg = [local];
+            let mut wr = SendWr {
+                wr_id: scnt,
+                opcode,
+                flags,
+                sg_list: &sg,
+                remote: if test == Test::SendBw {
+                    RemoteOp::None
+                } else {
+                    RemoteOp::Rdma { remote_addr, rkey }
+                },
+                ..SendWr::default()
+            };
+            if use_inline {
+                flags |= SendFlags::INLINE;
+                wr.flags = flags;
+                wr.sg_list = &[];
+                wr.inline_data = &c.mirror[slot * size..(slot + 1) * size];
+            }
+            c.post_send(wr)?;
+            posted.push(start.elapsed().as_nanos() as u64);
+            last_signaled = signaled;
+            scnt += 1;
+        }
+        let n = c.poll(&mut wc)?;
+        if n > 0 {
+            let t = start.elapsed().as_nanos() as u64;
+            for x in &wc[..n] {
+                check_ok(x, "bandwidth request")?;
+                let seq = x.wr_id;
+                let len_ok = test != Test::ReadBw || x.byte_len as usize == size;
+                if x.opcode != wc_opcode || seq < ccnt || seq >= scnt || !len_ok {
+                    return Err(Error::Completion {
+                        what: "the next signalled request",
+                        wc: *x,
+                    });
+                }
+                completed.resize(seq as usize + 1, t);
+                ccnt = seq + 1;
+            }
+            w.progress();
+        }
+        let now = Instant::now();
+        match plan {
+            Plan::Iters(total) => progress.update(now, ccnt as f64 / total as f64),
+            Plan::Duration(d) => {
+                let f = now.duration_since(start).as_secs_f64() / d.as_secs_f64();
+                progress.update(now, f);
+                if limit == u64::MAX && f >= 1.0 && scnt > 0 {
+                    limit = if last_signaled { scnt } else { scnt + 1 };
+                }
+            }
+        }
+        if ccnt == limit {
+            break;
+        }
+        w.relax()?;
+    }
+    let used = nslots.min(limit as usize);
+    let mut verified = Ok(());
+    if test == Test::ReadBw {
+        for slot in 0..used {
+            let got = c.read(c.dst_off(slot, size), size)?;
+            verified = compare(
+                &got,
+                &c.peer_pattern(size, slot),
+                &format!("server -> client (READ), slot {slot}"),
+            );
+            if verified.is_err() {
+                break;
+            }
+        }
+    }
+    Ok(BwRun {
+        posted,
+        completed,
+        verified,
+    })
+}
+
+/// The client's end of run: the count to the server (`DONE`), its verdict back (`VRFY`).
+fn finish_client<P: Provider>(
+    c: &mut Conn<P>,
+    count: u64,
+    net: &Net,
+) -> Result<std::result::Result<(), String>> {
+    let out = c.ctrl() + CTRL_OUT;
+    c.mem
+        .write(out, &count.to_le_bytes())
+        .map_err(|err| Error::Dma {
+            what: "write the count",
+            err,
+        })?;
+    c.post_ctrl(8, IMM_DONE)?;
+    let mut wc = [WorkCompletion::default(); 16];
+    let mut verdict = None;
+    let mut w = Wait::new(net.timeout, "the server's verdict");
+    while verdict.is_none() || c.outstanding > 0 {
+        let n = c.poll(&mut wc)?;
+        for x in &wc[..n] {
+            match x.opcode {
+                WcOpcode::RecvRdmaWithImm => {
+                    check_ok(x, "the server's verdict")?;
+                    if u32::from_be(x.imm_data) != IMM_VRFY {
+                        return Err(Error::Completion {
+                            what: "the server's verdict",
+                            wc: *x,
+                        });
+                    }
+                    verdict = Some(decode_verdict(&c.read(c.ctrl() + CTRL_IN, 64)?));
+                }
+                // send_lat's receive ring: nothing more arrives on it
+                WcOpcode::Recv => {
+                    return Err(Error::Completion {
+                        what: "a receive after the last iteration",
+                        wc: *x,
+                    });
+                }
+                _ => {
+                    check_ok(x, "send")?;
+                    c.outstanding = c.outstanding.saturating_sub(1);
+                }
+            }
+        }
+        if n == 0 {
+            w.relax()?;
+        }
+    }
+    Ok(verdict.unwrap_or(Ok(())))
+}
+
+fn encode_verdict(v: &std::result::Result<(), String>) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    if let Err(e) = v {
+        b[0] = 1;
+        let m = e.as_bytes();
+        let n = m.len().min(62);
+        b[1] = n as u8;
+        b[2..2 + n].copy_from_slice(&m[..n]);
+    }
+    b
+}
+
+fn decode_verdict(b: &[u8]) -> std::result::Result<(), String> {
+    match b.first() {
+        Some(0) => Ok(()),
+        _ => {
+            let n = usize::from(b.get(1).copied().unwrap_or(0)).min(b.len().saturating_sub(2));
+            Err(String::from_utf8_lossy(&b[2..2 + n]).into_owned())
+        }
+    }
+}
+
+// ------------------------------------------------------------------ server
+
+/// What the server saw of one connection.
+#[derive(Debug)]
+pub struct Served {
+    /// The request.
+    pub req: Req,
+    /// The client's address.
+    pub peer: Option<SocketAddr>,
+    /// Iterations the client reported.
+    pub count: u64,
+    /// The server's checks.
+    pub verified: std::result::Result<(), String>,
+}
+
+/// A listening endpoint on this process's NIC.
+pub fn listen<R: RegisterIo + 'static>(local: &Local<R>, net: &Net) -> Result<CmId<RtDevice<R>>> {
+    let passive = AddrInfo {
+        ai_flags: RaiFlags::PASSIVE,
+        ..AddrInfo::default()
+    };
+    let res = getaddrinfo(
+        Some(&local.ip.to_string()),
+        Some(&net.port.to_string()),
+        Some(&passive),
+    )
+    .map_err(|e| Error::Check(format!("getaddrinfo: {e:?}")))?;
+    let id = local
+        .cm
+        .create_ep(&res, None, None)
+        .map_err(cm_err("create_ep"))?;
+    id.listen(0).map_err(cm_err("listen"))?;
+    Ok(id)
+}
+
+fn reject_with<P: Provider>(id: &CmId<P>, why: &str) {
+    let mut b = Vec::from(&MAGIC[..]);
+    b.extend_from_slice(&why.as_bytes()[..why.len().min(140)]);
+    let _ = id.reject(&b);
+}
+
+/// Serves one connection on `listener`: the client's test, then its verdict.
+pub fn serve_one<R: RegisterIo + 'static>(
+    local: &Local<R>,
+    listener: &CmId<RtDevice<R>>,
+    only: Option<Test>,
+    net: &Net,
+) -> std::result::Result<Served, Box<dyn std::error::Error>> {
+    let id = listener
+        .get_request()
+        .map_err(cm_err("get_request (waiting for a client)"))?;
+    let peer = id.dst_addr();
+    let pd = match id.event().map(|e| e.param) {
+        Some(EventParam::Conn(d)) => d.private_data,
+        _ => Vec::new(),
+    };
+    let req = match Req::decode(&pd) {
+        Ok(r) => r,
+        Err(e) => {
+            reject_with(&id, &e);
+            return Err(format!("a connection request from {peer:?}: {e}").into());
+        }
+    };
+    if let Some(t) = only
+        && t != req.test
+    {
+        let why = format!("this server runs {}, not {}", t.name(), req.test.name());
+        reject_with(&id, &why);
+        return Err(why.into());
+    }
+    let size = req.size as usize;
+    let region = req.region as usize;
+    let mut attr = QpInitAttr {
+        cap: caps(req.test, true, req.tx_depth, req.rx_depth, req.inline),
+        ..QpInitAttr::default()
+    };
+    if let Err(e) = id.create_qp(None, &mut attr) {
+        reject_with(&id, "the server cannot create a QP of this size");
+        return Err(cm_err("create_qp")(e).into());
+    }
+    let mut s = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
+    s.peer = PeerBuf {
+        addr: req.addr,
+        rkey: req.rkey,
+        region,
+        who: req.who,
+    };
+    let r = (|| -> std::result::Result<Served, Box<dyn std::error::Error>> {
+        let nslots = if req.test.is_lat() {
+            1
+        } else {
+            bw::slots(size)
+        };
+        s.prepare(size, nslots)?;
+        // Receives: the ring of send_lat / send_bw, or one for the client's DONE.
+        let ring = match req.test {
+            Test::SendLat => u64::from(lat::LAT_RQ),
+            Test::SendBw => u64::from(req.rx_depth.max(1)),
+            _ => 0,
+        };
+        for k in 0..ring {
+            let sge = s.sge(s.dst_off(k as usize % nslots, size), size);
+            s.post_recv(k, sge)?;
+        }
+        if ring == 0 {
+            let sge = s.sge(s.ctrl(), 8);
+            s.post_recv(CTRL_WR, sge)?;
+        }
+        let rep = Rep {
+            who: s.who,
+            addr: s.mem.iova(),
+            rkey: s.rkey(),
+            region: region as u32,
+        }
+        .encode();
+        s.id.accept(Some(&ConnParam {
+            private_data: &rep,
+            responder_resources: MAX_RD_ATOMIC,
+            initiator_depth: MAX_RD_ATOMIC,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }))
+        .map_err(cm_err("accept"))?;
+        s.connected = true;
+        let (count, mut verified) = server_loop(&mut s, &req, ring, net)?;
+        if verified.is_ok() {
+            verified = server_check(&s, &req, count);
+        }
+        // The verdict back to the client.
+        let v = encode_verdict(&verified);
+        let out = s.ctrl() + CTRL_OUT;
+        s.mem.write(out, &v).map_err(|err| Error::Dma {
+            what: "write the verdict",
+            err,
+        })?;
+        s.post_ctrl(v.len(), IMM_VRFY)?;
+        let mut wc = [WorkCompletion::default(); 16];
+        let mut w = Wait::new(net.timeout, "the verdict's completion");
+        while s.outstanding > 0 {
+            let n = s.poll(&mut wc)?;
+            for x in &wc[..n] {
+                if x.opcode != WcOpcode::Recv {
+                    check_ok(x, "send")?;
+                    s.outstanding = s.outstanding.saturating_sub(1);
+                }
+            }
+            if n == 0 {
+                w.relax()?;
+            }
+        }
+        Ok(Served {
+            req,
+            peer,
+            count,
+            verified,
+        })
+    })();
+    let closed = s.close();
+    let served = r?;
+    closed?;
+    Ok(served)
+}
+
+/// Answers (send_lat, write_lat) or keeps receives posted (send_bw) until the client's DONE;
+/// returns the count it carries and what the loop found wrong.
+fn server_loop<P: Provider>(
+    s: &mut Conn<P>,
+    req: &Req,
+    ring: u64,
+    net: &Net,
+) -> Result<(u64, std::result::Result<(), String>)> {
+    let size = req.size as usize;
+    let test = req.test;
+    let nslots = if test.is_lat() { 1 } else { bw::slots(size) };
+    let mut wc = [WorkCompletion::default(); 64];
+    let mut bad: Option<String> = None;
+    let (mut i, mut rdone, mut rposted) = (0u64, 0u64, ring);
+    let flags = if req.use_inline {
+        SendFlags::SIGNALED | SendFlags::INLINE
+    } else {
+        SendFlags::SIGNALED
+    };
+    let last_at = s.dst_off(0, size) + size - 1;
+    let mut w = Wait::new(net.timeout, "the client's next message");
+    loop {
+        // write_lat: the client's WRITE shows in the last byte.
+        let mut ping = test == Test::WriteLat && s.read_u8(last_at)? == lat::stamp(i);
+        let n = s.poll(&mut wc)?;
+        let mut done = None;
+        for x in &wc[..n] {
+            check_ok(x, "completion")?;
+            match x.opcode {
+                WcOpcode::RecvRdmaWithImm if u32::from_be(x.imm_data) == IMM_DONE => {
+                    let c = s.read(s.ctrl() + CTRL_IN, 8)?;
+                    done = Some(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
+                }
+                WcOpcode::Recv if ring > 0 => {
+                    if x.byte_len as usize != size || x.wr_id != rdone {
+                        bad.get_or_insert(format!(
+                            "receive {rdone}: wr_id {} with {} bytes, want {size}",
+                            x.wr_id, x.byte_len
+                        ));
+                    }
+                    if test == Test::SendLat {
+                        let last = s.read_u8(last_at)?;
+                        if last != lat::stamp(i) {
+                            bad.get_or_insert(format!(
+                                "receive {rdone}: last byte {last}, want stamp {}",
+                                lat::stamp(i)
+                            ));
+                        }
+                        ping = true;
+                    }
+                    rdone += 1;
+                    let sge = s.sge(s.dst_off(rposted as usize % nslots, size), size);
+                    s.post_recv(rposted, sge)?;
+                    rposted += 1;
+                }
+                WcOpcode::Send | WcOpcode::RdmaWrite => {
+                    s.outstanding = s.outstanding.saturating_sub(1);
+                }
+                _ => {
+                    return Err(Error::Completion {
+                        what: "a completion the server expects",
+                        wc: *x,
+                    });
+                }
+            }
+        }
+        if ping {
+            // The pong, stamped as the ping was.
+            let st = lat::stamp(i);
+            let mut rw = Wait::new(net.timeout, "send completions");
+            while s.outstanding >= lat::LAT_SQ {
+                let n = s.poll(&mut wc)?;
+                for x in &wc[..n] {
+                    check_ok(x, "send")?;
+                    s.outstanding = s.outstanding.saturating_sub(1);
+                }
+                rw.relax()?;
+            }
+            s.mirror[size - 1] = st;
+            s.mem.write_u8(size - 1, st).map_err(|err| Error::Dma {
+                what: "stamp SRC",
+                err,
+            })?;
+            let (opcode, remote) = if test == Test::SendLat {
+                (WrOpcode::Send, RemoteOp::None)
+            } else {
+                let (remote_addr, rkey) = s.peer_dst(0, size);
+                (WrOpcode::RdmaWrite, RemoteOp::Rdma { remote_addr, rkey })
+            };
+            let sg = [s.sge(0, size)];
+            s.post_send(SendWr {
+                wr_id: i,
+                opcode,
+                flags,
+                sg_list: if req.use_inline { &[] } else { &sg },
+                inline_data: if req.use_inline {
+                    &s.mirror[..size]
+                } else {
+                    &[]
+                },
+                remote,
+                ..SendWr::default()
+            })?;
+            s.outstanding += 1;
+            i += 1;
+        }
+        if let Some(count) = done {
+            if test.is_lat() && matches!(test, Test::SendLat | Test::WriteLat) && count != i {
+                bad.get_or_insert(format!("{i} pings answered, the client counted {count}"));
+            }
+            if test == Test::SendBw && rdone != count {
+                bad.get_or_insert(format!(
+                    "{rdone} messages received, the client sent {count}"
+                ));
+            }
+            // Let the last replies complete before the verdict.
+            let mut dw = Wait::new(net.timeout, "the last send completions");
+            while s.outstanding > 0 {
+                let n = s.poll(&mut wc)?;
+                for x in &wc[..n] {
+                    check_ok(x, "send")?;
+                    s.outstanding = s.outstanding.saturating_sub(1);
+                }
+                if n == 0 {
+                    dw.relax()?;
+                }
+            }
+            return Ok((count, bad.map_or(Ok(()), Err)));
+        }
+        if n > 0 || ping {
+            w.progress();
+        } else {
+            w.relax()?;
+        }
+    }
+}
+
+/// The server's check of its DST (or counter) after `count` iterations.
+fn server_check<P: Provider>(
+    s: &Conn<P>,
+    req: &Req,
+    count: u64,
+) -> std::result::Result<(), String> {
+    let size = req.size as usize;
+    let read = |off: usize, len: usize| s.read(off, len).map_err(|e| e.to_string());
+    match req.test {
+        Test::SendLat | Test::WriteLat => {
+            let mut want = s.peer_pattern(size, 0);
+            want[size - 1] = lat::stamp(count.saturating_sub(1));
+            compare(&read(s.dst_off(0, size), size)?, &want, "client -> server")
+        }
+        Test::AtomicLat => {
+            let v = read(s.dst_off(0, 8), 8)?;
+            let got = u64::from_be_bytes(v.try_into().map_err(|_| "short read".to_string())?);
+            if got == count {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the counter holds {got} after {count} fetch-and-adds of 1"
+                ))
+            }
+        }
+        Test::SendBw | Test::WriteBw => {
+            let used = bw::slots(size).min(usize::try_from(count).unwrap_or(usize::MAX));
+            for slot in 0..used {
+                compare(
+                    &read(s.dst_off(slot, size), size)?,
+                    &s.peer_pattern(size, slot),
+                    &format!("client -> server, slot {slot}"),
+                )?;
+            }
+            Ok(())
+        }
+        // READs leave the server's memory alone: SRC must still hold the pattern.
+        Test::ReadLat | Test::ReadBw => {
+            let used = if req.test.is_lat() {
+                1
+            } else {
+                bw::slots(size)
+            };
+            compare(
+                &read(0, used * size)?,
+                &s.mirror[..used * size],
+                "server SRC after READs",
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_round_trips_and_is_checked() {
+        let r = Req {
+            test: Test::WriteBw,
+            last: true,
+            use_inline: false,
+            who: 7,
+            size: 65536,
+            tx_depth: 128,
+            rx_depth: 512,
+            region: region_for(Test::WriteBw, 65536) as u32,
+            addr: 0x1234_5678_9abc,
+            rkey: 0xdead_beef,
+            inline: 0,
+        };
+        let b = r.encode();
+        assert_eq!(Req::decode(&b), Ok(r));
+        let mut bad = b;
+        bad[0] = b'X';
+        assert!(Req::decode(&bad).is_err());
+        let mut bad = b;
+        bad[24] ^= 1; // region
+        assert!(Req::decode(&bad).unwrap_err().contains("buffer"));
+        let mut bad = b;
+        bad[5] = 99;
+        assert!(Req::decode(&bad).is_err());
+        let p = Rep {
+            who: 3,
+            addr: 42,
+            rkey: 9,
+            region: 4096,
+        };
+        assert_eq!(Rep::decode(&p.encode()), Ok(p));
+        assert_eq!(decode_verdict(&encode_verdict(&Ok(()))), Ok(()));
+        assert_eq!(
+            decode_verdict(&encode_verdict(&Err("slot 3 differs".into()))),
+            Err("slot 3 differs".into())
+        );
+        assert_eq!(mac_for(Ipv4Addr::new(127, 0, 7, 2)), [2, 0, 127, 0, 7, 2]);
+    }
+}

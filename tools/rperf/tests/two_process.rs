@@ -1,0 +1,314 @@
+//! The two-process mode: `rperf --server` in one process, `rperf PEER` in another, each with
+//! its own emulated NIC on the UDP fabric, connected through the connection manager. Every
+//! test runs a few iterations; both ends' results must parse and say the data verified.
+//!
+//! Addresses: 127.0.7.0/24; fabric UDP ports 47000-47049, one per test function, so the tests
+//! of this binary run in parallel without meeting.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const EXE: &str = env!("CARGO_BIN_EXE_rperf");
+/// A test fails rather than hangs: each process gets this long.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A server process that announced it is listening.
+struct Server {
+    child: Child,
+    /// stderr lines after the announcement.
+    err_rx: mpsc::Receiver<String>,
+}
+
+/// Starts `rperf ARGS --server --bind IP --fabric-port PORT` and waits for its "listening" line.
+fn server(args: &[&str], ip: &str, port: u16) -> Server {
+    let port = port.to_string();
+    let mut child = Command::new(EXE)
+        .args(args)
+        .args([
+            "--server",
+            "--bind",
+            ip,
+            "--fabric-port",
+            &port,
+            "--timeout",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains("listening on") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("server output");
+                panic!(
+                    "the server did not start listening: {:?}\n{}",
+                    out.status,
+                    text(&out.stdout)
+                );
+            }
+        }
+    }
+    Server { child, err_rx: rx }
+}
+
+impl Server {
+    /// Waits for the server to exit (killing it after [`LIMIT`]): status, stdout, stderr.
+    fn finish(mut self) -> (Option<i32>, String, String) {
+        let deadline = Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the server did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out).expect("server stdout");
+        }
+        let err: Vec<String> = self.err_rx.try_iter().collect();
+        (status.code(), out, err.join("\n"))
+    }
+}
+
+/// Runs the client `rperf ARGS PEER --bind IP --fabric-port PORT`.
+fn client(args: &[&str], peer: &str, ip: &str, port: u16) -> Output {
+    let port = port.to_string();
+    let mut child = Command::new(EXE)
+        .args(args)
+        .args([
+            peer,
+            "--bind",
+            ip,
+            "--fabric-port",
+            &port,
+            "--timeout",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let deadline = Instant::now() + LIMIT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the client did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("client output")
+}
+
+fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect()
+}
+
+#[test]
+fn every_test_as_two_processes_json() {
+    let (sip, cip, port) = ("127.0.7.2", "127.0.7.1", 47_000);
+    for t in [
+        "send_lat",
+        "write_lat",
+        "read_lat",
+        "atomic_lat",
+        "send_bw",
+        "write_bw",
+        "read_bw",
+    ] {
+        let size = if t == "atomic_lat" { "8" } else { "200" };
+        let srv = server(&[t, "--json"], sip, port);
+        let mut args = vec![t, "-n", "40", "-s", size, "--json"];
+        if t.ends_with("_bw") {
+            args.extend(["-t", "16"]);
+        }
+        let out = client(&args, sip, cip, port);
+        let (code, sout, serr) = srv.finish();
+        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
+            out.status
+        );
+        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
+        let c = json_lines(&cout);
+        assert_eq!(c.len(), 1, "{t}: {cout}");
+        let v = &c[0];
+        assert_eq!(v["test"], t, "{v}");
+        assert_eq!(v["mode"], "client", "{v}");
+        assert_eq!(v["bytes"].as_u64(), Some(size.parse().unwrap()), "{v}");
+        assert_eq!(v["iterations"].as_u64(), Some(40), "{v}");
+        assert_eq!(v["data_verified"], true, "{v}");
+        let key = if t.ends_with("_lat") {
+            "t_typical_usec"
+        } else {
+            "bw_avg_mb_s"
+        };
+        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{t}: {v}");
+        assert!(cerr.contains(&format!("{t}: data verified: yes")), "{cerr}");
+        let s = json_lines(&sout);
+        assert_eq!(s.len(), 1, "{t}: {sout}");
+        assert_eq!(s[0]["mode"], "server", "{}", s[0]);
+        assert_eq!(s[0]["test"], t, "{}", s[0]);
+        assert_eq!(s[0]["iterations"].as_u64(), Some(40), "{}", s[0]);
+        assert_eq!(s[0]["data_verified"], true, "{}", s[0]);
+        assert!(
+            s[0]["peer"].as_str().is_some_and(|p| p.starts_with(cip)),
+            "{}",
+            s[0]
+        );
+    }
+}
+
+#[test]
+fn the_suite_as_two_processes_with_tables() {
+    let (sip, cip, port) = ("127.0.7.4", "127.0.7.3", 47_001);
+    let srv = server(&[], sip, port);
+    let out = client(&["-n", "5"], sip, cip, port);
+    let (code, sout, serr) = srv.finish();
+    let cout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{cout}\n{}\nserver:\n{sout}\n{serr}",
+        text(&out.stderr)
+    );
+    assert_eq!(code, Some(0), "{sout}\n{serr}");
+    for title in [
+        "Send Latency Test",
+        "RDMA_Write Latency Test",
+        "RDMA_Read Latency Test",
+        "RDMA_Write BW Test",
+        "RDMA_Read BW Test",
+    ] {
+        assert!(cout.contains(title), "{title}:\n{cout}");
+    }
+    assert!(
+        cout.contains(" Mode            : CLIENT of 127.0.7.4:18515"),
+        "{cout}"
+    );
+    assert_eq!(cout.matches("data verified: yes").count(), 5, "{cout}");
+    // One line per connection on the server, each verified.
+    let lines: Vec<&str> = sout.lines().collect();
+    assert_eq!(lines.len(), 5, "{sout}");
+    for (l, t) in lines
+        .iter()
+        .zip(["send_lat", "write_lat", "read_lat", "write_bw", "read_bw"])
+    {
+        assert!(l.contains(t) && l.ends_with("data verified: yes"), "{l}");
+    }
+}
+
+#[test]
+fn a_duration_run_as_two_processes() {
+    let (sip, cip, port) = ("127.0.7.6", "127.0.7.5", 47_002);
+    let srv = server(&["--json"], sip, port);
+    let out = client(
+        &["write_lat", "-D", "0.3", "-s", "100", "--json"],
+        sip,
+        cip,
+        port,
+    );
+    let (code, sout, _) = srv.finish();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(code, Some(0), "{sout}");
+    let v = &json_lines(&text(&out.stdout))[0];
+    let n = v["iterations"].as_u64().expect("iterations");
+    assert!(n > 0 && v["data_verified"] == true, "{v}");
+    // The server learned the count from the client's end-of-run message.
+    let s = &json_lines(&sout)[0];
+    assert_eq!(s["iterations"].as_u64(), Some(n), "{s}");
+    assert_eq!(s["data_verified"], true, "{s}");
+}
+
+#[test]
+fn a_server_refuses_another_test_and_both_say_why() {
+    let (sip, cip, port) = ("127.0.7.8", "127.0.7.7", 47_003);
+    let srv = server(&["write_bw"], sip, port);
+    let out = client(&["read_bw", "-n", "5", "-s", "64"], sip, cip, port);
+    let (code, _, serr) = srv.finish();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("ConnectionRefused (errno 111)")
+            && err.contains("the server says: this server runs write_bw, not read_bw"),
+        "{err}"
+    );
+    assert_eq!(code, Some(1), "{serr}");
+    assert!(
+        serr.contains("this server runs write_bw, not read_bw"),
+        "{serr}"
+    );
+}
+
+#[test]
+fn no_server_is_a_timeout_not_a_hang() {
+    let out = Command::new(EXE)
+        .args(["send_lat", "127.0.7.10", "--bind", "127.0.7.9"])
+        .args(["--fabric-port", "47004", "--timeout", "1"])
+        .output()
+        .expect("run rperf");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("TimedOut (errno 110)"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_vfio_device_that_is_not_there_fails_with_vfio_attachs_error() {
+    // A function no machine has: the first check that fails names what to fix.
+    let bdf = "0000:ff:1f.7";
+    let device = format!("vfio:{bdf}");
+    for args in [
+        &["write_bw", "--server", "--device", &device][..],
+        &[
+            "send_lat",
+            "127.0.7.12",
+            "--bind",
+            "127.0.7.11",
+            "--device",
+            &device,
+        ],
+    ] {
+        let out = Command::new(EXE).args(args).output().expect("run rperf");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let want = if std::path::Path::new("/dev/vfio/vfio").exists() {
+            format!("no PCI function {bdf}")
+        } else {
+            "VFIO is not available: /dev/vfio/vfio does not exist".to_string()
+        };
+        assert!(
+            err.contains(&format!("rperf: error: --device vfio:{bdf}: {want}")),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

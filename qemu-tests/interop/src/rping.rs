@@ -17,9 +17,9 @@ use cm::{AddrInfo, CmId, ConnParam, EventType, QpInitAttr, RaiFlags, getaddrinfo
 use nic_hal::{DmaAllocator, DmaBuf};
 use verbs::{MemRegion, MemoryRegion, QpCap, SendFlags, WcOpcode, WcStatus, WorkCompletion};
 
-use crate::nic::{HostDevice, HostNic};
+use crate::{EthDevice, EthNic};
 
-type Id = CmId<HostDevice>;
+type Id = CmId<EthDevice>;
 
 /// rping's default port.
 pub const RPING_PORT: u16 = 7174;
@@ -216,8 +216,8 @@ fn conn_param<'a>() -> ConnParam<'a> {
 }
 
 /// Connects to the rping server at `server` from `nic` and runs `o.count` pings, each
-/// checked byte for byte. The server's MAC must be resolvable (see [`HostNic::resolve`]).
-pub fn client(nic: &HostNic, server: Ipv4Addr, o: &Options) -> Result<Report, String> {
+/// checked byte for byte. The server's MAC must be resolvable (see [`EthNic::resolve`]).
+pub fn client(nic: &EthNic, server: Ipv4Addr, o: &Options) -> Result<Report, String> {
     let hints = AddrInfo {
         ai_src_addr: Some(SocketAddr::V4(SocketAddrV4::new(nic.ip(), 0))),
         ..AddrInfo::default()
@@ -300,7 +300,7 @@ pub struct Server {
 
 impl Server {
     /// Binds and listens on `nic`'s address.
-    pub fn listen(nic: &HostNic, o: &Options) -> Result<Server, String> {
+    pub fn listen(nic: &EthNic, o: &Options) -> Result<Server, String> {
         let passive = AddrInfo {
             ai_flags: RaiFlags::PASSIVE,
             ..AddrInfo::default()
@@ -321,7 +321,7 @@ impl Server {
 
     /// Accepts one connection and serves pings until the client disconnects (or `o.count`
     /// pings if non-zero). Each read ping is checked against rping's pattern.
-    pub fn serve_one(&self, nic: &HostNic, o: &Options) -> Result<Report, String> {
+    pub fn serve_one(&self, nic: &EthNic, o: &Options) -> Result<Report, String> {
         let conn = self
             .listen
             .get_request()

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use cm::CmConfig;
-use interop::HostNic;
+use interop::EthNic;
 use interop::rping::{self, Options, Server};
 use nic_emulator::roce_wire::fabric::EthLink;
 
@@ -27,8 +27,8 @@ fn cfg() -> CmConfig {
 
 #[test]
 fn two_nics_ping_over_ethernet_links() {
-    let a = HostNic::start(EthLink::new(sa(48020), sa(48021), A_MAC), A_IP, cfg()).unwrap();
-    let b = HostNic::start(EthLink::new(sa(48021), sa(48020), B_MAC), B_IP, cfg()).unwrap();
+    let a = EthNic::start(EthLink::new(sa(48020), sa(48021), A_MAC), A_IP, cfg()).unwrap();
+    let b = EthNic::start(EthLink::new(sa(48021), sa(48020), B_MAC), B_IP, cfg()).unwrap();
     // ARP both ways: A asks, B answers and learns A from the request.
     assert_eq!(
         a.resolve(B_IP, Duration::from_secs(2)).unwrap(),

@@ -37,6 +37,8 @@ use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
 
 pub mod udp;
 pub use udp::{RealTime, UdpDevice, UdpNic};
+pub mod eth;
+pub use eth::{EthDevice, EthNic, EthNicError, YieldingTime};
 
 /// The device's view of host memory: only what the driver's allocator has mapped.
 pub struct IommuView(pub Arc<HeapDma>);

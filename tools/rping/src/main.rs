@@ -1,4 +1,5 @@
-//! `rping`: librdmacm's `rping` example on the kernel-bypass RDMA stack.
+//! `rping`: librdmacm's `rping` example on the kernel-bypass RDMA stack, interoperating with
+//! rdma-core's own `rping` (librdmacm/examples/rping.c).
 //!
 //! Three modes, all through the connection manager (`cm`): `getaddrinfo`, `create_ep`,
 //! `listen` / `get_request` / `accept` on the server, `connect` on the client.
@@ -6,77 +7,120 @@
 //!   its own thread and its own emulated ConnectX-class NIC (mlx5 driver), the two NICs joined
 //!   by the in-process RoCEv2 fabric of one `nic_testbed::World`. Both threads block in
 //!   synchronous CM calls, which drive the one shared progress engine.
-//! - SERVER (`-s [-a ADDR]`) and CLIENT (`-c -a ADDR [-I SRC]`): one end per process, each on
-//!   its own emulated NIC on the UDP fabric (`nic_testbed::UdpNic`: a UDP socket on
-//!   `ADDR:FABRIC_PORT` in 127.0.0.0/8 as its port, the device on a poller thread, real time).
-//!   There is no ARP on that fabric: an emulated NIC's MAC is derived from its address, and
-//!   each end enters the MACs of its own /24 in the CM's neighbour table.
+//! - SERVER (`-s -a ADDR`) and CLIENT (`-c -a ADDR [-I SRC]`): one end per process, each on
+//!   its own emulated NIC (the device on a poller thread, real time), on one of two fabrics:
+//!   * `--fabric udp:PORT` (the default, port 4791): `nic_testbed::UdpNic`, a UDP socket on
+//!     `ADDR:PORT` in 127.0.0.0/8 as the NIC's port. There is no ARP on that fabric: an
+//!     emulated NIC's MAC is derived from its address, and each end enters the MACs of its
+//!     own /24 in the CM's neighbour table.
+//!   * `--fabric eth:LOCAL,REMOTE`: `nic_testbed::EthNic`, raw Ethernet frames over UDP in
+//!     the format of QEMU's socket netdev (`-netdev socket,udp=127.0.0.1:LOCAL,
+//!     localaddr=127.0.0.1:REMOTE` is the other end). The NIC has a MAC and an IPv4 address
+//!     on that virtual wire (`-a` for the server, `-I` for the client), answers ARP and
+//!     resolves its peers by ARP; on the host only the two 127.0.0.1 sockets are used. This
+//!     is how it talks to Linux soft-RoCE (`rdma_rxe`) and rdma-core's `rping` in a guest.
 //!
 //! Each ping follows rping: the client fills its source buffer with rping's pattern
 //! (`rdma-ping-N: ` then a rotating run of ASCII letters starting one further each ping, NUL
-//! at the end) and SENDs the buffer's address, rkey and length (16 bytes, network byte order);
-//! the server RDMA READs it, SENDs "go ahead"; the client SENDs its sink buffer's address,
-//! rkey and length; the server RDMA WRITEs its copy there and SENDs "go ahead"; the client
-//! compares sink and source.
+//! at the end) and SENDs the buffer's address, rkey and length (`struct rping_rdma_info
+//! { __be64 buf; __be32 rkey; __be32 size; }`: 16 bytes, network byte order); the server RDMA
+//! READs that many bytes, SENDs "go ahead"; the client SENDs its sink buffer's address, rkey
+//! and length; the server RDMA WRITEs `strlen(data) + 1` bytes there and SENDs "go ahead";
+//! the client compares sink and source. As rdma-core's, the server serves one connection and
+//! loops until the client disconnects (`-C` does not limit it), and its buffer takes any
+//! ping size rping allows; the default size is rping's 64 bytes.
 //!
 //! ```text
-//! rping                      # 10 pings of 100 bytes, embedded
-//! rping -C 5 -S 64 -v -V     # print each ping, report validation
-//! rping -s -a 127.0.0.2 -C 5            # server (one connection)
+//! rping                      # 10 pings of 64 bytes, embedded
+//! rping -C 5 -S 4096 -v -V   # print each ping, report validation
+//! rping -s -a 127.0.0.2                 # server (one connection)
 //! rping -c -a 127.0.0.2 -C 5 -v -V      # client, from 127.0.0.1
+//! rping -s -a 10.77.0.1 --fabric eth:48030,48031 -v       # server on an Ethernet link
+//! rping -c -a 10.77.0.2 -I 10.77.0.1 --fabric eth:48030,48031 -C 10 -v -V
 //! ```
 //!
-//! Exit status: 0 all pings verified (server: all pings served), 1 run failure or data
-//! mismatch, 2 bad command line.
+//! Exit status: 0 all pings verified (server: the client disconnected after its pings), 1 run
+//! failure or data mismatch, 2 bad command line.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cm::{AddrInfo, Cm, CmConfig, CmId, Neighbor, QpInitAttr, RaiFlags, getaddrinfo};
 use nic_emulator::Profile;
+use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
 use nic_hal::{DmaAllocator, DmaBuf, Platform, RegisterIo};
-use nic_testbed::{EmuDevice, UdpDevice, UdpNic, World};
+use nic_testbed::{EmuDevice, EthNic, UdpDevice, UdpNic, World};
 use verbs::{Gid, MemRegion, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
 
 /// The devices rping runs on: the mlx5 driver over any register backend and platform.
-trait Dev: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq> {}
-impl<P: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq>> Dev for P {}
+trait Dev: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq, Srq = mlx5::Srq> {}
+impl<P: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq, Srq = mlx5::Srq>> Dev for P {}
 
 const SERVER_IP: &str = "127.0.0.2";
 const CLIENT_IP: &str = "127.0.0.1";
 /// rping's default port.
 const DEFAULT_PORT: u16 = 7174;
+/// rping's default ping size (`cb->size = 64`).
+const DEFAULT_SIZE: usize = 64;
 /// rping's `RPING_MSG_FMT` prefix.
 const MSG_PREFIX: &str = "rdma-ping-";
 /// rping's `RPING_MIN_BUFSIZE`: `sizeof(stringify(INT_MAX)) + sizeof(RPING_MSG_FMT)`, the
 /// macro expanded first (`"2147483647"` or `"0x7fffffff"`: 11 bytes) = 11 + 15 = 26.
 const MIN_SIZE: usize = "2147483647".len() + 1 + "rdma-ping-%d: ".len() + 1;
-/// rping's `RPING_BUFSIZE - 1`.
-const MAX_SIZE: usize = 64 * 1024 - 1;
+/// rping's `RPING_BUFSIZE`: the server's buffer, which holds any ping.
+const RPING_BUFSIZE: usize = 64 * 1024;
+/// rping's largest ping (`RPING_BUFSIZE - 1`).
+const MAX_SIZE: usize = RPING_BUFSIZE - 1;
 /// The advertisement: `struct rping_rdma_info { __be64 buf; __be32 rkey; __be32 size; }`.
 const INFO_LEN: usize = 16;
+/// rping's `RPING_SQ_DEPTH`.
+const SQ_DEPTH: u32 = 16;
 
 /// The RoCEv2 UDP port: the emulated fabric's default.
 const DEFAULT_FABRIC_PORT: u16 = 4791;
 /// How long a blocking CM call waits for the peer by default, in seconds.
 const DEFAULT_TIMEOUT_S: u64 = 60;
+/// Delay before our ARP replies on the Ethernet fabric: Linux's rdma_cm can miss a reply
+/// that comes back before its resolve request is queued, and then waits 2 s.
+const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
 
-const USAGE: &str = "usage: rping [-v] [-V] [-d] [-C count] [-S size] [-p port]   (embedded)
-       rping -s [-a addr] [options]              (server)
-       rping -c -a addr [-I src] [options]       (client)
-  -s          server: one emulated NIC at addr (default 127.0.0.2), one connection
-  -c          client: one emulated NIC at src (default 127.0.0.1), connects to addr
-  -a addr     server: address to bind; client: the server's address (127.0.0.0/8)
-  -I src      client: source address (its NIC's address; in the server's /24)
-  -v          print each ping's data
-  -V          validate each ping's data (always checked; reported with -V)
+const USAGE: &str = "usage: rping [-v] [-V] [-d] [-C count] [-S size] [-p port]        (embedded)
+       rping -s -a addr [options] [fabric]                       (server)
+       rping -c -a addr [-I src] [options] [fabric]              (client)
+  -s          server: one emulated NIC at addr; serves one connection until the client
+              disconnects (-C does not limit it; any ping size up to 65535 is taken)
+  -c          client: one emulated NIC at src, connects to the server at addr
+  -a addr     server: this NIC's address (udp fabric: default 127.0.0.2);
+              client: the server's address
+  -I src      client: this NIC's address (udp fabric: default 127.0.0.1, in addr's /24)
+  -v          print each ping's data (client \"ping data: ...\", server \"server ping data: ...\")
+  -V          validate: the client compares sink and source (always; reported with -V),
+              the server checks each READ against rping's pattern
   -d          debug output (the message exchange)
-  -C count    number of pings (default 10)
-  -S size     ping data size (default 100, range 26..65535)
+  -C count    number of pings (default 10; 0: until interrupted)
+  -S size     ping data size (default 64, range 26..65535)
   -p port     port (default 7174)
-  --fabric-port N  UDP port of the emulated fabric, the same on both ends (default 4791)
-  --timeout SECS   give up when the peer does not answer for SECS (default 60)";
+  --timeout SECS   give up when the peer does not answer for SECS (default 60; the
+                   server also waits this long for a connection)
+fabric (server and client):
+  --fabric udp:PORT        the UDP fabric on 127.0.0.0/8, PORT the same on both ends
+                           (default udp:4791; --fabric-port PORT is the same)
+  --fabric eth:LOCAL,REMOTE  an Ethernet link in QEMU's socket netdev format: frames from
+                           127.0.0.1:LOCAL to 127.0.0.1:REMOTE (QEMU: -netdev socket,
+                           udp=127.0.0.1:LOCAL,localaddr=127.0.0.1:REMOTE); addr and src are
+                           addresses on that virtual wire, peers are resolved by ARP
+  --mac MAC                eth: this NIC's MAC (default 02:00 then the address's 4 bytes)";
+
+/// Where a server or client NIC lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fabric {
+    /// The UDP fabric on 127.0.0.0/8: every NIC's socket on this port.
+    Udp(u16),
+    /// An Ethernet link: our socket on 127.0.0.1:`local`, the far end's on `remote`.
+    Eth { local: u16, remote: u16 },
+}
 
 /// The command line.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,9 +133,10 @@ struct Options {
     debug: bool,
     server: bool,
     client: bool,
-    addr: Option<String>,
-    src: Option<String>,
-    fabric_port: u16,
+    addr: Option<Ipv4Addr>,
+    src: Option<Ipv4Addr>,
+    fabric: Fabric,
+    mac: Option<[u8; 6]>,
     timeout_s: u64,
 }
 
@@ -102,10 +147,67 @@ enum CliError {
     Bad(String),
 }
 
+fn bad<T>(m: impl Into<String>) -> Result<T, CliError> {
+    Err(CliError::Bad(m.into()))
+}
+
+fn parse_port(v: &str, what: &str) -> Result<u16, CliError> {
+    match v.parse::<u16>() {
+        Ok(p) if p != 0 => Ok(p),
+        _ => bad(format!("invalid {what} {v:?}")),
+    }
+}
+
+fn parse_fabric(v: &str) -> Result<Fabric, CliError> {
+    if let Some(p) = v.strip_prefix("udp:") {
+        return Ok(Fabric::Udp(parse_port(p, "fabric port")?));
+    }
+    if let Some(rest) = v.strip_prefix("eth:") {
+        let Some((l, r)) = rest.split_once(',') else {
+            return bad(format!(
+                "invalid fabric {v:?}: eth:LOCAL,REMOTE (two UDP ports)"
+            ));
+        };
+        let (local, remote) = (parse_port(l, "UDP port")?, parse_port(r, "UDP port")?);
+        if local == remote {
+            return bad(format!(
+                "invalid fabric {v:?}: LOCAL and REMOTE must differ"
+            ));
+        }
+        return Ok(Fabric::Eth { local, remote });
+    }
+    bad(format!(
+        "invalid fabric {v:?} (udp:PORT or eth:LOCAL,REMOTE)"
+    ))
+}
+
+fn parse_mac(v: &str) -> Result<[u8; 6], CliError> {
+    let parts: Vec<&str> = v.split(':').collect();
+    let mut m = [0u8; 6];
+    if parts.len() != 6 {
+        return bad(format!("invalid MAC {v:?} (xx:xx:xx:xx:xx:xx)"));
+    }
+    for (b, p) in m.iter_mut().zip(&parts) {
+        *b = match (p.len(), u8::from_str_radix(p, 16)) {
+            (1 | 2, Ok(x)) => x,
+            _ => return bad(format!("invalid MAC {v:?} (xx:xx:xx:xx:xx:xx)")),
+        };
+    }
+    if m[0] & 1 != 0 || m == [0; 6] {
+        return bad(format!("invalid MAC {v:?}: multicast or zero"));
+    }
+    Ok(m)
+}
+
+fn parse_ip(v: &str) -> Result<Ipv4Addr, CliError> {
+    v.parse()
+        .or_else(|_| bad(format!("{v}: not an IPv4 address")))
+}
+
 fn parse(args: &[String]) -> Result<Options, CliError> {
     let mut o = Options {
         count: 10,
-        size: 100,
+        size: DEFAULT_SIZE,
         port: DEFAULT_PORT,
         verbose: false,
         validate: false,
@@ -114,9 +216,11 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         client: false,
         addr: None,
         src: None,
-        fabric_port: DEFAULT_FABRIC_PORT,
+        fabric: Fabric::Udp(DEFAULT_FABRIC_PORT),
+        mac: None,
         timeout_s: DEFAULT_TIMEOUT_S,
     };
+    let mut fabric_set = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -131,16 +235,22 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
             "-s" => o.server = true,
             "-c" => o.client = true,
             "-h" | "--help" => return Err(CliError::Help),
-            "-a" => o.addr = Some(value("-a")?),
-            "-I" => o.src = Some(value("-I")?),
-            "--fabric-port" => {
-                let v = value("--fabric-port")?;
-                o.fabric_port = v
-                    .parse()
-                    .ok()
-                    .filter(|&p| p != 0)
-                    .ok_or_else(|| CliError::Bad(format!("invalid fabric port {v:?}")))?;
+            "-a" => o.addr = Some(parse_ip(&value("-a")?)?),
+            "-I" => o.src = Some(parse_ip(&value("-I")?)?),
+            "--fabric" | "--fabric-port" => {
+                let v = value(a)?;
+                let f = if a == "--fabric" {
+                    parse_fabric(&v)?
+                } else {
+                    Fabric::Udp(parse_port(&v, "fabric port")?)
+                };
+                if fabric_set && f != o.fabric {
+                    return bad("--fabric / --fabric-port given twice");
+                }
+                fabric_set = true;
+                o.fabric = f;
             }
+            "--mac" => o.mac = Some(parse_mac(&value("--mac")?)?),
             "--timeout" => {
                 let v = value("--timeout")?;
                 o.timeout_s = v
@@ -161,9 +271,9 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
                     .parse()
                     .map_err(|_| CliError::Bad(format!("invalid size {v:?}")))?;
                 if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
-                    return Err(CliError::Bad(format!(
+                    return bad(format!(
                         "Invalid size {n} (valid range is {MIN_SIZE} to {MAX_SIZE})"
-                    )));
+                    ));
                 }
                 o.size = n;
             }
@@ -173,49 +283,88 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
                     .parse()
                     .map_err(|_| CliError::Bad(format!("invalid port {v:?}")))?;
             }
-            other => return Err(CliError::Bad(format!("unknown option {other:?}"))),
+            other => return bad(format!("unknown option {other:?}")),
         }
     }
-    if o.server && o.client {
-        return Err(CliError::Bad("-s and -c are exclusive".into()));
-    }
-    if o.client && o.addr.is_none() {
-        return Err(CliError::Bad(
-            "-c needs the server's address (-a addr)".into(),
-        ));
-    }
-    if !o.server && !o.client && (o.addr.is_some() || o.src.is_some()) {
-        return Err(CliError::Bad(
-            "-a and -I need -s or -c (with neither, both ends run in this process)".into(),
-        ));
-    }
-    if o.src.is_some() && !o.client {
-        return Err(CliError::Bad("-I applies to the client (-c)".into()));
-    }
-    for a in [&o.addr, &o.src].into_iter().flatten() {
-        match a.parse::<Ipv4Addr>() {
-            Ok(ip) if ip.is_loopback() => {}
-            Ok(_) => {
-                return Err(CliError::Bad(format!(
-                    "{a}: not in 127.0.0.0/8 (the emulated fabric never leaves the machine)"
-                )));
-            }
-            Err(_) => return Err(CliError::Bad(format!("{a}: not an IPv4 address"))),
-        }
-    }
+    check(&o, fabric_set)?;
     Ok(o)
 }
 
-/// rping's source pattern for ping `ping` whose letters start at `start` ('A'..='z').
-fn pattern(ping: u32, start: u8, size: usize) -> Vec<u8> {
+/// The rules between options.
+fn check(o: &Options, fabric_set: bool) -> Result<(), CliError> {
+    if o.server && o.client {
+        return bad("-s and -c are exclusive");
+    }
+    if o.client && o.addr.is_none() {
+        return bad("-c needs the server's address (-a addr)");
+    }
+    if !o.server && !o.client {
+        if o.addr.is_some() || o.src.is_some() {
+            return bad("-a and -I need -s or -c (with neither, both ends run in this process)");
+        }
+        if fabric_set || o.mac.is_some() {
+            return bad("--fabric and --mac need -s or -c (embedded mode has its own fabric)");
+        }
+    }
+    if o.src.is_some() && !o.client {
+        return bad("-I applies to the client (-c)");
+    }
+    let addrs = [o.addr, o.src].into_iter().flatten();
+    match o.fabric {
+        Fabric::Udp(_) => {
+            if o.mac.is_some() {
+                return bad("--mac applies to the Ethernet fabric (--fabric eth:LOCAL,REMOTE)");
+            }
+            for ip in addrs {
+                if !ip.is_loopback() {
+                    return bad(format!(
+                        "{ip}: not in 127.0.0.0/8 (the UDP fabric never leaves the machine; \
+                         --fabric eth:LOCAL,REMOTE takes addresses on a virtual wire)"
+                    ));
+                }
+            }
+        }
+        Fabric::Eth { .. } => {
+            if o.server && o.addr.is_none() {
+                return bad(
+                    "-s on the Ethernet fabric needs this NIC's address on the wire (-a addr)",
+                );
+            }
+            if o.client && o.src.is_none() {
+                return bad(
+                    "-c on the Ethernet fabric needs this NIC's address on the wire (-I src)",
+                );
+            }
+            for ip in addrs {
+                if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast()
+                {
+                    return bad(format!(
+                        "{ip}: not a unicast address for the virtual wire (the link itself \
+                         uses 127.0.0.1)"
+                    ));
+                }
+            }
+            if o.client && o.addr == o.src {
+                return bad("-a and -I are the same address");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// rping's source pattern for ping `ping`: its letters start at 'A' + `ping` mod 58
+/// ('A'..='z').
+fn pattern(ping: u32, size: usize) -> Vec<u8> {
     let mut buf = format!("{MSG_PREFIX}{ping}: ").into_bytes();
     buf.truncate(size);
-    let mut c = start;
+    let mut c = b'A' + (ping % 58) as u8;
     while buf.len() < size {
         buf.push(c);
-        c = if c >= 122 { 65 } else { c + 1 };
+        c = if c >= b'z' { b'A' } else { c + 1 };
     }
-    buf[size - 1] = 0;
+    if let Some(last) = buf.last_mut() {
+        *last = 0;
+    }
     buf
 }
 
@@ -236,14 +385,10 @@ fn encode_info(addr: u64, rkey: u32, len: u32) -> [u8; INFO_LEN] {
 fn decode_info(m: &[u8; INFO_LEN]) -> (u64, u32, u32) {
     let mut a = [0u8; 8];
     a.copy_from_slice(&m[..8]);
-    let mut k = [0u8; 4];
-    k.copy_from_slice(&m[8..12]);
-    let mut l = [0u8; 4];
-    l.copy_from_slice(&m[12..]);
     (
         u64::from_be_bytes(a),
-        u32::from_be_bytes(k),
-        u32::from_be_bytes(l),
+        u32::from_be_bytes([m[8], m[9], m[10], m[11]]),
+        u32::from_be_bytes([m[12], m[13], m[14], m[15]]),
     )
 }
 
@@ -295,8 +440,8 @@ impl Buf {
 fn qp_attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
     QpInitAttr {
         cap: QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
+            max_send_wr: SQ_DEPTH,
+            max_recv_wr: 2,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
@@ -306,7 +451,18 @@ fn qp_attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
     }
 }
 
-fn check(
+/// rping's connection parameters (both sides).
+fn conn_param<'a>() -> cm::ConnParam<'a> {
+    cm::ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..cm::ConnParam::default()
+    }
+}
+
+fn check_wc(
     side: &str,
     what: &str,
     wc: Result<verbs::WorkCompletion, cm::Error>,
@@ -334,16 +490,30 @@ fn send_info<P: Dev>(
         SendFlags::SIGNALED,
     )
     .map_err(|e| format!("{side}: post_send: {e:?}"))?;
-    check(side, "send", id.get_send_comp())?;
+    check_wc(side, "send", id.get_send_comp())?;
     Ok(())
 }
 
-/// Waits for the receive posted in `recv`, reads it and posts the next one.
-fn recv_info<P: Dev>(id: &CmId<P>, side: &str, recv: &Buf) -> Result<[u8; INFO_LEN], String> {
-    let wc = check(side, "recv", id.get_recv_comp())?;
+/// Waits for the receive posted in `recv`, reads it and posts the next one. `Ok(None)`: the
+/// receive was flushed, the peer disconnected.
+fn recv_info<P: Dev>(
+    id: &CmId<P>,
+    side: &str,
+    recv: &Buf,
+) -> Result<Option<[u8; INFO_LEN]>, String> {
+    let wc = id
+        .get_recv_comp()
+        .map_err(|e| format!("{side}: recv: {e:?}"))?;
+    if wc.status == WcStatus::WrFlushErr {
+        return Ok(None);
+    }
+    if wc.status != WcStatus::Success {
+        return Err(format!("{side}: recv completion error {:?}", wc.status));
+    }
     if wc.opcode != WcOpcode::Recv || wc.byte_len as usize != INFO_LEN {
+        // rping: "Received bogus data"
         return Err(format!(
-            "{side}: unexpected receive {:?} of {} bytes",
+            "{side}: received bogus data: {:?} of {} bytes",
             wc.opcode, wc.byte_len
         ));
     }
@@ -351,24 +521,44 @@ fn recv_info<P: Dev>(id: &CmId<P>, side: &str, recv: &Buf) -> Result<[u8; INFO_L
     m.copy_from_slice(&recv.read(INFO_LEN)?);
     id.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
         .map_err(|e| format!("{side}: post_recv: {e:?}"))?;
-    Ok(m)
+    Ok(Some(m))
 }
 
-/// The server side on a connected id: `count` pings (rping's `rping_test_server`).
+/// What a server run did.
+#[derive(Debug, Default)]
+struct Served {
+    pings: u32,
+    /// The last ping's length.
+    len: u32,
+    /// From the first advertisement to the last "go ahead".
+    elapsed: Duration,
+}
+
+/// The server side on a connected id (rping's `rping_test_server`): pings until the client
+/// disconnects.
 fn server_pings<P: Dev>(
     conn: &CmId<P>,
     o: &Options,
     recv: &Buf,
     send: &Buf,
     rdma: &Buf,
-) -> Result<(), String> {
-    for _ in 0..o.count {
-        let (addr, rkey, len) = decode_info(&recv_info(conn, "server", recv)?);
+) -> Result<Served, String> {
+    let mut s = Served::default();
+    let mut t0 = None;
+    loop {
+        let Some(adv) = recv_info(conn, "server", recv)? else {
+            return Ok(s);
+        };
+        let t0 = *t0.get_or_insert_with(Instant::now);
+        let (addr, rkey, len) = decode_info(&adv);
         if o.debug {
             println!("server: received source adv: rkey {rkey:#x} addr {addr:#x} len {len}");
         }
-        if len as usize > o.size {
-            return Err(format!("server: advertised length {len} > {}", o.size));
+        if len == 0 || len as usize > RPING_BUFSIZE {
+            return Err(format!(
+                "server: the client advertised {len} bytes (this server's buffer holds 1 to \
+                 {RPING_BUFSIZE})"
+            ));
         }
         conn.post_read(
             3,
@@ -380,23 +570,41 @@ fn server_pings<P: Dev>(
             rkey,
         )
         .map_err(|e| format!("server: post_read: {e:?}"))?;
-        check("server", "rdma read", conn.get_send_comp())?;
+        check_wc("server", "rdma read", conn.get_send_comp())?;
+        let data = rdma.read(len as usize)?;
         if o.debug || (o.verbose && o.server) {
-            println!("server ping data: {}", as_text(&rdma.read(len as usize)?));
+            println!("server ping data: {}", as_text(&data));
         }
-        // "go ahead": the client may advertise its sink
-        send_info(
-            conn,
-            "server",
-            send,
-            encode_info(rdma.addr(), rdma.mr.rkey(), len),
-        )?;
+        if o.validate {
+            let want = pattern(s.pings, len as usize);
+            if data != want {
+                return Err(format!(
+                    "server: data mismatch in ping {}: read {:?}, rping's pattern is {:?}",
+                    s.pings,
+                    as_text(&data),
+                    as_text(&want)
+                ));
+            }
+        }
+        // "go ahead": the client may advertise its sink (rping's server sends its send
+        // buffer, which it never fills in)
+        send_info(conn, "server", send, [0u8; INFO_LEN])?;
 
-        let (addr, rkey, wlen) = decode_info(&recv_info(conn, "server", recv)?);
+        let Some(adv) = recv_info(conn, "server", recv)? else {
+            return Err(format!(
+                "server: the client disconnected in ping {} (before its sink advertisement)",
+                s.pings
+            ));
+        };
+        let (addr, rkey, sink_len) = decode_info(&adv);
         if o.debug {
-            println!("server: received sink adv: rkey {rkey:#x} addr {addr:#x} len {wlen}");
+            println!("server: received sink adv: rkey {rkey:#x} addr {addr:#x} len {sink_len}");
         }
-        let wlen = wlen.min(len);
+        // as rping: the string and its NUL
+        let wlen = data
+            .iter()
+            .position(|&c| c == 0)
+            .map_or(len, |n| n as u32 + 1);
         conn.post_write(
             4,
             rdma.addr(),
@@ -407,42 +615,41 @@ fn server_pings<P: Dev>(
             rkey,
         )
         .map_err(|e| format!("server: post_write: {e:?}"))?;
-        check("server", "rdma write", conn.get_send_comp())?;
+        check_wc("server", "rdma write", conn.get_send_comp())?;
         // "go ahead": the data is in the client's sink
-        send_info(
-            conn,
-            "server",
-            send,
-            encode_info(rdma.addr(), rdma.mr.rkey(), wlen),
-        )?;
+        send_info(conn, "server", send, [0u8; INFO_LEN])?;
+        s.pings += 1;
+        s.len = len;
+        s.elapsed = t0.elapsed();
     }
-    Ok(())
 }
 
-/// The server thread: get_request, buffers, accept, pings, disconnect.
+/// The server thread: get_request, buffers, accept, pings until the client disconnects,
+/// disconnect.
 fn server<P: Dev>(
     listen: &CmId<P>,
     dma: &Arc<dyn DmaAllocator>,
     o: &Options,
-) -> Result<(), String> {
+) -> Result<Served, String> {
     let conn = listen
         .get_request()
         .map_err(|e| format!("server: get_request: {e:?}"))?;
     let r = (|| {
         let recv = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
         let send = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
-        let rdma = Buf::new(dma, o.size, |m| conn.reg_msgs(m))?;
+        let rdma = Buf::new(dma, RPING_BUFSIZE, |m| conn.reg_msgs(m))?;
         let mut accepted = false;
         let r = (|| {
             conn.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
                 .map_err(|e| format!("server: post_recv: {e:?}"))?;
-            conn.accept(None)
+            conn.accept(Some(&conn_param()))
                 .map_err(|e| format!("server: accept: {e:?}"))?;
             accepted = true;
             server_pings(&conn, o, &recv, &send, &rdma)
         })();
         if accepted {
-            // (an id that never connected has nothing to disconnect: the call would wait)
+            // answers the client's DREQ (or sends ours after an error); an id that never
+            // connected has nothing to disconnect: the call would wait
             conn.disconnect().ok();
         }
         for b in [recv, send, rdma] {
@@ -454,8 +661,16 @@ fn server<P: Dev>(
     r
 }
 
-/// The client side on a connected id: `count` pings (rping's `rping_test_client`); returns
-/// how many pings matched.
+/// What a client run did.
+#[derive(Debug, Default)]
+struct Pinged {
+    pings: u32,
+    /// From the first advertisement to the last comparison.
+    elapsed: Duration,
+}
+
+/// The client side on a connected id (rping's `rping_test_client`): `count` pings (0:
+/// forever), each compared; stops at the first mismatch.
 fn client_pings<P: Dev>(
     id: &CmId<P>,
     o: &Options,
@@ -463,12 +678,11 @@ fn client_pings<P: Dev>(
     send: &Buf,
     start: &Buf,
     sink: &Buf,
-) -> Result<u32, String> {
-    let mut letter = 65u8;
-    let mut good = 0;
-    for ping in 0..o.count {
-        let src = pattern(ping, letter, o.size);
-        letter = if letter >= 122 { 65 } else { letter + 1 };
+) -> Result<Pinged, String> {
+    let t0 = Instant::now();
+    let mut ping = 0;
+    while o.count == 0 || ping < o.count {
+        let src = pattern(ping, o.size);
         start.write(&src)?;
         sink.write(&vec![0u8; o.size])?;
         send_info(
@@ -477,33 +691,47 @@ fn client_pings<P: Dev>(
             send,
             encode_info(start.addr(), start.mr.rkey(), o.size as u32),
         )?;
-        recv_info(id, "client", recv)?; // go ahead
+        if recv_info(id, "client", recv)?.is_none() {
+            return Err(format!(
+                "client: the server disconnected in ping {ping} (before its go-ahead)"
+            ));
+        }
         send_info(
             id,
             "client",
             send,
             encode_info(sink.addr(), sink.mr.rkey(), o.size as u32),
         )?;
-        recv_info(id, "client", recv)?; // write complete
+        if recv_info(id, "client", recv)?.is_none() {
+            return Err(format!(
+                "client: the server disconnected in ping {ping} (before its write)"
+            ));
+        }
         let got = sink.read(o.size)?;
         if got != src {
-            eprintln!(
-                "rping: data mismatch in ping {ping}: sent {:?} got {:?}",
+            return Err(format!(
+                "client: data mismatch in ping {ping}: sent {:?} got {:?}",
                 as_text(&src),
                 as_text(&got)
-            );
-            continue;
+            ));
         }
-        good += 1;
         if o.verbose {
             println!("ping data: {}", as_text(&got));
         }
+        ping += 1;
     }
-    Ok(good)
+    Ok(Pinged {
+        pings: ping,
+        elapsed: t0.elapsed(),
+    })
 }
 
 /// The client thread: buffers, connect, pings, disconnect.
-fn client<P: Dev>(id: &CmId<P>, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Result<u32, String> {
+fn client<P: Dev>(
+    id: &CmId<P>,
+    dma: &Arc<dyn DmaAllocator>,
+    o: &Options,
+) -> Result<Pinged, String> {
     let recv = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
     let send = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
     let start = Buf::new(dma, o.size, |m| id.reg_read(m))?;
@@ -511,14 +739,8 @@ fn client<P: Dev>(id: &CmId<P>, dma: &Arc<dyn DmaAllocator>, o: &Options) -> Res
     let r = (|| {
         id.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
             .map_err(|e| format!("client: post_recv: {e:?}"))?;
-        id.connect(Some(&cm::ConnParam {
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..cm::ConnParam::default()
-        }))
-        .map_err(|e| format!("client: connect: {e:?}"))?;
+        id.connect(Some(&conn_param()))
+            .map_err(|e| format!("client: connect: {e:?}"))?;
         let r = client_pings(id, o, &recv, &send, &start, &sink);
         id.disconnect().ok();
         r
@@ -552,8 +774,8 @@ fn add_device<R: RegisterIo, Pl: Platform>(
     Ok(dma)
 }
 
-/// Embedded mode: both ends in this process. Returns the number of verified pings.
-fn embedded(o: &Options) -> Result<u32, String> {
+/// Embedded mode: both ends in this process.
+fn embedded(o: &Options) -> Result<Pinged, String> {
     let world = World::new(0x0072_7069_6e67);
     let ctb = world.nic(CLIENT_IP.parse().expect("ip"), Profile::default());
     let stb = world.nic(SERVER_IP.parse().expect("ip"), Profile::default());
@@ -604,7 +826,11 @@ fn embedded(o: &Options) -> Result<u32, String> {
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
             match (c, s) {
-                (Ok(n), Ok(())) => Ok(n),
+                (Ok(c), Ok(s)) if s.pings == c.pings => Ok(c),
+                (Ok(c), Ok(s)) => Err(format!(
+                    "the server served {} pings, the client made {}",
+                    s.pings, c.pings
+                )),
                 (Err(e), _) | (Ok(_), Err(e)) => Err(e),
             }
         });
@@ -615,13 +841,28 @@ fn embedded(o: &Options) -> Result<u32, String> {
     r
 }
 
-/// The MAC of the emulated NIC at `ip` (the UDP fabric has no ARP: both ends derive it).
+/// The MAC of the emulated NIC at `ip`: 02:00 and the address (the UDP fabric has no ARP, so
+/// both ends derive it; the Ethernet fabric's default).
 fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
     let o = ip.octets();
     [0x02, 0x00, o[0], o[1], o[2], o[3]]
 }
 
-/// One end of a two-process run: an emulated NIC at `ip` on the UDP fabric, its device in a
+fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn cm_config(o: &Options) -> CmConfig {
+    CmConfig {
+        wait_limit_ns: Some(o.timeout_s * 1_000_000_000),
+        ..CmConfig::default()
+    }
+}
+
+/// One end of a two-process run on the UDP fabric: an emulated NIC at `ip`, its device in a
 /// connection manager whose neighbour table knows the NICs of `ip`'s /24.
 struct UdpEnd {
     cm: Cm<UdpDevice>,
@@ -630,28 +871,17 @@ struct UdpEnd {
     _nic: UdpNic,
 }
 
-fn udp_end(ip: Ipv4Addr, o: &Options) -> Result<UdpEnd, String> {
+fn udp_end(ip: Ipv4Addr, fabric_port: u16, o: &Options) -> Result<UdpEnd, String> {
     let nic = UdpNic::new(
         ip,
-        o.fabric_port,
+        fabric_port,
         Profile {
             mac: mac_for(ip),
             ..Profile::default()
         },
     )
-    .map_err(|e| {
-        format!(
-            "emulated NIC at {ip} (fabric UDP port {}): {e}",
-            o.fabric_port
-        )
-    })?;
-    let cm = Cm::new(
-        nic.platform(),
-        CmConfig {
-            wait_limit_ns: Some(o.timeout_s * 1_000_000_000),
-            ..CmConfig::default()
-        },
-    );
+    .map_err(|e| format!("emulated NIC at {ip} (fabric UDP port {fabric_port}): {e}"))?;
+    let cm = Cm::new(nic.platform(), cm_config(o));
     let dev = nic
         .probe(mlx5::Config::default())
         .map_err(|e| format!("probe: {e:?}"))?;
@@ -666,47 +896,72 @@ fn udp_end(ip: Ipv4Addr, o: &Options) -> Result<UdpEnd, String> {
     Ok(UdpEnd { cm, dma, _nic: nic })
 }
 
-fn ip_of(a: &Option<String>, default: &str) -> Ipv4Addr {
-    // parse() checked the options already
-    a.as_deref()
-        .unwrap_or(default)
-        .parse()
-        .unwrap_or(Ipv4Addr::LOCALHOST)
+/// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire.
+fn eth_end(ip: Ipv4Addr, local: u16, remote: u16, o: &Options) -> Result<EthNic, String> {
+    let mac = o.mac.unwrap_or_else(|| mac_for(ip));
+    let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+    let mut link = EthLink::new(sa(local), sa(remote), mac);
+    link.arp = ArpConfig {
+        reply_delay: ARP_REPLY_DELAY,
+        ..ArpConfig::default()
+    };
+    EthNic::start(link, ip, cm_config(o)).map_err(|e| {
+        format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
+    })
 }
 
-/// Server mode: listen on this process's NIC, serve one connection.
-fn serve(o: &Options) -> Result<(), String> {
-    let ip = ip_of(&o.addr, SERVER_IP);
-    let end = udp_end(ip, o)?;
-    let port = o.port.to_string();
+/// Where this process's NIC is, for messages.
+fn where_(o: &Options, ip: Ipv4Addr) -> String {
+    match o.fabric {
+        Fabric::Udp(p) => format!("{ip}:{} (fabric UDP port {p})", o.port),
+        Fabric::Eth { local, remote } => format!(
+            "{ip}:{} (Ethernet link 127.0.0.1:{local} -> 127.0.0.1:{remote}, MAC {})",
+            o.port,
+            fmt_mac(&o.mac.unwrap_or_else(|| mac_for(ip)))
+        ),
+    }
+}
+
+/// Listens on the NIC at `ip` of `cm` and serves one connection.
+fn serve_on<P: Dev>(
+    cm: &Cm<P>,
+    dma: &Arc<dyn DmaAllocator>,
+    ip: Ipv4Addr,
+    o: &Options,
+) -> Result<Served, String> {
     let passive = AddrInfo {
         ai_flags: RaiFlags::PASSIVE,
         ..AddrInfo::default()
     };
-    let res = getaddrinfo(Some(&ip.to_string()), Some(&port), Some(&passive))
-        .map_err(|e| format!("server: getaddrinfo: {e:?}"))?;
+    let res = getaddrinfo(
+        Some(&ip.to_string()),
+        Some(&o.port.to_string()),
+        Some(&passive),
+    )
+    .map_err(|e| format!("server: getaddrinfo: {e:?}"))?;
     let mut a = qp_attr();
-    let listen = end
-        .cm
+    let listen = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("server: create_ep: {e:?}"))?;
-    listen
+    let r = listen
         .listen(0)
-        .map_err(|e| format!("server: listen: {e:?}"))?;
-    eprintln!(
-        "rping: server: listening on {ip}:{} (fabric UDP port {})",
-        o.port, o.fabric_port
-    );
-    let r = server(&listen, &end.dma, o);
+        .map_err(|e| format!("server: listen: {e:?}"))
+        .and_then(|()| {
+            eprintln!("rping: server: listening on {}", where_(o, ip));
+            server(&listen, dma, o)
+        });
     listen.destroy_ep();
     r
 }
 
-/// Client mode: connect from this process's NIC to the server at `-a`; the verified pings.
-fn connect(o: &Options) -> Result<u32, String> {
-    let src = ip_of(&o.src, CLIENT_IP);
-    let dst = ip_of(&o.addr, SERVER_IP);
-    let end = udp_end(src, o)?;
+/// Connects from the NIC at `src` of `cm` to the server at `dst` and pings.
+fn connect_on<P: Dev>(
+    cm: &Cm<P>,
+    dma: &Arc<dyn DmaAllocator>,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    o: &Options,
+) -> Result<Pinged, String> {
     let hints = AddrInfo {
         ai_src_addr: Some(std::net::SocketAddr::from((src, 0))),
         ..AddrInfo::default()
@@ -718,13 +973,101 @@ fn connect(o: &Options) -> Result<u32, String> {
     )
     .map_err(|e| format!("client: getaddrinfo: {e:?}"))?;
     let mut a = qp_attr();
-    let id = end
-        .cm
+    let id = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("client: create_ep: {e:?}"))?;
-    let r = client(&id, &end.dma, o);
+    let r = client(&id, dma, o);
     id.destroy_ep();
     r
+}
+
+/// Shuts an Ethernet NIC down, reporting leaks with -d.
+fn eth_shutdown(nic: EthNic, o: &Options) {
+    match nic.shutdown() {
+        Ok(live) if live == Default::default() => {}
+        Ok(live) => {
+            if o.debug {
+                eprintln!("rping: device objects left at shutdown: {live:?}");
+            }
+        }
+        Err(e) => {
+            if o.debug {
+                eprintln!("rping: shutdown: {e}");
+            }
+        }
+    }
+}
+
+/// Server mode: listen on this process's NIC, serve one connection until the client
+/// disconnects.
+fn serve(o: &Options) -> Result<Served, String> {
+    let default: Ipv4Addr = SERVER_IP.parse().expect("ip");
+    let ip = o.addr.unwrap_or(default);
+    match o.fabric {
+        Fabric::Udp(p) => {
+            let end = udp_end(ip, p, o)?;
+            serve_on(&end.cm, &end.dma, ip, o)
+        }
+        Fabric::Eth { local, remote } => {
+            let nic = eth_end(ip, local, remote, o)?;
+            let r = serve_on(&nic.cm, &nic.dma, ip, o);
+            eth_shutdown(nic, o);
+            r
+        }
+    }
+}
+
+/// Client mode: connect from this process's NIC to the server at `-a`.
+fn connect(o: &Options) -> Result<Pinged, String> {
+    let default: Ipv4Addr = CLIENT_IP.parse().expect("ip");
+    let src = o.src.unwrap_or(default);
+    let Some(dst) = o.addr else {
+        return Err("client: no server address".into());
+    };
+    match o.fabric {
+        Fabric::Udp(p) => {
+            let end = udp_end(src, p, o)?;
+            connect_on(&end.cm, &end.dma, src, dst, o)
+        }
+        Fabric::Eth { local, remote } => {
+            let nic = eth_end(src, local, remote, o)?;
+            let r = resolve(&nic, dst, o).and_then(|()| connect_on(&nic.cm, &nic.dma, src, dst, o));
+            eth_shutdown(nic, o);
+            r
+        }
+    }
+}
+
+/// Resolves the server's MAC by ARP (a round of requests every 2 s until `--timeout`).
+fn resolve(nic: &EthNic, dst: Ipv4Addr, o: &Options) -> Result<(), String> {
+    let end = Instant::now() + Duration::from_secs(o.timeout_s);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match nic.resolve(dst, left.min(Duration::from_secs(2))) {
+            Ok(Some(mac)) => {
+                if o.debug {
+                    println!("client: {dst} is at {}", fmt_mac(&mac));
+                }
+                return Ok(());
+            }
+            Ok(None) if Instant::now() < end => {}
+            Ok(None) => {
+                return Err(format!(
+                    "client: no ARP reply from {dst} within {} s",
+                    o.timeout_s
+                ));
+            }
+            Err(e) => return Err(format!("client: resolving {dst}: {e}")),
+        }
+    }
+}
+
+fn per_ping(elapsed: Duration, n: u32) -> String {
+    let ms = elapsed.as_secs_f64() * 1e3;
+    if n == 0 {
+        return format!("{ms:.1} ms");
+    }
+    format!("{ms:.1} ms, {:.3} ms per ping", ms / f64::from(n))
 }
 
 fn main() -> ExitCode {
@@ -740,10 +1083,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let v = if o.validate { ", validated" } else { "" };
     if o.server {
         return match serve(&o) {
-            Ok(()) => {
-                println!("rping: server: {} pings of {} bytes", o.count, o.size);
+            Ok(s) => {
+                eprintln!(
+                    "rping: server: {} pings in {}",
+                    s.pings,
+                    per_ping(s.elapsed, s.pings)
+                );
+                println!(
+                    "rping: server: {} pings of {} bytes{v}; the client disconnected",
+                    s.pings, s.len
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -758,18 +1110,14 @@ fn main() -> ExitCode {
         ("embedded", embedded(&o))
     };
     match r {
-        Ok(n) if n == o.count => {
-            let v = if o.validate { ", validated" } else { "" };
-            println!("rping: {mode}: {n} pings of {} bytes{v}", o.size);
-            ExitCode::SUCCESS
-        }
-        Ok(n) => {
+        Ok(c) => {
             eprintln!(
-                "rping: {mode}: {} of {} pings failed validation",
-                o.count - n,
-                o.count
+                "rping: {mode}: {} pings in {}",
+                c.pings,
+                per_ping(c.elapsed, c.pings)
             );
-            ExitCode::from(1)
+            println!("rping: {mode}: {} pings of {} bytes{v}", c.pings, o.size);
+            ExitCode::SUCCESS
         }
         Err(e) => {
             eprintln!("rping: {e}");
@@ -782,27 +1130,119 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    fn a(v: &[&str]) -> Result<Options, CliError> {
+        parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
     #[test]
     fn pattern_matches_rping() {
-        let p = pattern(0, b'A', 26);
-        assert_eq!(&p, b"rdma-ping-0: ABCDEFGHIJKL\0");
-        let p = pattern(3, b'z', 17);
-        assert_eq!(&p, b"rdma-ping-3: zAB\0");
+        assert_eq!(&pattern(0, 26), b"rdma-ping-0: ABCDEFGHIJKL\0");
+        assert_eq!(&pattern(1, 20), b"rdma-ping-1: BCDEFG\0");
+        // letters wrap from 'z' to 'A'; the start letter advances one per ping and wraps too
+        assert_eq!(pattern(57, 18)[14..], *b"zAB\0");
+        assert_eq!(pattern(58, 18)[14..], *b"ABC\0");
+        assert_eq!(pattern(3, 64).len(), 64);
     }
 
     #[test]
     fn info_round_trip() {
         let m = encode_info(0x1122_3344_5566_7788, 0xaabb_ccdd, 100);
-        assert_eq!(&m[..4], &[0x11, 0x22, 0x33, 0x44]);
+        // network byte order, as `struct rping_rdma_info`
+        assert_eq!(
+            m,
+            [
+                0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0xaa, 0xbb, 0xcc, 0xdd, 0, 0, 0,
+                100
+            ]
+        );
         assert_eq!(decode_info(&m), (0x1122_3344_5566_7788, 0xaabb_ccdd, 100));
     }
 
     #[test]
-    fn sizes() {
-        let a = |v: &[&str]| parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    fn sizes_and_defaults() {
         assert_eq!(MIN_SIZE, 26);
         assert!(a(&["-S", "25"]).is_err());
         assert_eq!(a(&["-S", "26"]).unwrap().size, 26);
-        assert_eq!(a(&[]).unwrap().count, 10);
+        assert_eq!(a(&["-S", "65535"]).unwrap().size, 65535);
+        assert!(a(&["-S", "65536"]).is_err());
+        let d = a(&[]).unwrap();
+        // rping's defaults
+        assert_eq!((d.count, d.size, d.port), (10, 64, 7174));
+        assert_eq!(d.fabric, Fabric::Udp(4791));
+    }
+
+    #[test]
+    fn fabrics() {
+        let o = a(&["-s", "-a", "10.77.0.1", "--fabric", "eth:48030,48031"]).unwrap();
+        assert_eq!(
+            o.fabric,
+            Fabric::Eth {
+                local: 48030,
+                remote: 48031
+            }
+        );
+        let o = a(&[
+            "-c",
+            "-a",
+            "10.77.0.2",
+            "-I",
+            "10.77.0.1",
+            "--fabric",
+            "eth:1,2",
+            "--mac",
+            "02:00:00:77:00:01",
+        ])
+        .unwrap();
+        assert_eq!(o.mac, Some([2, 0, 0, 0x77, 0, 1]));
+        assert_eq!(
+            a(&["-s", "--fabric", "udp:47000"]).unwrap().fabric,
+            Fabric::Udp(47000)
+        );
+        assert_eq!(
+            a(&["-s", "--fabric-port", "47000"]).unwrap().fabric,
+            Fabric::Udp(47000)
+        );
+        for bad in [
+            &["-s", "-a", "10.77.0.1", "--fabric", "eth:1"][..],
+            &["-s", "-a", "10.77.0.1", "--fabric", "eth:1,1"],
+            &["-s", "-a", "10.77.0.1", "--fabric", "eth:0,1"],
+            &["-s", "-a", "10.77.0.1", "--fabric", "tcp:1"],
+            &["-s", "--fabric", "eth:1,2"],
+            &["-s", "-a", "127.0.0.1", "--fabric", "eth:1,2"],
+            &["-s", "-a", "224.0.0.1", "--fabric", "eth:1,2"],
+            &["-c", "-a", "10.77.0.2", "--fabric", "eth:1,2"],
+            &[
+                "-c",
+                "-a",
+                "10.77.0.2",
+                "-I",
+                "10.77.0.2",
+                "--fabric",
+                "eth:1,2",
+            ],
+            &["-s", "--mac", "02:00:00:00:00:01"],
+            &[
+                "-s",
+                "-a",
+                "10.77.0.1",
+                "--fabric",
+                "eth:1,2",
+                "--mac",
+                "01:00:00:00:00:01",
+            ],
+            &[
+                "-s",
+                "-a",
+                "10.77.0.1",
+                "--fabric",
+                "eth:1,2",
+                "--mac",
+                "02:00:00:00:01",
+            ],
+            &["--fabric", "eth:1,2"],
+            &["-s", "--fabric", "udp:1", "--fabric-port", "2"],
+        ] {
+            assert!(a(bad).is_err(), "{bad:?}");
+        }
     }
 }

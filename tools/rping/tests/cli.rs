@@ -67,6 +67,33 @@ fn bad_options_exit_2() {
         (&["-s", "-I", "127.0.0.1"], "-I applies to the client"),
         (&["-c", "-a", "localhost"], "not an IPv4 address"),
         (&["-s", "--fabric-port", "0"], "invalid fabric port"),
+        (&["-s", "--fabric", "eth:1"], "eth:LOCAL,REMOTE"),
+        (
+            &["-s", "--fabric", "eth:48080,48081"],
+            "needs this NIC's address",
+        ),
+        (
+            &["-c", "-a", "10.78.0.1", "--fabric", "eth:48080,48081"],
+            "needs this NIC's address on the wire (-I src)",
+        ),
+        (
+            &["-s", "-a", "127.0.0.1", "--fabric", "eth:48080,48081"],
+            "not a unicast address for the virtual wire",
+        ),
+        (&["-s", "--mac", "02:00:00:00:00:01"], "--mac applies"),
+        (
+            &[
+                "-s",
+                "-a",
+                "10.78.0.1",
+                "--fabric",
+                "eth:1,2",
+                "--mac",
+                "03:00:00:00:00:01",
+            ],
+            "multicast",
+        ),
+        (&["--fabric", "eth:1,2"], "need -s or -c"),
     ] {
         let out = rping(args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -83,9 +110,8 @@ fn server_and_client_as_two_processes() {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
+    // (the server's -C is ignored, as rdma-core's: 9 would fail the test otherwise)
     let common = [
-        "-C",
-        "4",
         "-S",
         "64",
         "-v",
@@ -95,7 +121,7 @@ fn server_and_client_as_two_processes() {
         "20",
     ];
     let mut srv = Command::new(env!("CARGO_BIN_EXE_rping"))
-        .args(["-s", "-a", "127.0.7.20"])
+        .args(["-s", "-a", "127.0.7.20", "-C", "9"])
         .args(common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -109,7 +135,16 @@ fn server_and_client_as_two_processes() {
         "{line}"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_rping"))
-        .args(["-c", "-a", "127.0.7.20", "-I", "127.0.7.21", "-V"])
+        .args([
+            "-c",
+            "-a",
+            "127.0.7.20",
+            "-I",
+            "127.0.7.21",
+            "-V",
+            "-C",
+            "4",
+        ])
         .args(common)
         .output()
         .expect("run the client");
@@ -157,9 +192,10 @@ fn server_and_client_as_two_processes() {
         .filter_map(|l| l.strip_prefix("server "))
         .collect();
     assert_eq!(seen, pings, "{sout}");
+    // -C does not limit the server (as rdma-core's): it served until the client left
     assert_eq!(
         sout.lines().last(),
-        Some("rping: server: 4 pings of 64 bytes")
+        Some("rping: server: 4 pings of 64 bytes; the client disconnected")
     );
 }
 
@@ -179,4 +215,118 @@ fn a_client_without_a_server_times_out() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("TimedOut"), "{err}");
+}
+
+/// Runs the server and the client on the two ends of an Ethernet link in QEMU's socket-netdev
+/// format (127.0.0.1:48080 <-> 127.0.0.1:48081): the client finds the server by ARP on the
+/// virtual wire 10.78.0.0/24, both ends verify the data (the client compares, the server
+/// checks each READ against rping's pattern with -V), and the server runs until the client
+/// disconnects.
+#[test]
+fn server_and_client_on_an_ethernet_link() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut srv = Command::new(env!("CARGO_BIN_EXE_rping"))
+        .args(["-s", "-a", "10.78.0.1", "--fabric", "eth:48080,48081"])
+        .args(["-v", "-V", "--timeout", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let mut err = BufReader::new(srv.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("server stderr");
+    assert!(
+        line.contains(
+            "listening on 10.78.0.1:7174 (Ethernet link 127.0.0.1:48080 -> 127.0.0.1:48081, \
+             MAC 02:00:0a:4e:00:01)"
+        ),
+        "{line}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rping"))
+        .args(["-c", "-a", "10.78.0.1", "-I", "10.78.0.2"])
+        .args(["--fabric", "eth:48081,48080", "--mac", "02:00:00:78:00:02"])
+        .args(["-C", "6", "-S", "3000", "-v", "-V", "-d", "--timeout", "30"])
+        .output()
+        .expect("run the client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = srv.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = srv.kill();
+            let _ = srv.wait();
+            panic!("the server did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut sout = String::new();
+    srv.stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut sout)
+        .expect("server stdout");
+    let mut serr = String::new();
+    err.read_to_string(&mut serr).expect("server stderr");
+    let cout = String::from_utf8_lossy(&out.stdout);
+    let cerr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cout}\n{cerr}\nserver:\n{sout}\n{serr}"
+    );
+    assert!(status.success(), "{sout}\n{serr}");
+    // the client resolved the server's MAC by ARP (-d)
+    assert!(
+        cout.contains("client: 10.78.0.1 is at 02:00:0a:4e:00:01"),
+        "{cout}"
+    );
+    let pings: Vec<&str> = cout
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), 6, "{cout}");
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+        assert_eq!(l.len() - "ping data: ".len(), 2999, "{l}");
+    }
+    assert_eq!(
+        cout.lines().last(),
+        Some("rping: client: 6 pings of 3000 bytes, validated")
+    );
+    assert!(cerr.contains("rping: client: 6 pings in "), "{cerr}");
+    let seen: Vec<&str> = sout
+        .lines()
+        .filter_map(|l| l.strip_prefix("server "))
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    assert_eq!(seen, pings, "{sout}");
+    assert_eq!(
+        sout.lines().last(),
+        Some("rping: server: 6 pings of 3000 bytes, validated; the client disconnected")
+    );
+}
+
+/// A client whose server never answers ARP gives up after --timeout with a clear error.
+#[test]
+fn an_ethernet_client_without_a_peer_fails_arp() {
+    let out = rping(&[
+        "-c",
+        "-a",
+        "10.78.0.11",
+        "-I",
+        "10.78.0.12",
+        "--fabric",
+        "eth:48082,48083",
+        "--timeout",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("client: no ARP reply from 10.78.0.11 within 1 s"),
+        "{err}"
+    );
 }

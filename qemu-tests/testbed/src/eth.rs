@@ -1,13 +1,35 @@
-//! An emulated NIC on the Ethernet fabric, in real time, with the mlx5 driver and our
-//! connection manager on top: the host end of the interop tests.
+//! An emulated NIC on the Ethernet fabric, in real time, with the mlx5 driver and a connection
+//! manager on top: the host end of a link in the format of QEMU's socket netdev
+//! (`-netdev socket,udp=127.0.0.1:A,localaddr=127.0.0.1:B`), used by `tools/rping` and the
+//! interop tests against Linux soft-RoCE.
 //!
-//! The device runs on a poller thread (like [`nic_testbed::UdpNic`]); its port is an
-//! [`EthPort`] on an [`EthLink`]. [`HostNic::start`] probes the driver, programs GID 0 with
-//! the port's IPv4 address, adds the device to a [`Cm`] and starts a thread that copies the
-//! neighbours the port learns by ARP into the CM's neighbour table (the CM resolves addresses
-//! from that table; a passive side needs the requester's entry before the REQ arrives) and
-//! drives the CM's progress engine, so that a REQ to a port nobody listens on is rejected
-//! even while no CM call is blocking.
+//! The device runs on a poller thread (like [`UdpNic`](crate::UdpNic)); its port is an
+//! [`EthPort`](nic_emulator::roce_wire::fabric::EthPort) on an [`EthLink`]: a MAC and an IPv4
+//! address on the virtual wire (ARP, ICMP echo, filtering), two 127.0.0.1 UDP sockets on the
+//! host. [`EthNic::start`] probes the driver, programs GID 0 with the port's IPv4 address,
+//! adds the device to a [`Cm`] and starts a thread that copies the neighbours the port learns
+//! by ARP into the CM's neighbour table (the CM resolves addresses from that table; a passive
+//! side needs the requester's entry before the REQ arrives) and drives the CM's progress
+//! engine, so that a REQ to a port nobody listens on is rejected even while no CM call is
+//! blocking.
+//!
+//! ```
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! use std::time::Duration;
+//! use nic_emulator::roce_wire::fabric::EthLink;
+//! use nic_testbed::eth::EthNic;
+//!
+//! let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+//! let (a_ip, b_ip) = (Ipv4Addr::new(10, 78, 0, 1), Ipv4Addr::new(10, 78, 0, 2));
+//! let b_mac = [0x02, 0, 0, 0x78, 0, 2];
+//! let a = EthNic::start(EthLink::new(sa(48092), sa(48093), [0x02, 0, 0, 0x78, 0, 1]), a_ip,
+//!     Default::default()).unwrap();
+//! let b = EthNic::start(EthLink::new(sa(48093), sa(48092), b_mac), b_ip, Default::default())
+//!     .unwrap();
+//! assert_eq!(a.resolve(b_ip, Duration::from_secs(2)).unwrap(), Some(b_mac));
+//! assert_eq!(a.shutdown().unwrap(), Default::default());
+//! assert_eq!(b.shutdown().unwrap(), Default::default());
+//! ```
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,11 +42,12 @@ use nic_emulator::roce_wire::eth::Mac;
 use nic_emulator::roce_wire::fabric::{EthHandle, EthLink, FabricError};
 use nic_emulator::{Device, Poller, Profile, spawn_poller};
 use nic_hal::{DmaAllocator, HeapDma, Platform};
-use nic_testbed::{EmuRegs, IommuView};
 use verbs::Gid;
 
+use crate::{EmuRegs, IommuView};
+
 /// Real time for a driver whose device runs on a thread of its own, with a relax hook that
-/// yields the CPU briefly: the host shares two cores with a TCG guest, and the CM's and the
+/// yields the CPU briefly: the host may share its cores with a TCG guest, and the CM's and the
 /// driver's poll loops must not starve it.
 #[derive(Clone, Copy, Debug)]
 pub struct YieldingTime {
@@ -55,13 +78,13 @@ impl Platform for YieldingTime {
     }
 }
 
-/// The driver type of a [`HostNic`].
-pub type HostDevice = mlx5::Device<EmuRegs, YieldingTime>;
+/// The driver type of an [`EthNic`].
+pub type EthDevice = mlx5::Device<EmuRegs, YieldingTime>;
 
-/// Why a host NIC could not be set up.
+/// Why an [`EthNic`] could not be set up.
 #[derive(Debug)]
-pub enum NicError {
-    /// The Ethernet link (sockets).
+pub enum EthNicError {
+    /// The Ethernet link (sockets, addresses).
     Fabric(FabricError),
     /// Driver bring-up or a driver command.
     Driver(String),
@@ -69,7 +92,7 @@ pub enum NicError {
     Cm(cm::Error),
 }
 
-impl std::fmt::Display for NicError {
+impl std::fmt::Display for EthNicError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Fabric(e) => write!(f, "fabric: {e}"),
@@ -79,14 +102,17 @@ impl std::fmt::Display for NicError {
     }
 }
 
-impl std::error::Error for NicError {}
+impl std::error::Error for EthNicError {}
 
 /// An emulated NIC on an Ethernet link, driven by the mlx5 driver, in a [`Cm`].
-pub struct HostNic {
+///
+/// Dropping it stops the neighbour thread and the poller; call [`shutdown`](Self::shutdown)
+/// first for an orderly driver teardown.
+pub struct EthNic {
     /// The device model.
     pub dev: Arc<Mutex<Device>>,
     /// The connection manager the device was added to.
-    pub cm: Cm<HostDevice>,
+    pub cm: Cm<EthDevice>,
     /// The device's id in `cm`.
     pub dev_id: DeviceId,
     /// The driver's DMA allocator.
@@ -98,11 +124,14 @@ pub struct HostNic {
     sync: Option<JoinHandle<()>>,
 }
 
-impl HostNic {
+impl EthNic {
     /// Binds `link` at `ip`, builds a device with MAC `link.mac`, probes the driver, sets GID
     /// 0 to `ip` and adds the device to a new [`Cm`] configured by `cfg`.
-    pub fn start(link: EthLink, ip: Ipv4Addr, cfg: CmConfig) -> Result<HostNic, NicError> {
-        let port = link.bind(ip).map_err(NicError::Fabric)?;
+    ///
+    /// Errors: [`EthNicError::Fabric`] when the link's sockets are not on 127.0.0.0/8, the
+    /// MAC is multicast or zero, or the local socket is taken; driver and CM failures.
+    pub fn start(link: EthLink, ip: Ipv4Addr, cfg: CmConfig) -> Result<EthNic, EthNicError> {
+        let port = link.bind(ip).map_err(EthNicError::Fabric)?;
         let eth = port.handle();
         let dma = HeapDma::new(0x1_0000_0000);
         let clock = YieldingTime::new();
@@ -117,34 +146,60 @@ impl HostNic {
         dev.set_clock(Arc::new(move || clock.now_ns()));
         dev.attach(Box::new(port));
         let dev = Arc::new(Mutex::new(dev));
-        let poller = spawn_poller(dev.clone());
+        let mut poller = Some(spawn_poller(dev.clone()));
+        let stop_poller = |p: &mut Option<Poller>| {
+            if let Some(p) = p.take() {
+                p.stop();
+            }
+        };
         let allocator: Arc<dyn DmaAllocator> = dma;
-        let driver = mlx5::Device::probe(
+        let driver = match mlx5::Device::probe(
             EmuRegs(dev.clone()),
-            allocator.clone(),
+            allocator,
             clock,
             mlx5::Config::default(),
-        )
-        .map_err(|e| NicError::Driver(format!("probe: {e:?}")))?;
-        let mac = driver
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                stop_poller(&mut poller);
+                return Err(EthNicError::Driver(format!("probe: {e:?}")));
+            }
+        };
+        let gid = driver
             .mac()
-            .map_err(|e| NicError::Driver(format!("mac: {e:?}")))?;
-        driver
-            .set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
-            .map_err(|e| NicError::Driver(format!("set gid: {e:?}")))?;
+            .map_err(|e| format!("mac: {e:?}"))
+            .and_then(|mac| {
+                driver
+                    .set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
+                    .map(|()| mac)
+                    .map_err(|e| format!("set gid: {e:?}"))
+            });
+        let mac = match gid {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = driver.shutdown();
+                stop_poller(&mut poller);
+                return Err(EthNicError::Driver(e));
+            }
+        };
         let dma = driver.dma().clone();
         let cm = Cm::new(clock, cfg);
-        let dev_id = cm
-            .add_device(driver, dma.clone(), mac)
-            .map_err(|(e, _)| NicError::Cm(e))?;
-        let mut nic = HostNic {
+        let dev_id = match cm.add_device(driver, dma.clone(), mac) {
+            Ok(id) => id,
+            Err((e, driver)) => {
+                let _ = driver.shutdown();
+                stop_poller(&mut poller);
+                return Err(EthNicError::Cm(e));
+            }
+        };
+        let mut nic = EthNic {
             dev,
             cm,
             dev_id,
             dma,
             eth,
             ip,
-            poller: Some(poller),
+            poller,
             sync_stop: Arc::new(AtomicBool::new(false)),
             sync: None,
         };
@@ -161,7 +216,7 @@ impl HostNic {
         let stop = self.sync_stop.clone();
         let me = self.ip;
         self.sync = std::thread::Builder::new()
-            .name("interop-neighbors".into())
+            .name("eth-nic-neighbors".into())
             .spawn(move || {
                 let mut known: Vec<(Ipv4Addr, Mac)> = Vec::new();
                 while !stop.load(Ordering::Acquire) {
@@ -184,12 +239,18 @@ impl HostNic {
         self.ip
     }
 
-    /// The Ethernet port (neighbour cache, ARP, counters).
+    /// The port's MAC.
+    pub fn mac(&self) -> Mac {
+        self.eth.mac()
+    }
+
+    /// The Ethernet port (neighbour cache, ARP, counters, capture).
     pub fn eth(&self) -> &EthHandle {
         &self.eth
     }
 
-    /// Resolves `ip` by ARP (up to `timeout`) and gives the CM the entry.
+    /// Resolves `ip` by ARP (up to `timeout`) and gives the CM the entry; `None` when nobody
+    /// answered.
     pub fn resolve(&self, ip: Ipv4Addr, timeout: Duration) -> Result<Option<Mac>, FabricError> {
         let mac = self.eth.resolve(ip, timeout)?;
         if let Some(mac) = mac {
@@ -201,11 +262,16 @@ impl HostNic {
     /// Takes the device out of the CM, shuts the driver down (teardown commands) and returns
     /// what the device still holds ([`nic_emulator::Live::default`] when nothing leaked).
     /// Fails while CM ids still use the device.
-    pub fn shutdown(self) -> Result<nic_emulator::Live, NicError> {
-        let driver = self.cm.remove_device(self.dev_id).map_err(NicError::Cm)?;
+    pub fn shutdown(self) -> Result<nic_emulator::Live, EthNicError> {
+        // the neighbour thread calls into the CM: stop it before the device leaves
+        self.sync_stop.store(true, Ordering::Release);
+        let driver = self
+            .cm
+            .remove_device(self.dev_id)
+            .map_err(EthNicError::Cm)?;
         driver
             .shutdown()
-            .map_err(|e| NicError::Driver(format!("shutdown: {e:?}")))?;
+            .map_err(|e| EthNicError::Driver(format!("shutdown: {e:?}")))?;
         let live = self.dev.lock().unwrap_or_else(|e| e.into_inner()).live();
         Ok(live)
     }
@@ -219,7 +285,7 @@ impl HostNic {
     }
 }
 
-impl Drop for HostNic {
+impl Drop for EthNic {
     fn drop(&mut self) {
         self.sync_stop.store(true, Ordering::Release);
         if let Some(h) = self.sync.take() {

@@ -1,18 +1,21 @@
 //! Bandwidth tests, as perftest runs them: the client keeps `tx_depth` requests in flight,
 //! signals one in `cq_mod` (and the last), and records when each request was posted and when
 //! the signalled completion covering it was seen. `send_bw`'s server keeps receives posted
-//! and reposts each as it completes (in this same thread).
+//! and reposts each as it completes (in this same thread in the embedded mode, [`run`]; in its
+//! own process in the two-process mode). [`measure`] is the client's loop in both modes.
 //!
 //! Requests cycle over a few message-sized slots (up to 16, within 1 MiB); after the run each
 //! slot that was a target is compared with the source slot that fed it.
 
 use std::time::Instant;
 
-use verbs::{RemoteOp, SendFlags, SendWr, WcOpcode, WorkCompletion, WrOpcode};
+use verbs::{SendFlags, WcOpcode, WorkCompletion, WrOpcode};
 
 use crate::cli::{Plan, Test};
+use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
-use crate::setup::{End, Error, Pair, Result, Watchdog, check_ok, compare, post_send};
+use crate::serve::Peer;
+use crate::setup::{Error, Pair, Result, check_ok, compare};
 
 /// Slots of one side fit in this many bytes (at least one slot).
 const SLOT_BUDGET: usize = 1 << 20;
@@ -50,7 +53,21 @@ pub struct BwConfig {
     pub rx_depth: u32,
 }
 
-/// Runs `test` (a bandwidth test) at `size` on `pair`.
+impl BwConfig {
+    /// The knobs of `test` with `tx_depth` requests in flight, one signalled in `cq_mod`, and
+    /// messages up to `inline` bytes inline.
+    pub fn new(tx_depth: u32, cq_mod: u32, inline: u32) -> BwConfig {
+        BwConfig {
+            tx_depth,
+            cq_mod,
+            inline,
+            rx_depth: RX_DEPTH.max(tx_depth),
+        }
+    }
+}
+
+/// Runs `test` (a bandwidth test) at `size` on `pair`: the client's loop with the server
+/// driven from this thread.
 pub fn run(
     pair: &mut Pair,
     test: Test,
@@ -59,11 +76,28 @@ pub fn run(
     cfg: BwConfig,
     progress: &mut Progress,
 ) -> Result<BwRun> {
-    let Pair { world, c, s, .. } = pair;
+    let use_inline = test.inline_at(cfg.inline, size);
+    let (c, mut near, world) = pair.split(test, size, use_inline, cfg.rx_depth, plan.count())?;
+    measure(c, &mut near, world, test, size, plan, cfg, progress)
+}
+
+/// The client's loop of `test` (a bandwidth test) at `size` on `c`, whose far end is `peer`;
+/// after the run, what READs brought here is compared with what the peer holds, and the
+/// peer's verdict is added.
+#[allow(clippy::too_many_arguments)]
+pub fn measure<E: Port, P: Pace, A: Peer<E>>(
+    c: &mut E,
+    peer: &mut A,
+    pace: &P,
+    test: Test,
+    size: usize,
+    plan: Plan,
+    cfg: BwConfig,
+    progress: &mut Progress,
+) -> Result<BwRun> {
     let nslots = slots(size);
     c.prepare(size, nslots)?;
-    s.prepare(size, nslots)?;
-    let use_inline = cfg.inline as usize >= size && test.can_inline();
+    let use_inline = test.inline_at(cfg.inline, size);
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
     let (opcode, wc_opcode) = match test {
@@ -73,29 +107,18 @@ pub fn run(
         _ => unreachable!("bandwidth tests only"),
     };
     // Messages to send: known up front, or fixed once the duration has passed.
-    let (mut limit, cap) = match plan {
-        Plan::Iters(n) => (n, n.min(1 << 26) as usize),
-        Plan::Duration(_) => (u64::MAX, 1 << 16),
+    let mut limit = plan.count();
+    let cap = match plan {
+        Plan::Iters(n) => n.min(1 << 26) as usize,
+        Plan::Duration(_) => 1 << 16,
     };
     let mut posted: Vec<u64> = Vec::with_capacity(cap);
     let mut completed: Vec<u64> = Vec::with_capacity(cap);
     let mut wc = [WorkCompletion::default(); 64];
-    let mut bad: Option<String> = None;
-
-    // send_bw: the server's receives, wr_id = sequence number, slot = sequence % slots.
-    let rx_depth = u64::from(cfg.rx_depth);
-    let (mut rposted, mut rdone) = (0u64, 0u64);
-    if test == Test::SendBw {
-        while rposted < rx_depth.min(limit) {
-            let sge = s.sge(s.dst_off(rposted as usize % nslots, size), size);
-            s.post_recv(rposted, sge)?;
-            rposted += 1;
-        }
-    }
 
     let (mut scnt, mut ccnt) = (0u64, 0u64);
     let mut last_signaled = false;
-    let mut wd = Watchdog::new(world, "bandwidth completions");
+    let mut wd = pace.wait("bandwidth completions");
     let start = Instant::now();
     loop {
         // Fill the window.
@@ -107,39 +130,23 @@ pub fn run(
             } else {
                 SendFlags::empty()
             };
-            let (local, remote) = match test {
-                Test::ReadBw => (
-                    c.sge(c.dst_off(slot, size), size),
-                    s.remote(End::src_off(slot, size)),
-                ),
-                _ => (
-                    c.sge(End::src_off(slot, size), size),
-                    s.remote(s.dst_off(slot, size)),
-                ),
-            };
-            let sg = [local];
-            let mut wr = SendWr {
-                wr_id: scnt,
-                opcode,
-                flags,
-                sg_list: &sg,
-                remote: if test == Test::SendBw {
-                    RemoteOp::None
-                } else {
-                    RemoteOp::Rdma {
-                        remote_addr: remote.0,
-                        rkey: remote.1,
-                    }
-                },
-                ..SendWr::default()
-            };
             if use_inline {
                 flags |= SendFlags::INLINE;
-                wr.flags = flags;
-                wr.sg_list = &[];
-                wr.inline_data = &c.mirror[slot * size..(slot + 1) * size];
             }
-            post_send(&c.dev, &mut c.qp, wr)?;
+            let r = match test {
+                Test::ReadBw => {
+                    let (addr, rkey) = c.peer_src(slot, size);
+                    Request::new(scnt, opcode, flags, c.dst_off(slot, size), size)
+                        .to(Target::Rdma(addr, rkey))
+                }
+                Test::SendBw => Request::new(scnt, opcode, flags, slot * size, size),
+                _ => {
+                    let (addr, rkey) = c.peer_dst(slot, size);
+                    Request::new(scnt, opcode, flags, slot * size, size)
+                        .to(Target::Rdma(addr, rkey))
+                }
+            };
+            c.post(&r)?;
             posted.push(start.elapsed().as_nanos() as u64);
             last_signaled = signaled;
             scnt += 1;
@@ -162,30 +169,12 @@ pub fn run(
                 completed.resize(seq as usize + 1, t);
                 ccnt = seq + 1;
             }
-            wd.progress(world);
+            wd.progress();
         }
 
-        // The server's receives.
-        if test == Test::SendBw {
-            let m = s.poll(&mut wc)?;
-            for w in &wc[..m] {
-                check_ok(w, "receive")?;
-                if w.opcode != WcOpcode::Recv || w.wr_id != rdone || w.byte_len as usize != size {
-                    bad.get_or_insert(format!(
-                        "receive {rdone}: wr_id {} opcode {:?} {} bytes, want {size}",
-                        w.wr_id, w.opcode, w.byte_len
-                    ));
-                }
-                rdone += 1;
-                if rposted < limit {
-                    let sge = s.sge(s.dst_off(rposted as usize % nslots, size), size);
-                    s.post_recv(rposted, sge)?;
-                    rposted += 1;
-                }
-            }
-            if m > 0 {
-                wd.progress(world);
-            }
+        // The far end's receives (send_bw, when it is driven from here).
+        if peer.serve(limit)? {
+            wd.progress();
         }
 
         let now = Instant::now();
@@ -200,44 +189,36 @@ pub fn run(
                 }
             }
         }
-        let recv_done = test != Test::SendBw || rdone >= limit;
-        if ccnt == limit && recv_done {
+        if ccnt == limit && peer.received(limit) {
             break;
         }
-        wd.relax(world)?;
+        wd.relax()?;
     }
 
-    let count = limit as usize;
-    let verified = match bad {
-        Some(b) => Err(b),
-        None => verify(test, c, s, size, nslots.min(count)),
+    let mine = if test == Test::ReadBw {
+        verify_reads(c, size, nslots.min(limit as usize))
+    } else {
+        Ok(())
     };
+    let theirs = peer.finish(c, completed.len() as u64)?;
     Ok(BwRun {
         posted,
         completed,
-        verified,
+        verified: mine.and(theirs),
     })
 }
 
-/// Compares every slot that was a target with the slot that fed it.
-fn verify(
-    test: Test,
-    c: &End,
-    s: &End,
-    size: usize,
-    used: usize,
-) -> std::result::Result<(), String> {
+/// Compares the first `used` DST slots of `c` with the peer's SRC slots its READs fetched.
+fn verify_reads<E: Port>(c: &E, size: usize, used: usize) -> std::result::Result<(), String> {
     for slot in 0..used {
-        let range = slot * size..(slot + 1) * size;
-        let (dst, src, what) = if test == Test::ReadBw {
-            (c, s, "server -> client (READ)")
-        } else {
-            (s, c, "client -> server")
-        };
-        let got = dst
-            .read(dst.dst_off(slot, size), size)
+        let got = c
+            .read(c.dst_off(slot, size), size)
             .map_err(|e| e.to_string())?;
-        compare(&got, &src.mirror[range], &format!("{what}, slot {slot}"))?;
+        compare(
+            &got,
+            &c.peer_pattern(size, slot),
+            &format!("server -> client (READ), slot {slot}"),
+        )?;
     }
     Ok(())
 }
@@ -256,6 +237,7 @@ mod tests {
 
     #[test]
     fn a_run_verifies_and_a_corrupted_target_does_not() {
+        use crate::port::Port;
         use crate::setup::QpConfig;
         let size = 4096;
         for test in [Test::WriteBw, Test::SendBw, Test::ReadBw] {
@@ -284,9 +266,14 @@ mod tests {
                 &pair.s
             };
             let off = target.dst_off(3, size) + 17;
-            let b = target.mem.read_u8(off).unwrap();
-            target.mem.write_u8(off, !b).unwrap();
-            let e = verify(test, &pair.c, &pair.s, size, slots(size)).unwrap_err();
+            let b = target.buf.mem.read_u8(off).unwrap();
+            target.buf.mem.write_u8(off, !b).unwrap();
+            let e = if test == Test::ReadBw {
+                verify_reads(&pair.c, size, slots(size))
+            } else {
+                crate::serve::check(&pair.s, test, size, 100)
+            }
+            .unwrap_err();
             assert!(e.contains("slot 3") && e.contains("byte 17"), "{e}");
             pair.teardown().unwrap();
         }

@@ -123,6 +123,11 @@ impl Test {
         )
     }
 
+    /// Whether `size`-byte messages go inline under the threshold `inline`.
+    pub fn inline_at(self, inline: u32, size: usize) -> bool {
+        inline as usize >= size && self.can_inline()
+    }
+
     /// Latency is reported as half the round trip (ping-pong tests), as perftest does; READ
     /// and atomics report the whole round trip.
     pub fn rtt_divisor(self) -> f64 {
@@ -140,6 +145,16 @@ pub enum Plan {
     Iters(u64),
     /// A wall-clock duration.
     Duration(Duration),
+}
+
+impl Plan {
+    /// The iterations when they are fixed up front (`u64::MAX` for a duration).
+    pub fn count(self) -> u64 {
+        match self {
+            Plan::Iters(n) => n,
+            Plan::Duration(_) => u64::MAX,
+        }
+    }
 }
 
 /// Default iteration count (perftest's latency default; the brief asks the same for bandwidth).

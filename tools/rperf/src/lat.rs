@@ -1,4 +1,7 @@
-//! Latency tests, as perftest runs them, with both ends driven from this thread:
+//! Latency tests, as perftest runs them. [`measure`] is the client's loop in both modes: the
+//! server is its [`Peer`], driven from this thread in the embedded mode ([`run`]) or a
+//! process of its own ([`crate::remote`]); [`crate::serve::Responder`] is the server's side.
+//!
 //! - `send_lat`: SEND/RECV ping-pong; each side waits for the receive completion, then answers;
 //! - `write_lat`: RDMA WRITE ping-pong; each side polls the last byte of its buffer until the
 //!   peer's write changes it (perftest's method: no receive, no completion on the target);
@@ -12,11 +15,13 @@
 
 use std::time::Instant;
 
-use verbs::{RemoteOp, SendFlags, SendWr, WcOpcode, WorkCompletion, WrOpcode};
+use verbs::{SendFlags, WcOpcode, WorkCompletion, WrOpcode};
 
 use crate::cli::{Plan, Test};
+use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
-use crate::setup::{End, Error, Pair, Result, Watchdog, check_ok, compare, post_send};
+use crate::serve::{Peer, Queue};
+use crate::setup::{Error, Pair, Result, check_ok, compare};
 
 /// Send queue depth of the latency QPs (one request in flight; room to reap lazily).
 pub const LAT_SQ: u32 = 16;
@@ -40,87 +45,6 @@ pub(crate) fn stamp(i: u64) -> u8 {
     (i % 255) as u8 + 1
 }
 
-/// Per-side bookkeeping of signalled sends and posted receives.
-#[derive(Default)]
-struct Side {
-    /// Signalled send requests not completed yet.
-    outstanding: u32,
-    /// Receives completed.
-    recvs: u64,
-    /// Receives posted (their `wr_id`s are 0, 1, ...).
-    posted: u64,
-}
-
-/// Reaps `end`'s completions: sends free queue slots; receives are checked (size, stamp,
-/// order) and reposted. Returns the number of receives. A stamp or order mismatch is recorded
-/// in `bad` (a verification failure), an error status fails the run.
-fn reap(
-    end: &mut End,
-    side: &mut Side,
-    wc: &mut [WorkCompletion],
-    size: usize,
-    want_stamp: u8,
-    bad: &mut Option<String>,
-) -> Result<u32> {
-    let n = end.poll(wc)?;
-    let mut recvs = 0;
-    for w in &wc[..n] {
-        if w.opcode == WcOpcode::Recv {
-            check_ok(w, "receive")?;
-            if w.wr_id != side.recvs || w.byte_len as usize != size {
-                bad.get_or_insert(format!(
-                    "receive {} completed as wr_id {} with {} bytes, want {size}",
-                    side.recvs, w.wr_id, w.byte_len
-                ));
-            }
-            let got = end
-                .mem
-                .read_u8(end.dst_off(0, size) + size - 1)
-                .map_err(|err| Error::Dma {
-                    what: "read stamp",
-                    err,
-                })?;
-            if got != want_stamp {
-                bad.get_or_insert(format!(
-                    "receive {}: last byte {got}, want stamp {want_stamp}",
-                    side.recvs
-                ));
-            }
-            side.recvs += 1;
-            recvs += 1;
-            let sge = end.sge(end.dst_off(0, size), size);
-            end.post_recv(side.posted, sge)?;
-            side.posted += 1;
-        } else {
-            check_ok(w, "send")?;
-            side.outstanding = side.outstanding.saturating_sub(1);
-        }
-    }
-    Ok(recvs)
-}
-
-/// Makes room for one more signalled send on `end` (reaping, and waiting if the queue is full).
-fn room(
-    world: &nic_testbed::World,
-    end: &mut End,
-    side: &mut Side,
-    wc: &mut [WorkCompletion],
-    size: usize,
-    bad: &mut Option<String>,
-) -> Result<()> {
-    if side.outstanding == 0 {
-        return Ok(());
-    }
-    // The stamp is irrelevant here: no receive is due on this side while it is about to send.
-    reap(end, side, wc, size, 0, bad)?;
-    let wd = Watchdog::new(world, "send completion");
-    while side.outstanding >= LAT_SQ {
-        wd.relax(world)?;
-        reap(end, side, wc, size, 0, bad)?;
-    }
-    Ok(())
-}
-
 /// Whether the loop goes on after `i` iterations started at `start`; the fraction done.
 pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f64) {
     match plan {
@@ -132,7 +56,8 @@ pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f
     }
 }
 
-/// Runs `test` (a latency test) at `size` on `pair`.
+/// Runs `test` (a latency test) at `size` on `pair`: the client's loop with the server driven
+/// from this thread.
 pub fn run(
     pair: &mut Pair,
     test: Test,
@@ -141,22 +66,32 @@ pub fn run(
     inline: u32,
     progress: &mut Progress,
 ) -> Result<LatRun> {
-    let Pair { world, c, s, .. } = pair;
+    let use_inline = test.inline_at(inline, size);
+    let (c, mut near, world) = pair.split(test, size, use_inline, LAT_RQ, plan.count())?;
+    measure(c, &mut near, world, test, size, plan, use_inline, progress)
+}
+
+/// The client's loop of `test` (a latency test) at `size` on `c`, whose far end is `peer`:
+/// one sample per iteration; after the run, what arrived here is compared with what the peer
+/// sent, and the peer's verdict is added.
+#[allow(clippy::too_many_arguments)]
+pub fn measure<E: Port, P: Pace, A: Peer<E>>(
+    c: &mut E,
+    peer: &mut A,
+    pace: &P,
+    test: Test,
+    size: usize,
+    plan: Plan,
+    use_inline: bool,
+    progress: &mut Progress,
+) -> Result<LatRun> {
     c.prepare(size, 1)?;
-    s.prepare(size, 1)?;
-    let use_inline = inline as usize >= size && test.can_inline();
-    let mut wc = [WorkCompletion::default(); 16];
-    let (mut cs, mut ss) = (Side::default(), Side::default());
-    let mut bad: Option<String> = None;
+    let mut q = Queue::new(size, 1);
     if test == Test::SendLat {
-        for (end, side) in [(&mut *c, &mut cs), (&mut *s, &mut ss)] {
-            for _ in 0..LAT_RQ {
-                let sge = end.sge(end.dst_off(0, size), size);
-                end.post_recv(side.posted, sge)?;
-                side.posted += 1;
-            }
-        }
+        q.post_recvs(c, u64::from(LAT_RQ))?;
     }
+    let mut wc = [WorkCompletion::default(); 16];
+    let mut bad: Option<String> = None;
     let flags = if use_inline {
         SendFlags::SIGNALED | SendFlags::INLINE
     } else {
@@ -166,6 +101,8 @@ pub fn run(
         Plan::Iters(n) => n.min(1 << 24) as usize,
         Plan::Duration(_) => 1 << 16,
     });
+    // What the last READ brought into the last byte.
+    let mut read_last = 0u8;
     let start = Instant::now();
     let mut now = start;
     let mut i = 0u64;
@@ -179,113 +116,81 @@ pub fn run(
         let t0 = Instant::now();
         match test {
             Test::SendLat | Test::WriteLat => {
-                // There and back: c -> s, then s -> c.
-                for dir in 0..2 {
-                    let (from, fs, to, ts) = if dir == 0 {
-                        (&mut *c, &mut cs, &mut *s, &mut ss)
-                    } else {
-                        (&mut *s, &mut ss, &mut *c, &mut cs)
-                    };
-                    room(world, from, fs, &mut wc, size, &mut bad)?;
-                    from.stamp(size, st)?;
-                    let (opcode, remote) = if test == Test::SendLat {
-                        (WrOpcode::Send, RemoteOp::None)
-                    } else {
-                        let (remote_addr, rkey) = to.remote(to.dst_off(0, size));
-                        (WrOpcode::RdmaWrite, RemoteOp::Rdma { remote_addr, rkey })
-                    };
-                    let sg = [from.sge(End::src_off(0, size), size)];
-                    let wr = SendWr {
-                        wr_id: i,
-                        opcode,
-                        flags,
-                        sg_list: if use_inline { &[] } else { &sg },
-                        inline_data: if use_inline {
-                            &from.mirror[..size]
-                        } else {
-                            &[]
-                        },
-                        remote,
-                        ..SendWr::default()
-                    };
-                    post_send(&from.dev, &mut from.qp, wr)?;
-                    fs.outstanding += 1;
-                    let wd = Watchdog::new(world, "the peer's message");
-                    if test == Test::SendLat {
-                        while reap(to, ts, &mut wc, size, st, &mut bad)? == 0 {
-                            wd.relax(world)?;
-                        }
-                    } else {
-                        let at = to.dst_off(0, size) + size - 1;
-                        while to.mem.read_u8(at).map_err(|err| Error::Dma {
-                            what: "poll the last byte",
-                            err,
-                        })? != st
-                        {
-                            wd.relax(world)?;
-                        }
+                // There (c -> peer) and back (peer -> c).
+                q.room(c, &mut wc, pace, &mut bad)?;
+                c.stamp(size, st)?;
+                let r = if test == Test::SendLat {
+                    Request::new(i, WrOpcode::Send, flags, 0, size)
+                } else {
+                    let (addr, rkey) = c.peer_dst(0, size);
+                    Request::new(i, WrOpcode::RdmaWrite, flags, 0, size)
+                        .to(Target::Rdma(addr, rkey))
+                };
+                q.post(c, &r)?;
+                peer.answer()?;
+                let mut w = pace.wait("the peer's message");
+                if test == Test::SendLat {
+                    let want = q.recvs + 1;
+                    while {
+                        q.reap(c, &mut wc, Some(st), &mut bad)?;
+                        q.recvs < want
+                    } {
+                        w.relax()?;
+                    }
+                } else {
+                    let at = c.dst_off(0, size) + size - 1;
+                    while c.read_u8(at)? != st {
+                        w.relax()?;
                     }
                 }
             }
             Test::ReadLat | Test::AtomicLat => {
-                let wr = if test == Test::ReadLat {
-                    // A new stamp in the server's memory each time: every READ must fetch it.
-                    s.stamp(size, st)?;
-                    let (remote_addr, rkey) = s.remote(End::src_off(0, size));
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::RdmaRead,
-                        flags: SendFlags::SIGNALED,
-                        remote: RemoteOp::Rdma { remote_addr, rkey },
-                        ..SendWr::default()
-                    }
+                let at = c.dst_off(0, size);
+                let r = if test == Test::ReadLat {
+                    read_last = peer.before_read(c, size, st)?;
+                    let (addr, rkey) = c.peer_src(0, size);
+                    Request::new(i, WrOpcode::RdmaRead, SendFlags::SIGNALED, at, size)
+                        .to(Target::Rdma(addr, rkey))
                 } else {
-                    let (remote_addr, rkey) = s.remote(s.dst_off(0, size));
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::AtomicFetchAndAdd,
-                        flags: SendFlags::SIGNALED,
-                        remote: RemoteOp::Atomic {
-                            remote_addr,
-                            rkey,
-                            compare_add: 1,
-                            swap: 0,
-                        },
-                        ..SendWr::default()
-                    }
+                    let (addr, rkey) = c.peer_dst(0, size);
+                    Request::new(
+                        i,
+                        WrOpcode::AtomicFetchAndAdd,
+                        SendFlags::SIGNALED,
+                        at,
+                        size,
+                    )
+                    .to(Target::FetchAdd(addr, rkey))
                 };
-                let sg = [c.sge(c.dst_off(0, size), size)];
-                post_send(&c.dev, &mut c.qp, SendWr { sg_list: &sg, ..wr })?;
-                let wd = Watchdog::new(world, "READ / atomic completion");
-                let w = loop {
+                c.post(&r)?;
+                let mut w = pace.wait("READ / atomic completion");
+                let got = loop {
                     if c.poll(&mut wc[..1])? == 1 {
                         break wc[0];
                     }
-                    wd.relax(world)?;
+                    w.relax()?;
                 };
                 let (what, opcode) = if test == Test::ReadLat {
                     ("RDMA READ", WcOpcode::RdmaRead)
                 } else {
                     ("fetch-and-add", WcOpcode::FetchAdd)
                 };
-                check_ok(&w, what)?;
-                if w.wr_id != i || w.opcode != opcode || w.byte_len as usize != size {
-                    return Err(Error::Completion { what, wc: w });
+                check_ok(&got, what)?;
+                if got.wr_id != i || got.opcode != opcode || got.byte_len as usize != size {
+                    return Err(Error::Completion { what, wc: got });
                 }
-                let dma = |err| Error::Dma {
-                    what: "read the result",
-                    err,
-                };
-                let at = c.dst_off(0, size);
                 if test == Test::ReadLat {
-                    let got = c.mem.read_u8(at + size - 1).map_err(dma)?;
-                    if got != st {
-                        bad.get_or_insert(format!("READ {i}: last byte {got}, want stamp {st}"));
+                    let last = c.read_u8(at + size - 1)?;
+                    if last != read_last {
+                        bad.get_or_insert(format!("READ {i}: last byte {last}, want {read_last}"));
                     }
                 } else {
-                    let got = c.mem.read_be64(at).map_err(dma)?;
-                    if got != i {
-                        bad.get_or_insert(format!("fetch-and-add {i} returned {got}, want {i}"));
+                    let v = c.buf().mem.read_be64(at).map_err(|err| Error::Dma {
+                        what: "read the result",
+                        err,
+                    })?;
+                    if v != i {
+                        bad.get_or_insert(format!("fetch-and-add {i} returned {v}, want {i}"));
                     }
                 }
             }
@@ -296,78 +201,44 @@ pub fn run(
         i += 1;
     }
     // Let the last completions in (the responder's ACKs), then check what arrived.
-    drain(world, c, &mut cs, &mut wc, size, &mut bad)?;
-    drain(world, s, &mut ss, &mut wc, size, &mut bad)?;
-    let verified = match bad {
+    q.drain(c, &mut wc, pace, &mut bad)?;
+    let mine = match bad {
         Some(b) => Err(b),
-        None => verify(test, c, s, size, i),
+        None => verify(c, test, size, i, read_last),
     };
+    let theirs = peer.finish(c, i)?;
     Ok(LatRun {
         size,
         samples_us: samples,
-        verified,
+        verified: mine.and(theirs),
     })
 }
 
-/// Waits until every signalled send of `end` completed.
-fn drain(
-    world: &nic_testbed::World,
-    end: &mut End,
-    side: &mut Side,
-    wc: &mut [WorkCompletion],
-    size: usize,
-    bad: &mut Option<String>,
-) -> Result<()> {
-    let wd = Watchdog::new(world, "the last send completions");
-    while side.outstanding > 0 {
-        reap(end, side, wc, size, 0, bad)?;
-        if side.outstanding > 0 {
-            wd.relax(world)?;
-        }
-    }
-    Ok(())
-}
-
-/// Compares what arrived with what was sent, after `iters` iterations.
-fn verify(
+/// Compares what arrived at the client with what the peer sent, after `iters` iterations
+/// (`read_last`: what the last READ fetched into the last byte).
+fn verify<E: Port>(
+    c: &E,
     test: Test,
-    c: &End,
-    s: &End,
     size: usize,
     iters: u64,
+    read_last: u8,
 ) -> std::result::Result<(), String> {
-    let read = |e: &End, off: usize, len: usize| e.read(off, len).map_err(|x| x.to_string());
-    match test {
+    let mut want = c.peer_pattern(size, 0);
+    let what = match test {
         Test::SendLat | Test::WriteLat => {
-            compare(
-                &read(s, s.dst_off(0, size), size)?,
-                &c.mirror[..size],
-                "client -> server",
-            )?;
-            compare(
-                &read(c, c.dst_off(0, size), size)?,
-                &s.mirror[..size],
-                "server -> client",
-            )
+            want[size - 1] = stamp(iters.saturating_sub(1));
+            "server -> client"
         }
-        Test::ReadLat => compare(
-            &read(c, c.dst_off(0, size), size)?,
-            &s.mirror[..size],
-            "server -> client (READ)",
-        ),
-        Test::AtomicLat => {
-            let v = read(s, s.dst_off(0, 8), 8)?;
-            let got = u64::from_be_bytes(v.try_into().map_err(|_| "short read".to_string())?);
-            if got == iters {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the counter holds {got} after {iters} fetch-and-adds of 1"
-                ))
-            }
+        Test::ReadLat => {
+            want[size - 1] = read_last;
+            "server -> client (READ)"
         }
-        _ => unreachable!("latency tests only"),
-    }
+        _ => return Ok(()),
+    };
+    let got = c
+        .read(c.dst_off(0, size), size)
+        .map_err(|e| e.to_string())?;
+    compare(&got, &want, what)
 }
 
 #[cfg(test)]
@@ -384,6 +255,7 @@ mod tests {
 
     #[test]
     fn runs_verify_and_corruption_is_found() {
+        use crate::port::Port;
         use crate::setup::QpConfig;
         for (test, size) in [
             (Test::SendLat, 100),
@@ -418,9 +290,14 @@ mod tests {
                 &pair.s
             };
             let off = target.dst_off(0, size);
-            let b = target.mem.read_u8(off).unwrap();
-            target.mem.write_u8(off, b ^ 0x40).unwrap();
-            let e = verify(test, &pair.c, &pair.s, size, 300).unwrap_err();
+            let b = target.buf.mem.read_u8(off).unwrap();
+            target.buf.mem.write_u8(off, b ^ 0x40).unwrap();
+            let e = if test == Test::ReadLat {
+                verify(&pair.c, test, size, 300, stamp(299))
+            } else {
+                crate::serve::check(&pair.s, test, size, 300)
+            }
+            .unwrap_err();
             assert!(!e.is_empty());
             pair.teardown().unwrap();
         }

@@ -30,9 +30,11 @@ mod bw;
 mod cli;
 mod lat;
 mod plot;
+mod port;
 mod progress;
 mod remote;
 mod report;
+mod serve;
 mod setup;
 mod stats;
 
@@ -182,6 +184,19 @@ trait Exec {
     ) -> Result<(RunInfo, Outcome), BoxError>;
 }
 
+/// What the banner and JSON say of a run of `test`.
+fn run_info(o: &Options, test: Test, rd_atomic: u8, mtu: u32, mode: &'static str) -> RunInfo {
+    RunInfo {
+        test,
+        tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
+        cq_mod: o.cq_mod(),
+        inline: o.inline(test),
+        rd_atomic,
+        mtu,
+        mode,
+    }
+}
+
 /// Both ends here.
 struct Embedded;
 
@@ -215,31 +230,17 @@ impl Exec for Embedded {
             inline,
             mtu: o.mtu,
         };
-        // Bytes of SRC (and of DST) each NIC needs for `size`-byte messages.
-        let region = if test.is_lat() {
-            size.max(8)
-        } else {
-            bw::slots(size) * size
-        };
         // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
         // receive, counter or buffer layout carries over from the previous size.
-        let mut pair = Pair::new(region, &qp)?;
-        let info = RunInfo {
-            test,
-            tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
-            cq_mod: o.cq_mod(),
-            inline,
-            rd_atomic: pair.rd_atomic,
-            mtu: pair.mtu.bytes(),
-            mode: self.mode(),
-        };
+        let mut pair = Pair::new(remote::region_for(test, size), &qp)?;
+        let info = run_info(o, test, pair.rd_atomic, pair.mtu.bytes(), self.mode());
         if banner {
             use verbs::MemoryRegion;
             let side = |e: &setup::End| Side {
                 qpn: Some(e.qpn()),
                 psn: Some(e.psn),
                 rkey: e.mr.rkey(),
-                vaddr: e.mem.iova(),
+                vaddr: e.buf.mem.iova(),
                 gid: e.gid,
             };
             let bi = BannerInfo {
@@ -255,12 +256,7 @@ impl Exec for Embedded {
         let out = if test.is_lat() {
             Outcome::Lat(lat::run(&mut pair, test, size, plan, inline, progress)?)
         } else {
-            let cfg = bw::BwConfig {
-                tx_depth: o.tx_depth(),
-                cq_mod: o.cq_mod(),
-                inline,
-                rx_depth: bw::RX_DEPTH.max(o.tx_depth()),
-            };
+            let cfg = bw::BwConfig::new(o.tx_depth(), o.cq_mod(), inline);
             Outcome::Bw(bw::run(&mut pair, test, size, plan, cfg, progress)?)
         };
         pair.teardown()?;
@@ -291,25 +287,12 @@ impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
         progress: &mut Progress,
     ) -> Result<(RunInfo, Outcome), BoxError> {
         let inline = o.inline(test);
-        let info = RunInfo {
-            test,
-            tx_depth: if test.is_lat() { 1 } else { o.tx_depth() },
-            cq_mod: o.cq_mod(),
-            inline,
-            rd_atomic: setup::MAX_RD_ATOMIC,
-            mtu: self.local.mtu,
-            mode: self.mode(),
-        };
+        let info = run_info(o, test, setup::MAX_RD_ATOMIC, self.local.mtu, self.mode());
         let run = remote::ClientRun {
             test,
             size,
             plan: o.plan(),
-            cfg: bw::BwConfig {
-                tx_depth: o.tx_depth(),
-                cq_mod: o.cq_mod(),
-                inline,
-                rx_depth: bw::RX_DEPTH.max(o.tx_depth()),
-            },
+            cfg: bw::BwConfig::new(o.tx_depth(), o.cq_mod(), inline),
             last,
         };
         let mode = format!(
@@ -434,38 +417,33 @@ fn run_test(
         progress.begin(format!("{} {}", test.name(), plot::size_label(size)));
         let last = last_test && k + 1 == sizes.len();
         let (info, out) = exec.run(o, test, size, last, k == 0 && !o.json, progress)?;
-        let verified = match out {
+        let (line, verified) = match out {
             Outcome::Lat(r) => {
                 let st = stats::lat_stats(&r.samples_us).ok_or("no latency samples")?;
                 let n = r.samples_us.len();
-                emit(
-                    progress,
-                    &if o.json {
-                        report::lat_json(&info, size, n, &st, &r.verified)
-                    } else {
-                        report::lat_row(size, n, &st)
-                    },
-                )?;
+                let line = if o.json {
+                    report::lat_json(&info, size, n, &st, &r.verified)
+                } else {
+                    report::lat_row(size, n, &st)
+                };
                 let v = r.verified.clone();
                 lat_runs.push((r, st));
-                v
+                (line, v)
             }
             Outcome::Bw(r) => {
                 let st =
                     stats::bw_stats(size, &r.posted, &r.completed).ok_or("no bandwidth samples")?;
                 let n = r.completed.len();
-                emit(
-                    progress,
-                    &if o.json {
-                        report::bw_json(&info, size, n, &st, &r.verified)
-                    } else {
-                        report::bw_row(size, n, &st)
-                    },
-                )?;
                 bw_runs.push((size, st));
-                r.verified
+                let line = if o.json {
+                    report::bw_json(&info, size, n, &st, &r.verified)
+                } else {
+                    report::bw_row(size, n, &st)
+                };
+                (line, r.verified)
             }
         };
+        emit(progress, &line)?;
         if let Err(e) = &verified {
             all_ok = false;
             first_error.get_or_insert_with(|| format!("{size} B: {e}"));

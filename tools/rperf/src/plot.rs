@@ -156,17 +156,10 @@ pub fn latency_histograms(test: &str, runs: &[LatSeries<'_>]) -> String {
                 py1 + 18.0
             );
         }
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">latency [usec]</text>",
-            (px0 + px1) / 2.0,
-            py1 + 36.0
-        );
-        let _ = writeln!(
-            s,
-            "<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">iterations</text>",
-            LEFT - 50.0,
-            (py0 + py1) / 2.0
+        axis_titles(
+            &mut s,
+            ((px0 + px1) / 2.0, py1 + 36.0, "latency [usec]"),
+            (LEFT - 50.0, (py0 + py1) / 2.0, "iterations"),
         );
         // Typical (median) and average marks, and the figures as a legend.
         for (k, (v, name, color)) in [
@@ -270,16 +263,10 @@ pub fn bandwidth_vs_size(test: &str, runs: &[(usize, BwStats)]) -> String {
             size_label(*z)
         );
     }
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">message size [bytes]</text>",
-        (px0 + px1) / 2.0,
-        py1 + 38.0
-    );
-    let _ = writeln!(
-        s,
-        "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">MB/sec (2^20 bytes)</text>",
-        (py0 + py1) / 2.0
+    axis_titles(
+        &mut s,
+        ((px0 + px1) / 2.0, py1 + 38.0, "message size [bytes]"),
+        (18.0, (py0 + py1) / 2.0, "MB/sec (2^20 bytes)"),
     );
     let series: [Series; 2] = [
         ("#4c78a8", "", |b| b.avg_mbs),
@@ -321,6 +308,21 @@ pub fn bandwidth_vs_size(test: &str, runs: &[(usize, BwStats)]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// The x axis title centred at `x` and the y axis title (turned) centred at `y`, each
+/// `(x, y, text)`.
+fn axis_titles(s: &mut String, x: (f64, f64, &str), y: (f64, f64, &str)) {
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+        x.0, x.1, x.2
+    );
+    let _ = writeln!(
+        s,
+        "<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+        y.0, y.1, y.2
+    );
 }
 
 #[cfg(test)]

@@ -30,15 +30,17 @@ use nic_emulator::Profile;
 use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
 use nic_testbed::{RealTime, UdpNic};
 use verbs::{
-    AccessFlags, Gid, MemRegion, MemoryRegion, Provider, QpCap, RecvWr, RemoteOp, SendFlags,
-    SendWr, Sge, WcOpcode, WorkCompletion, WrOpcode,
+    AccessFlags, Gid, MemRegion, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode,
+    WorkCompletion, WrOpcode,
 };
 
 use crate::bw::{self, BwConfig, BwRun};
 use crate::cli::{Plan, Test};
 use crate::lat::{self, LatRun};
+use crate::port::{Buffer, Pace, PeerBuf, Port, Request, Target, Wait};
 use crate::progress::Progress;
-use crate::setup::{Error, MAX_RD_ATOMIC, Result, check_ok, compare, slot_pattern};
+use crate::serve::{Peer, Responder, Verdict};
+use crate::setup::{Error, MAX_RD_ATOMIC, Result, check_ok, post_err, recv_wr};
 
 /// perftest's default TCP port, used here as the CM port (service ID).
 pub const DEFAULT_CM_PORT: u16 = 18515;
@@ -342,28 +344,12 @@ fn caps(test: Test, server: bool, tx_depth: u32, rx_depth: u32, inline: u32) -> 
     }
 }
 
-/// The peer's buffer.
-#[derive(Clone, Copy, Debug)]
-struct PeerBuf {
-    addr: u64,
-    rkey: u32,
-    region: usize,
-    who: u8,
-}
-
 /// One side of a connection: the id (with its QP and CQs), the buffer and the peer's.
 pub struct Conn<P: Provider> {
     id: CmId<P>,
-    /// `[SRC region | DST region | CTRL]`.
-    pub mem: DmaBuf,
     mr: Option<P::Mr>,
-    region: usize,
-    /// What SRC holds.
-    pub mirror: Vec<u8>,
-    who: u8,
-    peer: PeerBuf,
-    /// Signalled sends not completed yet.
-    outstanding: u32,
+    /// `[SRC region | DST region | CTRL]`.
+    buf: Buffer,
     /// The connection was established (so [`Conn::close`] disconnects it).
     connected: bool,
 }
@@ -393,117 +379,90 @@ impl<P: Provider> Conn<P> {
                 what: "reg_mr",
                 err,
             })?;
+        let buf = Buffer::new(mem, mr.lkey(), mr.rkey(), region, who);
         Ok(Conn {
             id,
-            mem,
             mr: Some(mr),
-            region,
-            mirror: vec![0; region],
-            who,
-            peer: PeerBuf {
-                addr: 0,
-                rkey: 0,
-                region,
-                who: 0,
-            },
-            outstanding: 0,
+            buf,
             connected: false,
         })
     }
 
-    fn lkey(&self) -> u32 {
-        self.mr.as_ref().map_or(0, |m| m.lkey())
-    }
-
-    fn rkey(&self) -> u32 {
-        self.mr.as_ref().map_or(0, |m| m.rkey())
-    }
-
-    /// Buffer offset of DST slot `slot`.
-    fn dst_off(&self, slot: usize, size: usize) -> usize {
-        self.region + slot * size
-    }
-
     fn ctrl(&self) -> usize {
-        2 * self.region
+        2 * self.buf.region
     }
 
-    fn sge(&self, off: usize, len: usize) -> Sge {
-        Sge {
-            addr: self.mem.iova() + off as u64,
-            length: len as u32,
-            lkey: self.lkey(),
+    /// The control write: `len` bytes of CTRL's outgoing half into the peer's CTRL, with
+    /// immediate data `imm`, signalled.
+    fn ctrl_write(&self, len: usize, imm: u32) -> Request {
+        let p = &self.buf.peer;
+        let off = self.ctrl() + CTRL_OUT;
+        let target = Target::Rdma(p.addr + (2 * p.region + CTRL_IN) as u64, p.rkey);
+        Request {
+            imm,
+            ..Request::new(
+                CTRL_WR,
+                WrOpcode::RdmaWriteWithImm,
+                SendFlags::SIGNALED,
+                off,
+                len,
+            )
+            .to(target)
         }
     }
 
-    /// The peer's address of its DST slot `slot`.
-    fn peer_dst(&self, slot: usize, size: usize) -> (u64, u32) {
-        (
-            self.peer.addr + (self.peer.region + slot * size) as u64,
-            self.peer.rkey,
-        )
+    /// Writes `data` into CTRL's outgoing half and posts the control write of it.
+    fn send_ctrl(&mut self, data: &[u8], imm: u32) -> Result<()> {
+        self.buf
+            .mem
+            .write(self.ctrl() + CTRL_OUT, data)
+            .map_err(|err| Error::Dma {
+                what: "write a control message",
+                err,
+            })?;
+        self.post(&self.ctrl_write(data.len(), imm))
     }
 
-    /// The peer's address of its SRC slot `slot`.
-    fn peer_src(&self, slot: usize, size: usize) -> (u64, u32) {
-        (self.peer.addr + (slot * size) as u64, self.peer.rkey)
+    /// Deregisters the buffer, disconnects (waiting for the peer's side) and destroys the id.
+    fn close(mut self) -> Result<()> {
+        let disc = if self.connected {
+            self.id.disconnect()
+        } else {
+            Ok(())
+        };
+        let dereg = match self.mr.take() {
+            Some(mr) => self.id.dereg_mr(mr),
+            None => Ok(()),
+        };
+        self.id.destroy_ep();
+        disc.map_err(cm_err("disconnect"))?;
+        dereg.map_err(cm_err("dereg_mr"))
     }
+}
 
-    /// Fills SRC's first `slots` slots (and the mirror) with this side's pattern, zeroes DST
-    /// and CTRL.
-    fn prepare(&mut self, size: usize, slots: usize) -> Result<()> {
-        for slot in 0..slots {
-            slot_pattern(
-                self.who,
-                size,
-                slot,
-                &mut self.mirror[slot * size..(slot + 1) * size],
-            );
-        }
-        let dma = |what| move |err| Error::Dma { what, err };
-        self.mem
-            .write(0, &self.mirror[..size * slots])
-            .map_err(dma("fill SRC"))?;
-        self.mem
-            .fill(self.region, self.region + CTRL, 0)
-            .map_err(dma("clear DST"))
-    }
-
-    /// What the peer's SRC slot `slot` holds.
-    fn peer_pattern(&self, size: usize, slot: usize) -> Vec<u8> {
-        let mut v = vec![0; size];
-        slot_pattern(self.peer.who, size, slot, &mut v);
-        v
-    }
-
-    fn post_send(&self, wr: SendWr<'_, P::Ah>) -> Result<()> {
+impl<P: Provider> Port for Conn<P> {
+    fn post(&mut self, r: &Request) -> Result<()> {
+        let mut sg = [Sge::default()];
+        let wr = self.buf.wr(r, &mut sg)?;
         self.id
             .with_verbs(|v| match v.qp {
-                Some(qp) => v.provider.post_send(qp, &[wr]).map_err(|err| Error::Post {
-                    what: "post_send",
-                    err,
-                }),
+                Some(qp) => v
+                    .provider
+                    .post_send(qp, &[wr])
+                    .map_err(post_err("post_send")),
                 None => Err(Error::Check("post_send: the id has no QP".into())),
             })
             .map_err(cm_err("post_send"))?
     }
 
-    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
+    fn post_recv(&mut self, wr_id: u64, off: usize, len: usize) -> Result<()> {
+        let sge = self.buf.sge(off, len);
         self.id
             .with_verbs(|v| match v.qp {
                 Some(qp) => v
                     .provider
-                    .post_recv(
-                        qp,
-                        &[RecvWr {
-                            wr_id,
-                            sg_list: &[sge],
-                        }],
-                    )
-                    .map_err(|err| Error::Post {
-                        what: "post_recv",
-                        err,
-                    }),
+                    .post_recv(qp, &[recv_wr(wr_id, &sge)])
+                    .map_err(post_err("post_recv")),
                 None => Err(Error::Check("post_recv: the id has no QP".into())),
             })
             .map_err(cm_err("post_recv"))?
@@ -528,78 +487,38 @@ impl<P: Provider> Conn<P> {
             })
     }
 
-    /// Posts the control write: `len` bytes of CTRL's outgoing half into the peer's CTRL,
-    /// with immediate data `imm`, signalled.
-    fn post_ctrl(&mut self, len: usize, imm: u32) -> Result<()> {
-        let sg = [self.sge(self.ctrl() + CTRL_OUT, len)];
-        let remote_addr = self.peer.addr + (2 * self.peer.region + CTRL_IN) as u64;
-        let rkey = self.peer.rkey;
-        self.post_send(SendWr {
-            wr_id: CTRL_WR,
-            opcode: WrOpcode::RdmaWriteWithImm,
-            flags: SendFlags::SIGNALED,
-            sg_list: &sg,
-            imm_data: imm.to_be(),
-            remote: RemoteOp::Rdma { remote_addr, rkey },
-            ..SendWr::default()
-        })?;
-        self.outstanding += 1;
-        Ok(())
+    fn buf(&self) -> &Buffer {
+        &self.buf
     }
 
-    /// Reads `len` bytes at buffer offset `off`.
-    fn read(&self, off: usize, len: usize) -> Result<Vec<u8>> {
-        let mut v = vec![0; len];
-        self.mem.read(off, &mut v).map_err(|err| Error::Dma {
-            what: "read the buffer",
-            err,
-        })?;
-        Ok(v)
-    }
-
-    fn read_u8(&self, off: usize) -> Result<u8> {
-        self.mem.read_u8(off).map_err(|err| Error::Dma {
-            what: "read the buffer",
-            err,
-        })
-    }
-
-    /// Deregisters the buffer, disconnects (waiting for the peer's side) and destroys the id.
-    fn close(mut self) -> Result<()> {
-        let disc = if self.connected {
-            self.id.disconnect()
-        } else {
-            Ok(())
-        };
-        let dereg = match self.mr.take() {
-            Some(mr) => self.id.dereg_mr(mr),
-            None => Ok(()),
-        };
-        self.id.destroy_ep();
-        disc.map_err(cm_err("disconnect"))?;
-        dereg.map_err(cm_err("dereg_mr"))
+    fn buf_mut(&mut self) -> &mut Buffer {
+        &mut self.buf
     }
 }
 
 /// Spins waiting for the peer: a wall-clock limit without progress, and a yield now and then
 /// (each process's NIC has a poller thread that needs the CPU too).
-struct Wait {
+pub struct Spin {
     since: Instant,
     n: u32,
     limit: Duration,
     what: &'static str,
 }
 
-impl Wait {
-    fn new(limit: Duration, what: &'static str) -> Wait {
-        Wait {
+impl Pace for Net {
+    type Wait<'a> = Spin;
+
+    fn wait(&self, what: &'static str) -> Spin {
+        Spin {
             since: Instant::now(),
             n: 0,
-            limit,
+            limit: self.timeout,
             what,
         }
     }
+}
 
+impl Wait for Spin {
     fn progress(&mut self) {
         self.since = Instant::now();
     }
@@ -688,33 +607,26 @@ pub fn client<R: RegisterIo + 'static>(
         .create_ep(&res, None, Some(&mut attr))
         .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
     let mut c = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
-    let use_inline = cfg.inline as usize >= size && test.can_inline();
+    let use_inline = test.inline_at(cfg.inline, size);
     let req = Req {
         test,
         last: run.last,
         use_inline,
-        who: c.who,
+        who: c.buf.who,
         size: size as u64,
         tx_depth: cfg.tx_depth,
         rx_depth: cfg.rx_depth,
         region: region as u32,
-        addr: c.mem.iova(),
-        rkey: c.rkey(),
+        addr: c.buf.mem.iova(),
+        rkey: c.buf.rkey,
         inline: cfg.inline,
     }
     .encode();
     let r = (|| -> std::result::Result<Outcome, Box<dyn std::error::Error>> {
-        c.prepare(size, if test.is_lat() { 1 } else { bw::slots(size) })?;
-        // The receive for the server's verdict (send_lat posts its own ring below).
+        // The receive for the server's verdict (send_lat's ring, which the loop posts, takes
+        // it there).
         if test != Test::SendLat {
-            let sge = c.sge(c.ctrl(), 8);
-            c.post_recv(CTRL_WR, sge)?;
-        }
-        if test == Test::SendLat {
-            for k in 0..u64::from(lat::LAT_RQ) {
-                let sge = c.sge(c.dst_off(0, size), size);
-                c.post_recv(k, sge)?;
-            }
+            c.post_recv(CTRL_WR, c.ctrl(), 8)?;
         }
         let param = ConnParam {
             private_data: &req,
@@ -750,36 +662,31 @@ pub fn client<R: RegisterIo + 'static>(
                 format!("the server's buffer is {} bytes, want {region}", rep.region).into(),
             );
         }
-        c.peer = PeerBuf {
+        c.buf.peer = PeerBuf {
             addr: rep.addr,
             rkey: rep.rkey,
             region,
             who: rep.who,
         };
         on_connected(&Addresses {
-            local: (c.id.qp_num().unwrap_or(0), c.rkey(), c.mem.iova()),
+            local: (c.id.qp_num().unwrap_or(0), c.buf.rkey, c.buf.mem.iova()),
             remote: (rep.rkey, rep.addr),
         })?;
-        let (mut out, count) = if test.is_lat() {
-            let r = client_lat(&mut c, test, size, run.plan, use_inline, net, progress)?;
-            let n = r.samples_us.len() as u64;
-            (Outcome::Lat(r), n)
+        let mut far = Far {
+            net,
+            src_last: c.peer_pattern(size, 0)[size - 1],
+        };
+        let plan = run.plan;
+        Ok(if test.is_lat() {
+            let r = lat::measure(
+                &mut c, &mut far, net, test, size, plan, use_inline, progress,
+            )?;
+            Outcome::Lat(r)
         } else {
-            let r = client_bw(&mut c, test, size, run.plan, cfg, net, progress)?;
-            let n = r.completed.len() as u64;
-            (Outcome::Bw(r), n)
-        };
-        let theirs = finish_client(&mut c, count, net)?;
-        let v = match &mut out {
-            Outcome::Lat(r) => &mut r.verified,
-            Outcome::Bw(r) => &mut r.verified,
-        };
-        if v.is_ok()
-            && let Err(e) = theirs
-        {
-            *v = Err(format!("server: {e}"));
-        }
-        Ok(out)
+            Outcome::Bw(bw::measure(
+                &mut c, &mut far, net, test, size, plan, cfg, progress,
+            )?)
+        })
     })();
     let closed = c.close();
     let out = r?;
@@ -787,374 +694,52 @@ pub fn client<R: RegisterIo + 'static>(
     Ok(out)
 }
 
-/// Reaps the client's completions in a latency run: sends free slots, receives (send_lat) are
-/// checked and reposted. Returns the receives seen.
-fn reap<P: Provider>(
-    c: &mut Conn<P>,
-    wc: &mut [WorkCompletion],
-    size: usize,
-    want_stamp: u8,
-    recvs: &mut u64,
-    bad: &mut Option<String>,
-) -> Result<u32> {
-    let n = c.poll(wc)?;
-    let mut got = 0;
-    for w in &wc[..n] {
-        if w.opcode == WcOpcode::Recv {
-            check_ok(w, "receive")?;
-            if w.byte_len as usize != size {
-                bad.get_or_insert(format!(
-                    "receive {recvs}: {} bytes, want {size}",
-                    w.byte_len
-                ));
-            }
-            let last = c.read_u8(c.dst_off(0, size) + size - 1)?;
-            if last != want_stamp {
-                bad.get_or_insert(format!(
-                    "receive {recvs}: last byte {last}, want stamp {want_stamp}"
-                ));
-            }
-            *recvs += 1;
-            got += 1;
-            let sge = c.sge(c.dst_off(0, size), size);
-            c.post_recv(*recvs + u64::from(lat::LAT_RQ), sge)?;
-        } else {
-            check_ok(w, "send")?;
-            c.outstanding = c.outstanding.saturating_sub(1);
-        }
-    }
-    Ok(got)
+/// The server process as the client's loops see it: it answers by itself; the count and the
+/// verdicts cross at the end.
+struct Far<'a> {
+    net: &'a Net,
+    /// The last byte of the server's SRC slot 0 (which READs fetch; the server leaves it).
+    src_last: u8,
 }
 
-fn client_lat<P: Provider>(
-    c: &mut Conn<P>,
-    test: Test,
-    size: usize,
-    plan: Plan,
-    use_inline: bool,
-    net: &Net,
-    progress: &mut Progress,
-) -> Result<LatRun> {
-    let mut wc = [WorkCompletion::default(); 16];
-    let mut bad: Option<String> = None;
-    let mut recvs = 0u64;
-    let flags = if use_inline {
-        SendFlags::SIGNALED | SendFlags::INLINE
-    } else {
-        SendFlags::SIGNALED
-    };
-    let peer_src = c.peer_pattern(size, 0);
-    let mut samples = Vec::with_capacity(match plan {
-        Plan::Iters(n) => n.min(1 << 24) as usize,
-        Plan::Duration(_) => 1 << 16,
-    });
-    let start = Instant::now();
-    let mut now = start;
-    let mut i = 0u64;
-    loop {
-        let (go, frac) = lat::more(plan, i, start, now);
-        if !go {
-            break;
-        }
-        progress.update(now, frac);
-        let st = lat::stamp(i);
-        let t0 = Instant::now();
-        match test {
-            Test::SendLat | Test::WriteLat => {
-                if c.outstanding >= lat::LAT_SQ / 2 {
-                    let mut w = Wait::new(net.timeout, "send completions");
-                    while c.outstanding > 0 {
-                        reap(c, &mut wc, size, 0, &mut recvs, &mut bad)?;
-                        w.relax()?;
-                    }
-                }
-                c.mirror[size - 1] = st;
-                c.mem.write_u8(size - 1, st).map_err(|err| Error::Dma {
-                    what: "stamp SRC",
-                    err,
-                })?;
-                let (opcode, remote) = if test == Test::SendLat {
-                    (WrOpcode::Send, RemoteOp::None)
-                } else {
-                    let (remote_addr, rkey) = c.peer_dst(0, size);
-                    (WrOpcode::RdmaWrite, RemoteOp::Rdma { remote_addr, rkey })
-                };
-                let sg = [c.sge(0, size)];
-                let wr = SendWr {
-                    wr_id: i,
-                    opcode,
-                    flags,
-                    sg_list: if use_inline { &[] } else { &sg },
-                    inline_data: if use_inline { &c.mirror[..size] } else { &[] },
-                    remote,
-                    ..SendWr::default()
-                };
-                c.post_send(wr)?;
-                c.outstanding += 1;
-                let mut w = Wait::new(net.timeout, "the server's reply");
-                if test == Test::SendLat {
-                    while reap(c, &mut wc, size, st, &mut recvs, &mut bad)? == 0 {
-                        w.relax()?;
-                    }
-                } else {
-                    let at = c.dst_off(0, size) + size - 1;
-                    while c.read_u8(at)? != st {
-                        w.relax()?;
-                    }
-                }
-            }
-            Test::ReadLat | Test::AtomicLat => {
-                let at = c.dst_off(0, size);
-                let dma = |err| Error::Dma {
-                    what: "reset the target",
-                    err,
-                };
-                let wr = if test == Test::ReadLat {
-                    // Spoil the last byte: only this READ can put it back.
-                    c.mem
-                        .write_u8(at + size - 1, !peer_src[size - 1])
-                        .map_err(dma)?;
-                    let (remote_addr, rkey) = c.peer_src(0, size);
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::RdmaRead,
-                        flags: SendFlags::SIGNALED,
-                        remote: RemoteOp::Rdma { remote_addr, rkey },
-                        ..SendWr::default()
-                    }
-                } else {
-                    c.mem.write(at, &[0xff; 8]).map_err(dma)?;
-                    let (remote_addr, rkey) = c.peer_dst(0, size);
-                    SendWr {
-                        wr_id: i,
-                        opcode: WrOpcode::AtomicFetchAndAdd,
-                        flags: SendFlags::SIGNALED,
-                        remote: RemoteOp::Atomic {
-                            remote_addr,
-                            rkey,
-                            compare_add: 1,
-                            swap: 0,
-                        },
-                        ..SendWr::default()
-                    }
-                };
-                let sg = [c.sge(at, size)];
-                c.post_send(SendWr { sg_list: &sg, ..wr })?;
-                let mut w = Wait::new(net.timeout, "READ / atomic completion");
-                let got = loop {
-                    if c.poll(&mut wc[..1])? == 1 {
-                        break wc[0];
-                    }
-                    w.relax()?;
-                };
-                let (what, opcode) = if test == Test::ReadLat {
-                    ("RDMA READ", WcOpcode::RdmaRead)
-                } else {
-                    ("fetch-and-add", WcOpcode::FetchAdd)
-                };
-                check_ok(&got, what)?;
-                if got.wr_id != i || got.opcode != opcode || got.byte_len as usize != size {
-                    return Err(Error::Completion { what, wc: got });
-                }
-                if test == Test::ReadLat {
-                    let last = c.read_u8(at + size - 1)?;
-                    if last != peer_src[size - 1] {
-                        bad.get_or_insert(format!(
-                            "READ {i}: last byte {last}, want {}",
-                            peer_src[size - 1]
-                        ));
-                    }
-                } else {
-                    let v = c.mem.read_be64(at).map_err(|err| Error::Dma {
-                        what: "read the result",
-                        err,
-                    })?;
-                    if v != i {
-                        bad.get_or_insert(format!("fetch-and-add {i} returned {v}, want {i}"));
-                    }
-                }
-            }
-            _ => unreachable!("latency tests only"),
-        }
-        now = Instant::now();
-        samples.push(now.duration_since(t0).as_secs_f64() * 1e6 / test.rtt_divisor());
-        i += 1;
+impl<P: Provider> Peer<Conn<P>> for Far<'_> {
+    fn answer(&mut self) -> Result<()> {
+        Ok(())
     }
-    let mut w = Wait::new(net.timeout, "the last send completions");
-    while c.outstanding > 0 {
-        reap(c, &mut wc, size, 0, &mut recvs, &mut bad)?;
-        if c.outstanding > 0 {
-            w.relax()?;
-        }
-    }
-    let verified = match bad {
-        Some(b) => Err(b),
-        None => match test {
-            Test::SendLat | Test::WriteLat => {
-                let mut want = peer_src;
-                want[size - 1] = lat::stamp(i.saturating_sub(1));
-                compare(
-                    &c.read(c.dst_off(0, size), size)?,
-                    &want,
-                    "server -> client",
-                )
-            }
-            Test::ReadLat => compare(
-                &c.read(c.dst_off(0, size), size)?,
-                &peer_src,
-                "server -> client (READ)",
-            ),
-            _ => Ok(()),
-        },
-    };
-    Ok(LatRun {
-        size,
-        samples_us: samples,
-        verified,
-    })
-}
 
-fn client_bw<P: Provider>(
-    c: &mut Conn<P>,
-    test: Test,
-    size: usize,
-    plan: Plan,
-    cfg: BwConfig,
-    net: &Net,
-    progress: &mut Progress,
-) -> Result<BwRun> {
-    let nslots = bw::slots(size);
-    let use_inline = cfg.inline as usize >= size && test.can_inline();
-    let depth = u64::from(cfg.tx_depth);
-    let cq_mod = u64::from(cfg.cq_mod.clamp(1, cfg.tx_depth));
-    let (opcode, wc_opcode) = match test {
-        Test::SendBw => (WrOpcode::Send, WcOpcode::Send),
-        Test::WriteBw => (WrOpcode::RdmaWrite, WcOpcode::RdmaWrite),
-        Test::ReadBw => (WrOpcode::RdmaRead, WcOpcode::RdmaRead),
-        _ => unreachable!("bandwidth tests only"),
-    };
-    let (mut limit, cap) = match plan {
-        Plan::Iters(n) => (n, n.min(1 << 26) as usize),
-        Plan::Duration(_) => (u64::MAX, 1 << 16),
-    };
-    let mut posted: Vec<u64> = Vec::with_capacity(cap);
-    let mut completed: Vec<u64> = Vec::with_capacity(cap);
-    let mut wc = [WorkCompletion::default(); 64];
-    let (mut scnt, mut ccnt) = (0u64, 0u64);
-    let mut last_signaled = false;
-    let mut w = Wait::new(net.timeout, "bandwidth completions");
-    let start = Instant::now();
-    loop {
-        while scnt < limit && scnt - ccnt < depth {
-            let slot = scnt as usize % nslots;
-            let signaled = (scnt + 1) % cq_mod == 0 || scnt + 1 == limit;
-            let mut flags = if signaled {
-                SendFlags::SIGNALED
-            } else {
-                SendFlags::empty()
-            };
-            let (local, (remote_addr, rkey)) = match test {
-                Test::ReadBw => (c.sge(c.dst_off(slot, size), size), c.peer_src(slot, size)),
-                _ => (c.sge(slot * size, size), c.peer_dst(slot, size)),
-            };
-            let sg = [local];
-            let mut wr = SendWr {
-                wr_id: scnt,
-                opcode,
-                flags,
-                sg_list: &sg,
-                remote: if test == Test::SendBw {
-                    RemoteOp::None
-                } else {
-                    RemoteOp::Rdma { remote_addr, rkey }
-                },
-                ..SendWr::default()
-            };
-            if use_inline {
-                flags |= SendFlags::INLINE;
-                wr.flags = flags;
-                wr.sg_list = &[];
-                wr.inline_data = &c.mirror[slot * size..(slot + 1) * size];
-            }
-            c.post_send(wr)?;
-            posted.push(start.elapsed().as_nanos() as u64);
-            last_signaled = signaled;
-            scnt += 1;
-        }
-        let n = c.poll(&mut wc)?;
-        if n > 0 {
-            let t = start.elapsed().as_nanos() as u64;
-            for x in &wc[..n] {
-                check_ok(x, "bandwidth request")?;
-                let seq = x.wr_id;
-                let len_ok = test != Test::ReadBw || x.byte_len as usize == size;
-                if x.opcode != wc_opcode || seq < ccnt || seq >= scnt || !len_ok {
-                    return Err(Error::Completion {
-                        what: "the next signalled request",
-                        wc: *x,
-                    });
-                }
-                completed.resize(seq as usize + 1, t);
-                ccnt = seq + 1;
-            }
-            w.progress();
-        }
-        let now = Instant::now();
-        match plan {
-            Plan::Iters(total) => progress.update(now, ccnt as f64 / total as f64),
-            Plan::Duration(d) => {
-                let f = now.duration_since(start).as_secs_f64() / d.as_secs_f64();
-                progress.update(now, f);
-                if limit == u64::MAX && f >= 1.0 && scnt > 0 {
-                    limit = if last_signaled { scnt } else { scnt + 1 };
-                }
-            }
-        }
-        if ccnt == limit {
-            break;
-        }
-        w.relax()?;
+    fn before_read(&mut self, c: &mut Conn<P>, size: usize, _st: u8) -> Result<u8> {
+        // Spoil the last byte: only this READ can put it back.
+        let at = c.dst_off(0, size) + size - 1;
+        c.buf
+            .mem
+            .write_u8(at, !self.src_last)
+            .map_err(|err| Error::Dma {
+                what: "reset the target",
+                err,
+            })?;
+        Ok(self.src_last)
     }
-    let used = nslots.min(limit as usize);
-    let mut verified = Ok(());
-    if test == Test::ReadBw {
-        for slot in 0..used {
-            let got = c.read(c.dst_off(slot, size), size)?;
-            verified = compare(
-                &got,
-                &c.peer_pattern(size, slot),
-                &format!("server -> client (READ), slot {slot}"),
-            );
-            if verified.is_err() {
-                break;
-            }
-        }
+
+    fn serve(&mut self, _limit: u64) -> Result<bool> {
+        Ok(false)
     }
-    Ok(BwRun {
-        posted,
-        completed,
-        verified,
-    })
+
+    fn received(&self, _limit: u64) -> bool {
+        true
+    }
+
+    fn finish(&mut self, c: &mut Conn<P>, count: u64) -> Result<Verdict> {
+        Ok(finish_client(c, count, self.net)?.map_err(|e| format!("server: {e}")))
+    }
 }
 
 /// The client's end of run: the count to the server (`DONE`), its verdict back (`VRFY`).
-fn finish_client<P: Provider>(
-    c: &mut Conn<P>,
-    count: u64,
-    net: &Net,
-) -> Result<std::result::Result<(), String>> {
-    let out = c.ctrl() + CTRL_OUT;
-    c.mem
-        .write(out, &count.to_le_bytes())
-        .map_err(|err| Error::Dma {
-            what: "write the count",
-            err,
-        })?;
-    c.post_ctrl(8, IMM_DONE)?;
+fn finish_client<P: Provider>(c: &mut Conn<P>, count: u64, net: &Net) -> Result<Verdict> {
+    c.send_ctrl(&count.to_le_bytes(), IMM_DONE)?;
     let mut wc = [WorkCompletion::default(); 16];
-    let mut verdict = None;
-    let mut w = Wait::new(net.timeout, "the server's verdict");
-    while verdict.is_none() || c.outstanding > 0 {
+    let (mut verdict, mut sent) = (None, false);
+    let mut w = net.wait("the server's verdict");
+    while verdict.is_none() || !sent {
         let n = c.poll(&mut wc)?;
         for x in &wc[..n] {
             match x.opcode {
@@ -1177,7 +762,7 @@ fn finish_client<P: Provider>(
                 }
                 _ => {
                     check_ok(x, "send")?;
-                    c.outstanding = c.outstanding.saturating_sub(1);
+                    sent = true;
                 }
             }
         }
@@ -1291,37 +876,29 @@ pub fn serve_one<R: RegisterIo + 'static>(
         return Err(cm_err("create_qp")(e).into());
     }
     let mut s = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
-    s.peer = PeerBuf {
+    s.buf.peer = PeerBuf {
         addr: req.addr,
         rkey: req.rkey,
         region,
         who: req.who,
     };
     let r = (|| -> std::result::Result<Served, Box<dyn std::error::Error>> {
-        let nslots = if req.test.is_lat() {
-            1
-        } else {
-            bw::slots(size)
-        };
-        s.prepare(size, nslots)?;
-        // Receives: the ring of send_lat / send_bw, or one for the client's DONE.
-        let ring = match req.test {
-            Test::SendLat => u64::from(lat::LAT_RQ),
-            Test::SendBw => u64::from(req.rx_depth.max(1)),
-            _ => 0,
-        };
-        for k in 0..ring {
-            let sge = s.sge(s.dst_off(k as usize % nslots, size), size);
-            s.post_recv(k, sge)?;
-        }
-        if ring == 0 {
-            let sge = s.sge(s.ctrl(), 8);
-            s.post_recv(CTRL_WR, sge)?;
+        let mut resp = Responder::new(
+            &mut s,
+            req.test,
+            size,
+            req.use_inline,
+            req.rx_depth,
+            u64::MAX,
+        )?;
+        // The responder's receive ring takes the client's DONE, else it gets one of its own.
+        if !resp.has_ring() {
+            s.post_recv(CTRL_WR, s.ctrl(), 8)?;
         }
         let rep = Rep {
-            who: s.who,
-            addr: s.mem.iova(),
-            rkey: s.rkey(),
+            who: s.buf.who,
+            addr: s.buf.mem.iova(),
+            rkey: s.buf.rkey,
             region: region as u32,
         }
         .encode();
@@ -1335,32 +912,11 @@ pub fn serve_one<R: RegisterIo + 'static>(
         }))
         .map_err(cm_err("accept"))?;
         s.connected = true;
-        let (count, mut verified) = server_loop(&mut s, &req, ring, net)?;
-        if verified.is_ok() {
-            verified = server_check(&s, &req, count);
-        }
+        let (count, verified) = server_loop(&mut s, &mut resp, net)?;
         // The verdict back to the client.
-        let v = encode_verdict(&verified);
-        let out = s.ctrl() + CTRL_OUT;
-        s.mem.write(out, &v).map_err(|err| Error::Dma {
-            what: "write the verdict",
-            err,
-        })?;
-        s.post_ctrl(v.len(), IMM_VRFY)?;
-        let mut wc = [WorkCompletion::default(); 16];
-        let mut w = Wait::new(net.timeout, "the verdict's completion");
-        while s.outstanding > 0 {
-            let n = s.poll(&mut wc)?;
-            for x in &wc[..n] {
-                if x.opcode != WcOpcode::Recv {
-                    check_ok(x, "send")?;
-                    s.outstanding = s.outstanding.saturating_sub(1);
-                }
-            }
-            if n == 0 {
-                w.relax()?;
-            }
-        }
+        s.send_ctrl(&encode_verdict(&verified), IMM_VRFY)?;
+        resp.q.outstanding += 1;
+        resp.drain(&mut s, net)?;
         Ok(Served {
             req,
             peer,
@@ -1375,190 +931,29 @@ pub fn serve_one<R: RegisterIo + 'static>(
 }
 
 /// Answers (send_lat, write_lat) or keeps receives posted (send_bw) until the client's DONE;
-/// returns the count it carries and what the loop found wrong.
+/// returns the count it carries and the responder's verdict.
 fn server_loop<P: Provider>(
     s: &mut Conn<P>,
-    req: &Req,
-    ring: u64,
+    resp: &mut Responder,
     net: &Net,
-) -> Result<(u64, std::result::Result<(), String>)> {
-    let size = req.size as usize;
-    let test = req.test;
-    let nslots = if test.is_lat() { 1 } else { bw::slots(size) };
-    let mut wc = [WorkCompletion::default(); 64];
-    let mut bad: Option<String> = None;
-    let (mut i, mut rdone, mut rposted) = (0u64, 0u64, ring);
-    let flags = if req.use_inline {
-        SendFlags::SIGNALED | SendFlags::INLINE
-    } else {
-        SendFlags::SIGNALED
-    };
-    let last_at = s.dst_off(0, size) + size - 1;
-    let mut w = Wait::new(net.timeout, "the client's next message");
+) -> Result<(u64, Verdict)> {
+    let mut w = net.wait("the client's next message");
     loop {
-        // write_lat: the client's WRITE shows in the last byte.
-        let mut ping = test == Test::WriteLat && s.read_u8(last_at)? == lat::stamp(i);
-        let n = s.poll(&mut wc)?;
-        let mut done = None;
-        for x in &wc[..n] {
-            check_ok(x, "completion")?;
-            match x.opcode {
-                WcOpcode::RecvRdmaWithImm if u32::from_be(x.imm_data) == IMM_DONE => {
-                    let c = s.read(s.ctrl() + CTRL_IN, 8)?;
-                    done = Some(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
-                }
-                WcOpcode::Recv if ring > 0 => {
-                    if x.byte_len as usize != size || x.wr_id != rdone {
-                        bad.get_or_insert(format!(
-                            "receive {rdone}: wr_id {} with {} bytes, want {size}",
-                            x.wr_id, x.byte_len
-                        ));
-                    }
-                    if test == Test::SendLat {
-                        let last = s.read_u8(last_at)?;
-                        if last != lat::stamp(i) {
-                            bad.get_or_insert(format!(
-                                "receive {rdone}: last byte {last}, want stamp {}",
-                                lat::stamp(i)
-                            ));
-                        }
-                        ping = true;
-                    }
-                    rdone += 1;
-                    let sge = s.sge(s.dst_off(rposted as usize % nslots, size), size);
-                    s.post_recv(rposted, sge)?;
-                    rposted += 1;
-                }
-                WcOpcode::Send | WcOpcode::RdmaWrite => {
-                    s.outstanding = s.outstanding.saturating_sub(1);
-                }
-                _ => {
-                    return Err(Error::Completion {
-                        what: "a completion the server expects",
-                        wc: *x,
-                    });
-                }
+        let moved = resp.step(s, net)?;
+        if let Some(imm) = resp.q.imm.take() {
+            if imm != IMM_DONE {
+                return Err(Error::Check(format!(
+                    "a control message with immediate data {imm:#x}, want DONE"
+                )));
             }
+            let c = s.read(s.ctrl() + CTRL_IN, 8)?;
+            let count = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            return Ok((count, resp.finish(s, net, count)?));
         }
-        if ping {
-            // The pong, stamped as the ping was.
-            let st = lat::stamp(i);
-            let mut rw = Wait::new(net.timeout, "send completions");
-            while s.outstanding >= lat::LAT_SQ {
-                let n = s.poll(&mut wc)?;
-                for x in &wc[..n] {
-                    check_ok(x, "send")?;
-                    s.outstanding = s.outstanding.saturating_sub(1);
-                }
-                rw.relax()?;
-            }
-            s.mirror[size - 1] = st;
-            s.mem.write_u8(size - 1, st).map_err(|err| Error::Dma {
-                what: "stamp SRC",
-                err,
-            })?;
-            let (opcode, remote) = if test == Test::SendLat {
-                (WrOpcode::Send, RemoteOp::None)
-            } else {
-                let (remote_addr, rkey) = s.peer_dst(0, size);
-                (WrOpcode::RdmaWrite, RemoteOp::Rdma { remote_addr, rkey })
-            };
-            let sg = [s.sge(0, size)];
-            s.post_send(SendWr {
-                wr_id: i,
-                opcode,
-                flags,
-                sg_list: if req.use_inline { &[] } else { &sg },
-                inline_data: if req.use_inline {
-                    &s.mirror[..size]
-                } else {
-                    &[]
-                },
-                remote,
-                ..SendWr::default()
-            })?;
-            s.outstanding += 1;
-            i += 1;
-        }
-        if let Some(count) = done {
-            if test.is_lat() && matches!(test, Test::SendLat | Test::WriteLat) && count != i {
-                bad.get_or_insert(format!("{i} pings answered, the client counted {count}"));
-            }
-            if test == Test::SendBw && rdone != count {
-                bad.get_or_insert(format!(
-                    "{rdone} messages received, the client sent {count}"
-                ));
-            }
-            // Let the last replies complete before the verdict.
-            let mut dw = Wait::new(net.timeout, "the last send completions");
-            while s.outstanding > 0 {
-                let n = s.poll(&mut wc)?;
-                for x in &wc[..n] {
-                    check_ok(x, "send")?;
-                    s.outstanding = s.outstanding.saturating_sub(1);
-                }
-                if n == 0 {
-                    dw.relax()?;
-                }
-            }
-            return Ok((count, bad.map_or(Ok(()), Err)));
-        }
-        if n > 0 || ping {
+        if moved {
             w.progress();
         } else {
             w.relax()?;
-        }
-    }
-}
-
-/// The server's check of its DST (or counter) after `count` iterations.
-fn server_check<P: Provider>(
-    s: &Conn<P>,
-    req: &Req,
-    count: u64,
-) -> std::result::Result<(), String> {
-    let size = req.size as usize;
-    let read = |off: usize, len: usize| s.read(off, len).map_err(|e| e.to_string());
-    match req.test {
-        Test::SendLat | Test::WriteLat => {
-            let mut want = s.peer_pattern(size, 0);
-            want[size - 1] = lat::stamp(count.saturating_sub(1));
-            compare(&read(s.dst_off(0, size), size)?, &want, "client -> server")
-        }
-        Test::AtomicLat => {
-            let v = read(s.dst_off(0, 8), 8)?;
-            let got = u64::from_be_bytes(v.try_into().map_err(|_| "short read".to_string())?);
-            if got == count {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the counter holds {got} after {count} fetch-and-adds of 1"
-                ))
-            }
-        }
-        Test::SendBw | Test::WriteBw => {
-            let used = bw::slots(size).min(usize::try_from(count).unwrap_or(usize::MAX));
-            for slot in 0..used {
-                compare(
-                    &read(s.dst_off(slot, size), size)?,
-                    &s.peer_pattern(size, slot),
-                    &format!("client -> server, slot {slot}"),
-                )?;
-            }
-            Ok(())
-        }
-        // READs leave the server's memory alone: SRC must still hold the pattern.
-        Test::ReadLat | Test::ReadBw => {
-            let used = if req.test.is_lat() {
-                1
-            } else {
-                bw::slots(size)
-            };
-            compare(
-                &read(0, used * size)?,
-                &s.mirror[..used * size],
-                "server SRC after READs",
-            )
         }
     }
 }

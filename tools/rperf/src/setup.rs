@@ -1,25 +1,30 @@
 //! The embedded mode's fixture: two emulated NICs on one in-process RoCEv2 fabric, each driven
 //! by the mlx5 driver through the verbs [`Provider`] trait, with one RC QP each, connected to
-//! the other by hand (RESET -> INIT -> RTR -> RTS with the peer's QPN, PSN, GID and MAC): what
-//! the connection manager will do once it exists.
+//! the other by hand (RESET -> INIT -> RTR -> RTS with the peer's QPN, PSN, GID and MAC; the
+//! two-process mode has the connection manager do it).
 //!
 //! Each NIC registers one buffer laid out as `[SRC region | DST region]`; a region holds
 //! `slots` message-sized slots. Requests gather from SRC and land in the peer's DST (READs
 //! the other way round), so what arrived can be compared with what was sent after the run.
+//! The client NIC runs the loops of [`crate::lat`] and [`crate::bw`]; the server NIC is their
+//! far end ([`Near`]), a [`Responder`] driven from the same thread.
 
-use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlx5::{Ah, Cq, Mr, Pd, Qp};
+use mlx5::{Cq, Mr, Pd, Qp};
 use nic_emulator::{Live, Profile};
 use nic_hal::{DmaBuf, DmaError};
 use nic_testbed::{EmuDevice, Testbed, World};
 use verbs::{
     AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, PostError, Provider, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, WcStatus, WorkCompletion,
+    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, Sge, WcStatus, WorkCompletion,
 };
+
+use crate::cli::Test;
+use crate::port::{Buffer, Pace, Port, Request, Wait};
+use crate::serve::{Peer, Responder, Verdict};
 
 /// Port address of the client (requester) NIC.
 pub const IP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -118,6 +123,19 @@ fn dma_err(what: &'static str) -> impl FnOnce(DmaError) -> Error {
     move |err| Error::Dma { what, err }
 }
 
+/// The error of a refused post.
+pub fn post_err(what: &'static str) -> impl FnOnce(PostError) -> Error {
+    move |err| Error::Post { what, err }
+}
+
+/// A receive request of one SGE.
+pub fn recv_wr(wr_id: u64, sge: &Sge) -> RecvWr<'_> {
+    RecvWr {
+        wr_id,
+        sg_list: std::slice::from_ref(sge),
+    }
+}
+
 /// Queue sizes and connection parameters of the QPs.
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
@@ -146,9 +164,7 @@ pub struct End {
     pd: Pd,
     /// Send and receive completions of the QP.
     pub cq: Cq,
-    /// The registered buffer: `[SRC | DST]`.
-    pub mem: DmaBuf,
-    /// Its registration.
+    /// Its registration of [`End::buf`].
     pub mr: Mr,
     /// The QP.
     pub qp: Qp,
@@ -158,10 +174,9 @@ pub struct End {
     pub mac: [u8; 6],
     /// Initial send PSN.
     pub psn: u32,
-    /// Bytes in each of SRC and DST.
-    pub region: usize,
-    /// What SRC holds (inline sends take their payload from here).
-    pub mirror: Vec<u8>,
+    /// The registered buffer `[SRC | DST]` (the pattern seed is the last byte of the NIC's
+    /// address).
+    pub buf: Buffer,
 }
 
 impl End {
@@ -233,107 +248,24 @@ impl End {
         // A PSN that differs per NIC and QP, fixed from run to run (perftest draws one).
         let seed = verbs::QueuePair::qp_num(&qp) ^ u32::from_be_bytes(tb.ip().octets());
         let psn = (seed.wrapping_mul(0x9e37_79b1) >> 8) & 0xff_ffff;
+        let buf = Buffer::new(mem, mr.lkey(), mr.rkey(), region, tb.ip().octets()[3]);
         Ok(End {
             tb,
             dev,
             pd,
             cq,
-            mem,
             mr,
             qp,
             gid,
             mac,
             psn,
-            region,
-            mirror: vec![0; region],
+            buf,
         })
     }
 
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qp.qpn()
-    }
-
-    /// Buffer offset of SRC slot `slot` for `size`-byte messages.
-    pub fn src_off(slot: usize, size: usize) -> usize {
-        slot * size
-    }
-
-    /// Buffer offset of DST slot `slot`.
-    pub fn dst_off(&self, slot: usize, size: usize) -> usize {
-        self.region + slot * size
-    }
-
-    /// An SGE over `len` bytes at buffer offset `off`.
-    pub fn sge(&self, off: usize, len: usize) -> Sge {
-        Sge {
-            addr: self.mem.iova() + off as u64,
-            length: len as u32,
-            lkey: self.mr.lkey(),
-        }
-    }
-
-    /// Device address of buffer offset `off` (what the peer targets) and the rkey.
-    pub fn remote(&self, off: usize) -> (u64, u32) {
-        (self.mem.iova() + off as u64, self.mr.rkey())
-    }
-
-    /// Polls the CQ once.
-    pub fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        Provider::poll_cq(&self.dev, &self.cq, wc).map_err(verbs_err("poll_cq"))
-    }
-
-    /// Posts one receive request.
-    pub fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
-        Provider::post_recv(
-            &self.dev,
-            &mut self.qp,
-            &[RecvWr {
-                wr_id,
-                sg_list: &[sge],
-            }],
-        )
-        .map_err(|err| Error::Post {
-            what: "post_recv",
-            err,
-        })
-    }
-
-    /// Fills SRC's first `slots` slots with a pattern that differs per NIC, size and slot (and
-    /// the mirror with the same), and zeroes DST; touches every page outside the timed loop.
-    pub fn prepare(&mut self, size: usize, slots: usize) -> Result<()> {
-        let used = size * slots;
-        let who = self.tb.ip().octets()[3];
-        for slot in 0..slots {
-            slot_pattern(
-                who,
-                size,
-                slot,
-                &mut self.mirror[slot * size..(slot + 1) * size],
-            );
-        }
-        self.mem
-            .write(0, &self.mirror[..used])
-            .map_err(dma_err("fill SRC"))?;
-        self.mem
-            .fill(self.region, self.region, 0)
-            .map_err(dma_err("clear DST"))
-    }
-
-    /// Sets the last byte of SRC slot 0 (and of the mirror) to `stamp`: the per-iteration mark
-    /// of the latency tests.
-    pub fn stamp(&mut self, size: usize, stamp: u8) -> Result<()> {
-        self.mirror[size - 1] = stamp;
-        self.mem
-            .write_u8(size - 1, stamp)
-            .map_err(dma_err("stamp SRC"))
-    }
-
-    /// Reads `len` bytes at buffer offset `off`.
-    pub fn read(&self, off: usize, len: usize) -> Result<Vec<u8>> {
-        let mut v = vec![0; len];
-        self.mem.read(off, &mut v).map_err(dma_err("read buffer"))?;
-        Ok(v)
     }
 
     /// The path to `peer` (for RTR).
@@ -409,7 +341,7 @@ impl End {
             dev,
             pd,
             cq,
-            mem,
+            buf,
             mr,
             qp,
             ..
@@ -421,7 +353,7 @@ impl End {
         Provider::destroy_cq(&dev, cq).map_err(|e| destroy("destroy_cq", e.error))?;
         Provider::dereg_mr(&dev, mr).map_err(|e| destroy("dereg_mr", e.error))?;
         Provider::dealloc_pd(&dev, pd).map_err(|e| destroy("dealloc_pd", e.error))?;
-        drop(mem);
+        drop(buf);
         dev.shutdown().map_err(|err| Error::Driver {
             what: "shutdown",
             err,
@@ -485,6 +417,8 @@ impl Pair {
             .max(1);
         c.connect(&s, mtu, rd_atomic)?;
         s.connect(&c, mtu, rd_atomic)?;
+        c.buf.peer = s.buf.as_peer();
+        s.buf.peer = c.buf.as_peer();
         Ok(Pair {
             world,
             c,
@@ -492,6 +426,31 @@ impl Pair {
             mtu,
             rd_atomic,
         })
+    }
+
+    /// For a run of `test` at `size`: the client NIC, the server NIC as its far end (a
+    /// [`Responder`] driven from the client's thread, see [`Responder::new`]) and the world
+    /// that paces both.
+    pub fn split(
+        &mut self,
+        test: Test,
+        size: usize,
+        use_inline: bool,
+        rx_depth: u32,
+        limit: u64,
+    ) -> Result<(&mut End, Near<'_>, &World)> {
+        let Pair { world, c, s, .. } = self;
+        let world: &World = world;
+        let resp = Responder::new(s, test, size, use_inline, rx_depth, limit)?;
+        Ok((
+            c,
+            Near {
+                end: s,
+                world,
+                resp,
+            },
+            world,
+        ))
     }
 
     /// Tears both ends down (see [`End::teardown`]).
@@ -505,57 +464,120 @@ impl Pair {
 
 /// Fails a wait that makes no progress for [`STALL_LIMIT_NS`] of virtual time, or for
 /// [`STALL_LIMIT_WALL`] of wall-clock time (a device that keeps "making progress" without
-/// getting anywhere would never move the virtual clock).
-pub struct Watchdog {
+/// getting anywhere would never move the virtual clock); each spin runs the world one step.
+pub struct Watchdog<'a> {
+    world: &'a World,
     since_ns: u64,
     since_wall: Instant,
-    relaxes: Cell<u32>,
+    relaxes: u32,
     what: &'static str,
 }
 
 /// Wall-clock limit of a wait without progress.
 pub const STALL_LIMIT_WALL: Duration = Duration::from_secs(120);
 
-impl Watchdog {
-    /// Starts watching a wait for `what`.
-    pub fn new(world: &World, what: &'static str) -> Watchdog {
+impl Pace for World {
+    type Wait<'a> = Watchdog<'a>;
+
+    fn wait(&self, what: &'static str) -> Watchdog<'_> {
         Watchdog {
-            since_ns: world.now_ns(),
+            world: self,
+            since_ns: self.now_ns(),
             since_wall: Instant::now(),
-            relaxes: Cell::new(0),
+            relaxes: 0,
             what,
         }
     }
+}
 
-    /// Something moved: restart the limits.
-    pub fn progress(&mut self, world: &World) {
-        self.since_ns = world.now_ns();
-        self.relaxes.set(0);
+impl Wait for Watchdog<'_> {
+    fn progress(&mut self) {
+        self.since_ns = self.world.now_ns();
+        self.relaxes = 0;
         self.since_wall = Instant::now();
     }
 
-    /// Runs the world one step; an error once a limit passed without progress.
-    pub fn relax(&self, world: &World) -> Result<()> {
-        world.relax();
-        if world.now_ns().saturating_sub(self.since_ns) > STALL_LIMIT_NS {
+    fn relax(&mut self) -> Result<()> {
+        self.world.relax();
+        if self.world.now_ns().saturating_sub(self.since_ns) > STALL_LIMIT_NS {
             return Err(Error::Stalled { what: self.what });
         }
-        let n = self.relaxes.get().wrapping_add(1);
-        self.relaxes.set(n);
-        if n.is_multiple_of(4096) && self.since_wall.elapsed() > STALL_LIMIT_WALL {
+        self.relaxes = self.relaxes.wrapping_add(1);
+        if self.relaxes.is_multiple_of(4096) && self.since_wall.elapsed() > STALL_LIMIT_WALL {
             return Err(Error::Stalled { what: self.what });
         }
         Ok(())
     }
 }
 
-/// Posts one send request on `qp` (a free function so that the request may borrow another
-/// field of the same [`End`], as inline sends borrow its mirror).
-pub fn post_send(dev: &EmuDevice, qp: &mut Qp, wr: SendWr<'_, Ah>) -> Result<()> {
-    Provider::post_send(dev, qp, &[wr]).map_err(|err| Error::Post {
-        what: "post_send",
-        err,
-    })
+impl Port for End {
+    fn post(&mut self, r: &Request) -> Result<()> {
+        let mut sg = [Sge::default()];
+        let wr = self.buf.wr(r, &mut sg)?;
+        Provider::post_send(&self.dev, &mut self.qp, &[wr]).map_err(post_err("post_send"))
+    }
+
+    fn post_recv(&mut self, wr_id: u64, off: usize, len: usize) -> Result<()> {
+        let sge = self.buf.sge(off, len);
+        Provider::post_recv(&self.dev, &mut self.qp, &[recv_wr(wr_id, &sge)])
+            .map_err(post_err("post_recv"))
+    }
+
+    fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        Provider::poll_cq(&self.dev, &self.cq, wc).map_err(verbs_err("poll_cq"))
+    }
+
+    fn buf(&self) -> &Buffer {
+        &self.buf
+    }
+
+    fn buf_mut(&mut self) -> &mut Buffer {
+        &mut self.buf
+    }
+}
+
+/// The server NIC of a [`Pair`] as the client's loops see it: a [`Responder`] driven from
+/// the client's thread.
+pub struct Near<'a> {
+    end: &'a mut End,
+    world: &'a World,
+    resp: Responder,
+}
+
+impl Peer<End> for Near<'_> {
+    fn answer(&mut self) -> Result<()> {
+        let want = self.resp.answered + 1;
+        let mut wd = self.world.wait("the peer's message");
+        loop {
+            self.resp.step(self.end, self.world)?;
+            if self.resp.answered >= want {
+                return Ok(());
+            }
+            wd.relax()?;
+        }
+    }
+
+    fn before_read(&mut self, _c: &mut End, size: usize, st: u8) -> Result<u8> {
+        // A new stamp in the server's memory each time: every READ must fetch it.
+        self.end.stamp(size, st)?;
+        Ok(st)
+    }
+
+    fn serve(&mut self, limit: u64) -> Result<bool> {
+        if !self.resp.has_ring() {
+            return Ok(false);
+        }
+        self.resp.q.limit = limit;
+        self.resp.step(self.end, self.world)
+    }
+
+    fn received(&self, limit: u64) -> bool {
+        !self.resp.has_ring() || self.resp.q.recvs >= limit
+    }
+
+    fn finish(&mut self, _c: &mut End, count: u64) -> Result<Verdict> {
+        self.resp.finish(self.end, self.world, count)
+    }
 }
 
 /// Checks a completion's status.

@@ -9,6 +9,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
 const LAT_TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"];
 const BW_TESTS: [&str; 3] = ["send_bw", "write_bw", "read_bw"];
 
@@ -252,13 +254,7 @@ fn default_suite() {
     for r in &bw {
         check_row(r, 5, 65536.0, 20.0, "suite");
     }
-    for title in [
-        "Send Latency Test",
-        "RDMA_Write Latency Test",
-        "RDMA_Read Latency Test",
-        "RDMA_Write BW Test",
-        "RDMA_Read BW Test",
-    ] {
+    for title in common::SUITE_TITLES {
         assert!(out.contains(title), "{title}:\n{out}");
     }
     assert_eq!(out.matches("data verified: yes").count(), 5, "{out}");

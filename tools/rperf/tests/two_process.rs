@@ -12,12 +12,27 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+
 const EXE: &str = env!("CARGO_BIN_EXE_rperf");
 /// A test fails rather than hangs: each process gets this long.
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Starts `rperf ARGS MORE --bind IP --fabric-port PORT --timeout 20` with its output piped.
+fn spawn(args: &[&str], more: &[&str], ip: &str, port: u16) -> Child {
+    let port = port.to_string();
+    Command::new(EXE)
+        .args(args)
+        .args(more)
+        .args(["--bind", ip, "--fabric-port", &port, "--timeout", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rperf")
 }
 
 /// A server process that announced it is listening.
@@ -29,22 +44,7 @@ struct Server {
 
 /// Starts `rperf ARGS --server --bind IP --fabric-port PORT` and waits for its "listening" line.
 fn server(args: &[&str], ip: &str, port: u16) -> Server {
-    let port = port.to_string();
-    let mut child = Command::new(EXE)
-        .args(args)
-        .args([
-            "--server",
-            "--bind",
-            ip,
-            "--fabric-port",
-            &port,
-            "--timeout",
-            "20",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
+    let mut child = spawn(args, &["--server"], ip, port);
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -99,22 +99,7 @@ impl Server {
 
 /// Runs the client `rperf ARGS PEER --bind IP --fabric-port PORT`.
 fn client(args: &[&str], peer: &str, ip: &str, port: u16) -> Output {
-    let port = port.to_string();
-    let mut child = Command::new(EXE)
-        .args(args)
-        .args([
-            peer,
-            "--bind",
-            ip,
-            "--fabric-port",
-            &port,
-            "--timeout",
-            "20",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the client");
+    let mut child = spawn(args, &[peer], ip, port);
     let deadline = Instant::now() + LIMIT;
     while child.try_wait().expect("wait").is_none() {
         if Instant::now() > deadline {
@@ -201,13 +186,7 @@ fn the_suite_as_two_processes_with_tables() {
         text(&out.stderr)
     );
     assert_eq!(code, Some(0), "{sout}\n{serr}");
-    for title in [
-        "Send Latency Test",
-        "RDMA_Write Latency Test",
-        "RDMA_Read Latency Test",
-        "RDMA_Write BW Test",
-        "RDMA_Read BW Test",
-    ] {
+    for title in common::SUITE_TITLES {
         assert!(cout.contains(title), "{title}:\n{cout}");
     }
     assert!(

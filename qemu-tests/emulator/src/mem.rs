@@ -60,20 +60,20 @@ impl BarMemory for VecBar {
     }
 
     fn read(&self, off: usize, buf: &mut [u8]) {
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = off
-                .checked_add(i)
-                .and_then(|o| self.0.get(o))
-                .copied()
-                .unwrap_or(0xff);
+        // The part inside the BAR is copied; bytes past its end read as 0xff.
+        let n = self.0.len().saturating_sub(off).min(buf.len());
+        let (inside, outside) = buf.split_at_mut(n);
+        if n > 0 {
+            inside.copy_from_slice(&self.0[off..off + n]);
         }
+        outside.fill(0xff);
     }
 
     fn write(&mut self, off: usize, data: &[u8]) {
-        for (i, b) in data.iter().enumerate() {
-            if let Some(d) = off.checked_add(i).and_then(|o| self.0.get_mut(o)) {
-                *d = *b;
-            }
+        // Bytes past the end of the BAR are dropped.
+        let n = self.0.len().saturating_sub(off).min(data.len());
+        if n > 0 {
+            self.0[off..off + n].copy_from_slice(&data[..n]);
         }
     }
 }

@@ -162,13 +162,11 @@ impl World {
 
     /// Polls every device once; true if any made progress.
     pub fn step(&self) -> bool {
-        let devs = self
-            .devices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        // Polled under the list's lock (no copy of the list per step): a device's poll never
+        // reaches back into the world, and `nic` only waits for the step to end.
+        let devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         let mut progress = false;
-        for d in &devs {
+        for d in devs.iter() {
             progress |= lock(d).poll();
         }
         progress
@@ -179,17 +177,14 @@ impl World {
         if self.step() {
             return;
         }
-        let devs = self
-            .devices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.fabric.now_ns();
         let next = devs
             .iter()
             .filter_map(|d| lock(d).next_deadline())
             .chain(self.fabric.next_event_ns())
             .min();
+        drop(devs);
         match next {
             Some(t) if t > now => {
                 self.fabric.advance_to(t);

@@ -217,15 +217,17 @@ impl Device {
 
     /// Untrapped mode: arm requests written to CQ doorbell records (word 1) since last seen.
     pub(crate) fn poll_cq_arms(&mut self) -> bool {
-        let cqs: Vec<(u32, u64, u32)> = self
-            .obj
-            .cqs
-            .iter()
-            .filter(|(_, cq)| !cq.dp.error)
-            .map(|(n, cq)| (n, cq.dbr_addr, cq.dp.arm_seen))
-            .collect();
+        let mut cqs = std::mem::take(&mut self.net.scratch_cqs);
+        cqs.clear();
+        cqs.extend(
+            self.obj
+                .cqs
+                .iter()
+                .filter(|(_, cq)| !cq.dp.error)
+                .map(|(n, cq)| (n, cq.dbr_addr, cq.dp.arm_seen)),
+        );
         let mut did = false;
-        for (cqn, dbr_addr, seen) in cqs {
+        for &(cqn, dbr_addr, seen) in &cqs {
             let mut b = [0u8; 4];
             if self
                 .mem
@@ -240,6 +242,7 @@ impl Device {
                 did = true;
             }
         }
+        self.net.scratch_cqs = cqs;
         did
     }
 }

@@ -59,7 +59,7 @@ impl Sgl {
     }
 
     /// The pieces covering `[off, off + len)` (clipped to the list).
-    fn range(&self, off: u64, len: u64) -> impl Iterator<Item = Chunk> + '_ {
+    pub(crate) fn range(&self, off: u64, len: u64) -> impl Iterator<Item = Chunk> + '_ {
         let mut skip = off;
         let mut left = len;
         self.chunks.iter().filter_map(move |c| {
@@ -166,6 +166,23 @@ impl Device {
         }
         out.truncate(at);
         Ok(out)
+    }
+
+    /// Fills `dst` from offset `off` of a translated buffer; `dst` must not extend past the
+    /// buffer's end (the bytes past it are left as they are).
+    pub(crate) fn sgl_read_into(
+        &mut self,
+        sgl: &Sgl,
+        off: u64,
+        dst: &mut [u8],
+    ) -> Result<(), DmaFault> {
+        let mut at = 0usize;
+        for c in sgl.range(off, dst.len() as u64) {
+            let n = c.len as usize;
+            self.dma_read(c.iova, &mut dst[at..at + n])?;
+            at += n;
+        }
+        Ok(())
     }
 
     /// Writes `data` at offset `off` of a translated buffer (clipped to the buffer).

@@ -42,6 +42,9 @@ pub(crate) struct QpDp {
     /// The SRQ WQE (index) the message in progress took (QPs attached to an SRQ).
     pub srq_wqe: Option<u16>,
     pub resp: resp::RespState,
+    /// The QP context as [`QpInfo`], read when a command last changed it
+    /// ([`Device::qp_transition`] follows every such change); `None` before the first.
+    pub info: Option<QpInfo>,
 }
 
 /// What the transports need from a QP context, read in one go.
@@ -88,7 +91,25 @@ pub(crate) const STATE_RTS: u8 = q::STATE_RTS as u8;
 pub(crate) const STATE_ERR: u8 = q::STATE_ERR as u8;
 
 impl Device {
+    /// What the transports need from the QP context: the copy taken at the last command that
+    /// changed it, with the fields that change without a command (the state) read live.
     pub(crate) fn qp_info(&self, qpn: u32) -> Option<QpInfo> {
+        let qp = self.obj.qps.get(qpn)?;
+        match &qp.dp.info {
+            Some(i) => Some(QpInfo {
+                st: qp.st,
+                state: qp.state,
+                pd: qp.pd,
+                cqn_snd: qp.cqn_snd,
+                cqn_rcv: qp.cqn_rcv,
+                ..*i
+            }),
+            None => self.read_qp_info(qpn),
+        }
+    }
+
+    /// Decodes [`QpInfo`] from the QP context.
+    fn read_qp_info(&self, qpn: u32) -> Option<QpInfo> {
         let qp = self.obj.qps.get(qpn)?;
         let c = &qp.qpc;
         let g = |f: Field| f.get(c);
@@ -171,9 +192,16 @@ impl Device {
         let Some(qp) = self.obj.qps.get_mut(qpn) else {
             return;
         };
+        if to == STATE_RST || (to == STATE_INIT && from == STATE_RST) {
+            qp.dp = QpDp::default();
+        }
+        // The context may have changed: take a fresh copy for the data path.
+        let info = self.read_qp_info(qpn);
+        let Some(qp) = self.obj.qps.get_mut(qpn) else {
+            return;
+        };
+        qp.dp.info = info;
         match to {
-            STATE_RST => qp.dp = QpDp::default(),
-            STATE_INIT if from == STATE_RST => qp.dp = QpDp::default(),
             STATE_RTR if from != STATE_RTR => {
                 let epsn = q::NEXT_RCV_PSN.get(&qp.qpc);
                 let r = &mut qp.dp.resp;
@@ -333,14 +361,18 @@ impl Device {
     pub(crate) fn progress(&mut self) -> bool {
         let mut did = self.drain_port();
         did |= self.pump();
-        let qps: Vec<(u32, u8)> = self.obj.qps.iter().map(|(n, q)| (n, q.state)).collect();
-        for (qpn, state) in qps {
+        // The QP list is copied into a buffer kept between polls (no allocation per poll).
+        let mut qps = std::mem::take(&mut self.net.scratch_qps);
+        qps.clear();
+        qps.extend(self.obj.qps.iter().map(|(n, q)| (n, q.state)));
+        for &(qpn, state) in &qps {
             match state {
                 STATE_RTS => did |= self.sq_poll(qpn),
                 STATE_ERR => did |= self.flush(qpn),
                 _ => {}
             }
         }
+        self.net.scratch_qps = qps;
         did |= self.pump();
         did |= self.poll_cq_arms();
         did

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use roce_wire::fabric::Port;
 use roce_wire::packet::{Packet, PacketView, Transport};
 
-use crate::Device;
 use crate::state::GID_TABLE_LEN;
+use crate::{Device, DmaFault};
+
+use super::mkey::Sgl;
 
 /// A clock: nanoseconds from an arbitrary origin, monotonic.
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -20,6 +22,8 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 const RX_BUDGET: usize = 4096;
 /// Loopback frames handled in one pass (a bound, not a limit anyone should reach).
 const LOOP_BUDGET: usize = 1 << 20;
+/// Received frame buffers kept for reuse by the next frames sent.
+const POOL_MAX: usize = 64;
 
 /// Counters of the device's port: what went out, what came in, what was dropped and why.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,6 +66,13 @@ pub(crate) struct Net {
     pub acks: Vec<u32>,
     pub stats: PortStats,
     pub clock: Clock,
+    /// Buffers of frames already taken in, reused for frames sent (no allocation per packet
+    /// once the pool has filled).
+    pub pool: Vec<Vec<u8>>,
+    /// `(qpn, state)` of every QP, refilled by each poll (kept to reuse its allocation).
+    pub scratch_qps: Vec<(u32, u8)>,
+    /// `(cqn, doorbell record, arm word seen)` of every CQ, refilled by each poll.
+    pub scratch_cqs: Vec<(u32, u64, u32)>,
 }
 
 impl Net {
@@ -72,7 +83,24 @@ impl Net {
             loopq: VecDeque::new(),
             acks: Vec::new(),
             stats: PortStats::default(),
+            pool: Vec::new(),
+            scratch_qps: Vec::new(),
+            scratch_cqs: Vec::new(),
             clock: Arc::new(move || u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+impl Net {
+    /// An empty frame buffer (from the pool when it has one).
+    fn take_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
+    /// Returns a frame buffer that is no longer needed to the pool.
+    fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && buf.capacity() > 0 {
+            self.pool.push(buf);
         }
     }
 }
@@ -122,12 +150,50 @@ impl Device {
     /// Sends a packet: to the internal loopback when the destination is this device, else to
     /// the fabric.
     pub(crate) fn emit<P: AsRef<[u8]>>(&mut self, pkt: &Packet<P>) {
-        let Ok(frame) = pkt.encode() else {
+        let mut frame = self.net.take_buf();
+        if pkt.encode_into(&mut frame).is_err() {
             self.net.stats.tx_dropped += 1;
+            self.net.recycle(frame);
             return;
-        };
+        }
+        self.send_frame(pkt.dst_ip, frame);
+    }
+
+    /// Sends a packet (the headers of `pkt`; its `payload` is not used) whose payload is the
+    /// `len` bytes at offset `off` of `sgl` (fewer if `sgl` ends first), read by DMA
+    /// straight into the frame. A DMA fault sends nothing and is returned.
+    pub(crate) fn emit_sgl<P>(
+        &mut self,
+        pkt: &Packet<P>,
+        sgl: &Sgl,
+        off: u64,
+        len: usize,
+    ) -> Result<(), DmaFault> {
+        let avail: u64 = sgl.range(off, len as u64).map(|c| c.len).sum();
+        let mut frame = self.net.take_buf();
+        match pkt.encode_into_with(&mut frame, avail as usize, |dst| {
+            self.sgl_read_into(sgl, off, dst)
+        }) {
+            Err(_) => {
+                self.net.stats.tx_dropped += 1;
+                self.net.recycle(frame);
+                Ok(())
+            }
+            Ok(Err(fault)) => {
+                self.net.recycle(frame);
+                Err(fault)
+            }
+            Ok(Ok(())) => {
+                self.send_frame(pkt.dst_ip, frame);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends an encoded frame to `dst`: the internal loopback or the fabric.
+    fn send_frame(&mut self, dst: Ipv4Addr, frame: Vec<u8>) {
         self.net.stats.tx_frames += 1;
-        if self.is_local(pkt.dst_ip) {
+        if self.is_local(dst) {
             self.net.loopq.push_back(frame);
             return;
         }
@@ -171,6 +237,7 @@ impl Device {
                 Some(f) => {
                     did = true;
                     self.rx_frame(&f);
+                    self.net.recycle(f);
                 }
                 None => {
                     if !self.flush_acks() || self.net.loopq.is_empty() {
@@ -194,6 +261,7 @@ impl Device {
                 Ok(Some(f)) => {
                     did = true;
                     self.rx_frame(&f);
+                    self.net.recycle(f);
                 }
                 _ => break,
             }

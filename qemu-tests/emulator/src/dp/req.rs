@@ -73,7 +73,6 @@ struct Plan {
     ext: ExtHeaders,
     /// Payload: `(offset, length)` in the WQE's local data.
     data: Option<(u64, u64)>,
-    local: Option<Local>,
     dst: Option<std::net::Ipv4Addr>,
     sgid: usize,
     sport: u16,
@@ -169,7 +168,7 @@ impl Device {
                     if w.err.is_some() {
                         sq.halted = true;
                     }
-                    sq.wqes.push_back(*w);
+                    sq.wqes.push_back(w);
                 }
             }
         }
@@ -177,6 +176,12 @@ impl Device {
 
     /// Sends what the window, the READ/atomic limit, fences and RNR waits allow.
     fn sq_tx(&mut self, qpn: u32) {
+        // Nothing fetched is left to transmit and no RNR wait to clear (the common case of a
+        // poll): skip reading the QP context.
+        match self.obj.qps.get(qpn) {
+            Some(qp) if qp.dp.sq.tx < qp.dp.sq.wqes.len() || qp.dp.sq.rnr_until.is_some() => {}
+            _ => return,
+        }
         let Some(info) = self.qp_info(qpn) else {
             return;
         };
@@ -221,13 +226,25 @@ impl Device {
         }
         loop {
             let i = sq.tx;
-            let outstanding_rd = sq
-                .wqes
-                .iter()
-                .take(i)
-                .filter(|w| w.is_rd_atomic() && !w.done && w.first_psn.is_some())
-                .count() as u32;
+            // READ / atomic requests in flight before this WQE: counted only when a fence or
+            // the outstanding limit needs them (a walk over the fetched WQEs).
+            let outstanding_rd = |wqes: &VecDeque<SendWqe>| {
+                wqes.iter()
+                    .take(i)
+                    .filter(|w| w.is_rd_atomic() && !w.done && w.first_psn.is_some())
+                    .count() as u32
+            };
             let window_full = psn_diff(sq.next_psn, sq.una) >= MAX_UNACKED_PSNS;
+            let (fence, opcode) = match sq.wqes.get(i) {
+                Some(w) => (w.fence && w.first_psn.is_none(), w.opcode),
+                None => return None,
+            };
+            let rd_before =
+                if fence || matches!(opcode, wop::RDMA_READ | wop::ATOMIC_CS | wop::ATOMIC_FA) {
+                    outstanding_rd(&sq.wqes)
+                } else {
+                    0
+                };
             let w = sq.wqes.get_mut(i)?;
             if w.err.is_some() {
                 return None;
@@ -238,7 +255,7 @@ impl Device {
                 sq.tx_pkt = 0;
                 continue;
             }
-            if w.fence && w.first_psn.is_none() && outstanding_rd > 0 {
+            if fence && rd_before > 0 {
                 return None;
             }
             if transport == Transport::Rc && window_full {
@@ -255,7 +272,7 @@ impl Device {
                 (peer, info.sgid, sport, info.tclass, info.hop_limit);
             match w.opcode {
                 wop::RDMA_READ | wop::ATOMIC_CS | wop::ATOMIC_FA => {
-                    if outstanding_rd >= info.sra_max {
+                    if rd_before >= info.sra_max {
                         return None;
                     }
                     let r = w.remote?;
@@ -365,12 +382,10 @@ impl Device {
                 }
             }
             let wi = i;
-            let local = data.map(|_| w.local.clone());
             return Some(Plan {
                 bth,
                 ext,
                 data,
-                local,
                 dst,
                 sgid,
                 sport,
@@ -383,39 +398,75 @@ impl Device {
 
     /// Builds and sends a planned packet; `false` if the SQ must stop (a local DMA fault).
     fn send_plan(&mut self, qpn: u32, plan: Plan) -> bool {
-        let payload = match (plan.data, &plan.local) {
+        // The WQE's local data is lent out for the packet and put back after (no copy of the
+        // gather list or inline data per packet).
+        let local = match plan.data {
+            Some(_) => self
+                .obj
+                .qps
+                .get_mut(qpn)
+                .and_then(|q| q.dp.sq.wqes.get_mut(plan.wqe))
+                .map(|w| std::mem::replace(&mut w.local, Local::Inline(Vec::new()))),
+            None => None,
+        };
+        let ok = self.send_plan_with(qpn, &plan, local.as_ref());
+        if let Some(l) = local
+            && let Some(w) = self
+                .obj
+                .qps
+                .get_mut(qpn)
+                .and_then(|q| q.dp.sq.wqes.get_mut(plan.wqe))
+        {
+            w.local = l;
+        }
+        ok
+    }
+
+    /// Marks the WQE of `plan` with a local access error (its data could not be read).
+    fn plan_access_error(&mut self, qpn: u32, plan: &Plan) {
+        if let Some(w) = self
+            .obj
+            .qps
+            .get_mut(qpn)
+            .and_then(|q| q.dp.sq.wqes.get_mut(plan.wqe))
+        {
+            w.err = Some(cs::LOCAL_ACCESS_ERR);
+        }
+    }
+
+    fn send_plan_with(&mut self, qpn: u32, plan: &Plan, local: Option<&Local>) -> bool {
+        let (Some(src), Some(dst)) = (self.src_ip(plan.sgid), plan.dst) else {
+            // No route: the data is still read (a DMA fault is the WQE's error), then the
+            // packet is dropped.
+            if let (Some((off, len)), Some(Local::Sgl(sgl))) = (plan.data, local)
+                && self.sgl_read(sgl, off, len as usize).is_err()
+            {
+                self.plan_access_error(qpn, plan);
+                return false;
+            }
+            self.net.stats.tx_dropped += 1;
+            return true;
+        };
+        let mut pkt = Packet::new(src, dst, plan.bth, &[][..]).with_ext(plan.ext);
+        pkt.udp_src_port = plan.sport;
+        pkt.tos = plan.tclass;
+        pkt.ttl = if plan.ttl == 0 { 64 } else { plan.ttl };
+        match (plan.data, local) {
             (Some((off, len)), Some(Local::Sgl(sgl))) => {
-                match self.sgl_read(sgl, off, len as usize) {
-                    Ok(d) => d,
-                    Err(_) => {
-                        if let Some(w) = self
-                            .obj
-                            .qps
-                            .get_mut(qpn)
-                            .and_then(|q| q.dp.sq.wqes.get_mut(plan.wqe))
-                        {
-                            w.err = Some(cs::LOCAL_ACCESS_ERR);
-                        }
-                        return false;
-                    }
+                // Read by DMA straight into the frame.
+                if self.emit_sgl(&pkt, sgl, off, len as usize).is_err() {
+                    self.plan_access_error(qpn, plan);
+                    return false;
                 }
             }
             (Some((off, len)), Some(Local::Inline(d))) => {
                 let s = (off as usize).min(d.len());
                 let e = (s + len as usize).min(d.len());
-                d[s..e].to_vec()
+                pkt.payload = &d[s..e];
+                self.emit(&pkt);
             }
-            _ => Vec::new(),
-        };
-        let (Some(src), Some(dst)) = (self.src_ip(plan.sgid), plan.dst) else {
-            self.net.stats.tx_dropped += 1;
-            return true;
-        };
-        let mut pkt = Packet::new(src, dst, plan.bth, payload).with_ext(plan.ext);
-        pkt.udp_src_port = plan.sport;
-        pkt.tos = plan.tclass;
-        pkt.ttl = if plan.ttl == 0 { 64 } else { plan.ttl };
-        self.emit(&pkt);
+            _ => self.emit(&pkt),
+        }
         true
     }
 

@@ -345,14 +345,16 @@ impl Device {
         self.reply(info, req, bth, ext, &[]);
     }
 
-    fn reply(
+    /// The packet answering `req` (addresses swapped, the QP's port, class and hop limit),
+    /// after the QP's pending coalesced ACK unless it is an ACK itself.
+    fn reply_packet<'p>(
         &mut self,
         info: &QpInfo,
         req: &PacketView<'_>,
         bth: Bth,
         ext: ExtHeaders,
-        payload: &[u8],
-    ) {
+        payload: &'p [u8],
+    ) -> PacketView<'p> {
         if bth.opcode != Opcode::RcAcknowledge {
             self.flush_ack(req.bth.dest_qp);
         }
@@ -364,7 +366,36 @@ impl Device {
         } else {
             info.hop_limit
         };
+        p
+    }
+
+    fn reply(
+        &mut self,
+        info: &QpInfo,
+        req: &PacketView<'_>,
+        bth: Bth,
+        ext: ExtHeaders,
+        payload: &[u8],
+    ) {
+        let p = self.reply_packet(info, req, bth, ext, payload);
         self.emit(&p);
+    }
+
+    /// [`Device::reply`] with the `len` bytes at `off` of `sgl` as payload, read by DMA
+    /// straight into the frame; a DMA fault sends nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn reply_sgl(
+        &mut self,
+        info: &QpInfo,
+        req: &PacketView<'_>,
+        bth: Bth,
+        ext: ExtHeaders,
+        sgl: &Sgl,
+        off: u64,
+        len: usize,
+    ) -> Result<(), crate::DmaFault> {
+        let p = self.reply_packet(info, req, bth, ext, &[]);
+        self.emit_sgl(&p, sgl, off, len)
     }
 
     /// Reserves (reads and translates) the receive WQE at the RQ consumer counter.
@@ -432,7 +463,36 @@ impl Device {
         })
     }
 
+    /// Runs `f` with the QP's message in progress moved out into a slot (no copy of its
+    /// scatter list per packet). Whatever `f` leaves in the slot goes back: `f` leaves the
+    /// message there on every error (the responder's state is as it was) and takes it when
+    /// it sets a new state with [`Device::set_cur`].
+    fn with_cur(
+        &mut self,
+        qpn: u32,
+        f: impl FnOnce(&mut Self, &mut Option<InMsg>) -> Result<u32, RespErr>,
+    ) -> Result<u32, RespErr> {
+        let mut cur = self.obj.qps.get_mut(qpn).and_then(|q| q.dp.resp.cur.take());
+        let r = f(self, &mut cur);
+        if let Some(c) = cur
+            && let Some(qp) = self.obj.qps.get_mut(qpn)
+        {
+            qp.dp.resp.cur = Some(c);
+        }
+        r
+    }
+
     fn recv_send(&mut self, qpn: u32, info: &QpInfo, pkt: &PacketView<'_>) -> Result<u32, RespErr> {
+        self.with_cur(qpn, |d, cur| d.recv_send_in(qpn, info, pkt, cur))
+    }
+
+    fn recv_send_in(
+        &mut self,
+        qpn: u32,
+        info: &QpInfo,
+        pkt: &PacketView<'_>,
+        slot: &mut Option<InMsg>,
+    ) -> Result<u32, RespErr> {
         let pos = pkt.bth.opcode.position();
         let plen = pkt.payload.len() as u64;
         let mtu = u64::from(info.mtu);
@@ -444,29 +504,39 @@ impl Device {
         if !len_ok || pkt.ext.ieth.is_some() {
             return Err(RespErr::Invalid);
         }
-        let cur = self.obj.qps.get(qpn).and_then(|q| q.dp.resp.cur.clone());
-        let (sgl, off) = if pos.starts_message() {
-            if cur.is_some() {
+        let first = pos.starts_message();
+        let (sgl, off) = if first {
+            if slot.is_some() {
                 return Err(RespErr::Invalid);
             }
             (self.reserve_recv(qpn)?, 0)
         } else {
-            match cur {
+            match slot.take() {
                 Some(InMsg::Send { sgl, off }) => (sgl, off),
-                _ => return Err(RespErr::Invalid),
+                other => {
+                    *slot = other;
+                    return Err(RespErr::Invalid);
+                }
             }
         };
-        if off + plen > sgl.len {
-            return Err(RespErr::Local(
+        let err = if off + plen > sgl.len {
+            Some(RespErr::Local(
                 cs::LOCAL_LENGTH_ERR,
                 NakCode::InvalidRequest,
-            ));
-        }
-        if self.sgl_write(&sgl, off, pkt.payload).is_err() {
-            return Err(RespErr::Local(
+            ))
+        } else if self.sgl_write(&sgl, off, pkt.payload).is_err() {
+            Some(RespErr::Local(
                 cs::LOCAL_ACCESS_ERR,
                 NakCode::RemoteOperationalError,
-            ));
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = err {
+            if !first {
+                *slot = Some(InMsg::Send { sgl, off });
+            }
+            return Err(e);
         }
         let off = off + plen;
         if pos.ends_message() {
@@ -511,12 +581,22 @@ impl Device {
         info: &QpInfo,
         pkt: &PacketView<'_>,
     ) -> Result<u32, RespErr> {
+        self.with_cur(qpn, |d, cur| d.recv_write_in(qpn, info, pkt, cur))
+    }
+
+    fn recv_write_in(
+        &mut self,
+        qpn: u32,
+        info: &QpInfo,
+        pkt: &PacketView<'_>,
+        slot: &mut Option<InMsg>,
+    ) -> Result<u32, RespErr> {
         let pos = pkt.bth.opcode.position();
         let plen = pkt.payload.len() as u64;
         let mtu = u64::from(info.mtu);
-        let cur = self.obj.qps.get(qpn).and_then(|q| q.dp.resp.cur.clone());
-        let (sgl, len, off) = if pos.starts_message() {
-            if cur.is_some() {
+        let first = pos.starts_message();
+        let (sgl, len, off) = if first {
+            if slot.is_some() {
                 return Err(RespErr::Invalid);
             }
             let reth = pkt.ext.reth.ok_or(RespErr::Invalid)?;
@@ -535,27 +615,21 @@ impl Device {
             };
             (sgl, len, 0)
         } else {
-            match cur {
+            match slot.take() {
                 Some(InMsg::Write { sgl, len, off }) => (sgl, len, off),
-                _ => return Err(RespErr::Invalid),
+                other => {
+                    *slot = other;
+                    return Err(RespErr::Invalid);
+                }
             }
         };
         let end = off + plen;
-        let len_ok = match pos {
-            Position::First | Position::Middle => plen == mtu && end < len,
-            Position::Last => (1..=mtu).contains(&plen) && end == len,
-            Position::Only => plen <= mtu && end == len,
-        };
-        if !len_ok {
-            return Err(RespErr::Invalid);
-        }
         let imm = pkt.ext.imm_dt.map(|i| i.imm);
-        if imm.is_some() {
-            // The immediate needs a receive WQE: check before touching memory.
-            self.recv_posted(qpn)?;
-        }
-        if self.sgl_write(&sgl, off, pkt.payload).is_err() {
-            return Err(RespErr::Access);
+        if let Err(e) = self.write_payload(qpn, pkt, pos, mtu, &sgl, len, off) {
+            if !first {
+                *slot = Some(InMsg::Write { sgl, len, off });
+            }
+            return Err(e);
         }
         if pos.ends_message() {
             self.set_cur(qpn, None, true);
@@ -577,6 +651,39 @@ impl Device {
             self.set_cur(qpn, Some(InMsg::Write { sgl, len, off: end }), false);
         }
         Ok(1)
+    }
+
+    /// The checks and the memory write of one RDMA WRITE packet at offset `off` of a
+    /// message of `len` bytes into `sgl`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_payload(
+        &mut self,
+        qpn: u32,
+        pkt: &PacketView<'_>,
+        pos: Position,
+        mtu: u64,
+        sgl: &Sgl,
+        len: u64,
+        off: u64,
+    ) -> Result<(), RespErr> {
+        let plen = pkt.payload.len() as u64;
+        let end = off + plen;
+        let len_ok = match pos {
+            Position::First | Position::Middle => plen == mtu && end < len,
+            Position::Last => (1..=mtu).contains(&plen) && end == len,
+            Position::Only => plen <= mtu && end == len,
+        };
+        if !len_ok {
+            return Err(RespErr::Invalid);
+        }
+        if pkt.ext.imm_dt.is_some() {
+            // The immediate needs a receive WQE: check before touching memory.
+            self.recv_posted(qpn)?;
+        }
+        if self.sgl_write(sgl, off, pkt.payload).is_err() {
+            return Err(RespErr::Access);
+        }
+        Ok(())
     }
 
     fn recv_read(&mut self, qpn: u32, info: &QpInfo, pkt: &PacketView<'_>) -> Result<u32, RespErr> {
@@ -650,9 +757,6 @@ impl Device {
         for k in 0..n {
             let off = u64::from(k) * mtu;
             let plen = (len - off.min(len)).min(mtu);
-            let data = self
-                .sgl_read(sgl, off, plen as usize)
-                .map_err(|_| RespErr::Operational)?;
             let pos = Position::of(k, n);
             let op =
                 roce_wire::seg::segment_opcode(Transport::Rc, MessageOp::RdmaReadResponse, pos)
@@ -662,7 +766,9 @@ impl Device {
                 aeth: (pos != Position::Middle).then_some(Aeth::ack(msn)),
                 ..ExtHeaders::NONE
             };
-            self.reply(info, req, bth, ext, &data);
+            // Read by DMA straight into the frame.
+            self.reply_sgl(info, req, bth, ext, sgl, off, plen as usize)
+                .map_err(|_| RespErr::Operational)?;
         }
         Ok(())
     }

@@ -103,7 +103,7 @@ impl SendWqe {
 /// The outcome of fetching one send WQE.
 pub(crate) enum Fetched {
     /// A WQE (possibly carrying a local error) and the WQEBBs it occupies.
-    Wqe(Box<SendWqe>, u16),
+    Wqe(SendWqe, u16),
     /// The SQ buffer itself could not be read.
     Catastrophic,
 }
@@ -272,7 +272,7 @@ impl Device {
                 WqeFault::TooLong(_) => cs::LOCAL_LENGTH_ERR,
                 _ => cs::LOCAL_QP_OP_ERR,
             });
-            Fetched::Wqe(Box::new(w.clone()), bbs)
+            Fetched::Wqe(w.clone(), bbs)
         };
         if idx != ci {
             return fault(
@@ -313,7 +313,7 @@ impl Device {
         let b = &raw[..ds * wqe::SEND_WQE_DS];
         let mut at = CtrlSeg::SIZE;
         if opcode == wop::NOP {
-            return Fetched::Wqe(Box::new(w), bbs);
+            return Fetched::Wqe(w, bbs);
         }
         if datagram {
             let Some(av) = b.get(at..).and_then(DatagramSeg::read_from) else {
@@ -405,7 +405,7 @@ impl Device {
         };
         if atomic && w.len != 8 {
             w.err = Some(cs::LOCAL_LENGTH_ERR);
-            return Fetched::Wqe(Box::new(w), bbs);
+            return Fetched::Wqe(w, bbs);
         }
         if log_msg_max < 64 && w.len > 1u64 << log_msg_max || w.len > u64::from(u32::MAX) {
             let len = w.len;
@@ -413,14 +413,14 @@ impl Device {
         }
         if let Some(e) = key_err {
             w.err = Some(key_syndrome(e));
-            return Fetched::Wqe(Box::new(w), bbs);
+            return Fetched::Wqe(w, bbs);
         }
         w.local = if saw_inline {
             Local::Inline(inline)
         } else {
             Local::Sgl(sgl)
         };
-        Fetched::Wqe(Box::new(w), bbs)
+        Fetched::Wqe(w, bbs)
     }
 
     /// Reads the receive WQE at RQ counter `ci` and translates its scatter list for `pd`.

@@ -1,8 +1,9 @@
 //! The in-process fabric: deterministic delivery with seeded fault injection.
 
 use std::boxed::Box;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use std::vec::Vec;
@@ -94,9 +95,21 @@ impl FabricStats {
     }
 }
 
+/// The fabric's clock. A virtual clock is an atomic so that reading it (every device poll
+/// does) takes no lock; it only moves under the state lock, so a reader holding the lock sees
+/// a stable time.
 enum Clock {
-    Virtual(u64),
+    Virtual(AtomicU64),
     Real(Instant),
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        match self {
+            Clock::Virtual(t) => t.load(Ordering::Acquire),
+            Clock::Real(start) => u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 struct Held {
@@ -106,16 +119,46 @@ struct Held {
     remaining: u64,
 }
 
+/// Frames by (delivery time, sequence number), earliest first, in a ring kept sorted.
+/// Keys almost always arrive in order (the clock only moves forward; only jitter and
+/// reordering make a frame due before one already queued), so an insertion is a push at the
+/// back and a delivery a pop at the front, with no allocation once the ring has grown.
+#[derive(Default)]
+struct ReadyQueue(VecDeque<((u64, u64), Vec<u8>)>);
+
+impl ReadyQueue {
+    fn insert(&mut self, key: (u64, u64), frame: Vec<u8>) {
+        match self.0.back() {
+            Some((last, _)) if *last > key => {
+                let at = self.0.partition_point(|(k, _)| *k < key);
+                self.0.insert(at, (key, frame));
+            }
+            _ => self.0.push_back((key, frame)),
+        }
+    }
+
+    fn first_key(&self) -> Option<(u64, u64)> {
+        self.0.front().map(|(k, _)| *k)
+    }
+
+    fn pop_first(&mut self) -> Option<Vec<u8>> {
+        self.0.pop_front().map(|(_, f)| f)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     /// Frames by (delivery time, sequence number).
-    ready: BTreeMap<(u64, u64), Vec<u8>>,
+    ready: ReadyQueue,
     /// Frames held back for reordering, oldest first.
     held: Vec<Held>,
 }
 
 struct State {
-    clock: Clock,
     rng: SplitMix64,
     faults: FaultConfig,
     path_faults: BTreeMap<(Ipv4Addr, Ipv4Addr), FaultConfig>,
@@ -123,9 +166,13 @@ struct State {
     queues: BTreeMap<Ipv4Addr, Queue>,
     seq: u64,
     stats: FabricStats,
+    /// Receivers blocked in `recv_timeout` on `arrived`. Senders and clock steps notify only
+    /// when there is one: a notification nobody waits for still costs a system call.
+    waiters: usize,
 }
 
 struct Shared {
+    clock: Clock,
     state: Mutex<State>,
     arrived: Condvar,
 }
@@ -156,19 +203,12 @@ fn corrupt(rng: &mut SplitMix64, frame: &mut [u8]) {
 }
 
 impl State {
-    fn now(&self) -> u64 {
-        match &self.clock {
-            Clock::Virtual(t) => *t,
-            Clock::Real(start) => u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX),
-        }
-    }
-
     fn next_seq(&mut self) -> u64 {
         self.seq += 1;
         self.seq
     }
 
-    fn send(&mut self, port: Ipv4Addr, frame: Vec<u8>) -> Result<(), FabricError> {
+    fn send(&mut self, port: Ipv4Addr, frame: Vec<u8>, now: u64) -> Result<(), FabricError> {
         let (src, dst) = peek_ipv4_addrs(&frame).ok_or(FabricError::Malformed(
             if frame.len() < Ipv4Header::LEN {
                 WireError::Truncated(HeaderKind::Ipv4)
@@ -203,7 +243,6 @@ impl State {
         } else {
             None
         };
-        let now = self.now();
         self.inject(dst, frame, &f, now);
         if let Some(c) = copy {
             self.inject(dst, c, &f, now);
@@ -272,22 +311,21 @@ impl State {
         self.seq = seq;
     }
 
-    fn try_recv(&mut self, addr: Ipv4Addr) -> Option<Vec<u8>> {
-        let now = self.now();
+    fn try_recv(&mut self, addr: Ipv4Addr, now: u64) -> Option<Vec<u8>> {
         self.release_expired(addr, now);
         let q = self.queues.get_mut(&addr)?;
-        let (&(due, _), _) = q.ready.first_key_value()?;
+        let (due, _) = q.ready.first_key()?;
         if due > now {
             return None;
         }
-        let (_, frame) = q.ready.pop_first()?;
+        let frame = q.ready.pop_first()?;
         self.stats.delivered += 1;
         Some(frame)
     }
 
     fn next_event_for(&self, addr: Ipv4Addr) -> Option<u64> {
         let q = self.queues.get(&addr)?;
-        let ready = q.ready.first_key_value().map(|(&(t, _), _)| t);
+        let ready = q.ready.first_key().map(|(t, _)| t);
         let held = q.held.iter().map(|h| h.deadline).min();
         match (ready, held) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -322,8 +360,8 @@ impl InProcessFabric {
     fn with_clock(seed: u64, clock: Clock) -> Self {
         Self {
             shared: Arc::new(Shared {
+                clock,
                 state: Mutex::new(State {
-                    clock,
                     rng: SplitMix64::new(seed),
                     faults: FaultConfig::NONE,
                     path_faults: BTreeMap::new(),
@@ -331,6 +369,7 @@ impl InProcessFabric {
                     queues: BTreeMap::new(),
                     seq: 0,
                     stats: FabricStats::default(),
+                    waiters: 0,
                 }),
                 arrived: Condvar::new(),
             }),
@@ -339,7 +378,7 @@ impl InProcessFabric {
 
     /// A fault-free fabric with a virtual clock at 0, fault decisions seeded by `seed`.
     pub fn new(seed: u64) -> Self {
-        Self::with_clock(seed, Clock::Virtual(0))
+        Self::with_clock(seed, Clock::Virtual(AtomicU64::new(0)))
     }
 
     /// A fabric whose clock is the monotonic wall clock (nanoseconds since creation). Delays
@@ -413,32 +452,33 @@ impl InProcessFabric {
 
     /// The fabric's time in nanoseconds.
     pub fn now_ns(&self) -> u64 {
-        self.shared.lock().now()
+        self.shared.clock.now()
     }
 
     /// Moves a virtual clock forward by `ns` and returns the new time; wakes waiting
     /// receivers. No effect on a real clock.
     pub fn advance(&self, ns: u64) -> u64 {
-        let mut st = self.shared.lock();
-        if let Clock::Virtual(t) = &mut st.clock {
-            *t = t.saturating_add(ns);
-        }
-        let now = st.now();
-        drop(st);
-        self.shared.arrived.notify_all();
-        now
+        self.step_clock(|t| t.saturating_add(ns))
     }
 
     /// Moves a virtual clock forward to `t_ns` (never backwards) and returns the new time;
     /// wakes waiting receivers. No effect on a real clock.
     pub fn advance_to(&self, t_ns: u64) -> u64 {
-        let mut st = self.shared.lock();
-        if let Clock::Virtual(t) = &mut st.clock {
-            *t = (*t).max(t_ns);
+        self.step_clock(|t| t.max(t_ns))
+    }
+
+    /// Moves a virtual clock to `to(now)` under the state lock and wakes waiting receivers.
+    fn step_clock(&self, to: impl FnOnce(u64) -> u64) -> u64 {
+        let st = self.shared.lock();
+        if let Clock::Virtual(t) = &self.shared.clock {
+            t.store(to(t.load(Ordering::Acquire)), Ordering::Release);
         }
-        let now = st.now();
+        let now = self.shared.clock.now();
+        let wake = st.waiters > 0;
         drop(st);
-        self.shared.arrived.notify_all();
+        if wake {
+            self.shared.arrived.notify_all();
+        }
         now
     }
 
@@ -480,20 +520,27 @@ impl Port for InProcessPort {
     }
 
     fn send(&self, frame: Vec<u8>) -> Result<(), FabricError> {
-        self.shared.lock().send(self.addr, frame)?;
-        self.shared.arrived.notify_all();
+        let mut st = self.shared.lock();
+        let now = self.shared.clock.now();
+        st.send(self.addr, frame, now)?;
+        let wake = st.waiters > 0;
+        drop(st);
+        if wake {
+            self.shared.arrived.notify_all();
+        }
         Ok(())
     }
 
     fn recv(&self) -> Result<Option<Vec<u8>>, FabricError> {
-        Ok(self.shared.lock().try_recv(self.addr))
+        let mut st = self.shared.lock();
+        Ok(st.try_recv(self.addr, self.shared.clock.now()))
     }
 
     fn recv_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>, FabricError> {
         let give_up = Instant::now().checked_add(timeout);
         let mut st = self.shared.lock();
         loop {
-            if let Some(f) = st.try_recv(self.addr) {
+            if let Some(f) = st.try_recv(self.addr, self.shared.clock.now()) {
                 return Ok(Some(f));
             }
             let left = match give_up {
@@ -504,18 +551,20 @@ impl Port for InProcessPort {
                 return Ok(None);
             }
             // With a real clock, wake up when the next frame falls due.
-            let wait = match (&st.clock, st.next_event_for(self.addr)) {
-                (Clock::Real(_), Some(t)) => {
-                    left.min(Duration::from_nanos(t.saturating_sub(st.now())))
-                }
+            let wait = match (&self.shared.clock, st.next_event_for(self.addr)) {
+                (Clock::Real(_), Some(t)) => left.min(Duration::from_nanos(
+                    t.saturating_sub(self.shared.clock.now()),
+                )),
                 _ => left,
             };
+            st.waiters += 1;
             st = self
                 .shared
                 .arrived
                 .wait_timeout(st, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            st.waiters -= 1;
         }
     }
 }

@@ -574,6 +574,95 @@ impl<'a> Packet<&'a [u8]> {
     }
 }
 
+impl<P> Packet<P> {
+    /// Pad bytes a payload of `len` bytes needs: `(−len) & 3`.
+    const fn pad_for(len: usize) -> usize {
+        len.wrapping_neg() & 3
+    }
+
+    /// Bytes from the BTH through the ICRC with a payload of `len` bytes.
+    fn udp_payload_len_for(&self, len: usize) -> usize {
+        Bth::LEN + self.bth.opcode.ext_layout().len() + len + Self::pad_for(len) + ICRC_LEN
+    }
+
+    /// Every check of [`Packet::encode`], for a payload of `len` bytes.
+    fn validate_for(&self, len: usize) -> Result<(), WireError> {
+        let op = self.bth.opcode;
+        if !self.ext.matches(op) {
+            return Err(WireError::HeaderMismatch(op));
+        }
+        if !op.has_payload() && len != 0 {
+            return Err(WireError::UnexpectedPayload);
+        }
+        if self.bth.tver != 0 {
+            return Err(WireError::FieldOutOfRange(Field::Tver));
+        }
+        if self.bth.dest_qp > MASK_24 {
+            return Err(WireError::FieldOutOfRange(Field::DestQp));
+        }
+        if self.bth.psn > MASK_24 {
+            return Err(WireError::FieldOutOfRange(Field::Psn));
+        }
+        if self.ext.aeth.is_some_and(|a| a.msn > MASK_24) {
+            return Err(WireError::FieldOutOfRange(Field::Msn));
+        }
+        if self.ext.deth.is_some_and(|d| d.src_qp > MASK_24) {
+            return Err(WireError::FieldOutOfRange(Field::SrcQp));
+        }
+        if len > MAX_UDP_PAYLOAD || self.udp_payload_len_for(len) > MAX_UDP_PAYLOAD {
+            return Err(WireError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Appends BTH and extension headers (pad count for a payload of `len` bytes) to `out`.
+    fn write_headers(&self, out: &mut Vec<u8>, len: usize) {
+        let mut bth = self.bth;
+        bth.pad_count = Self::pad_for(len) as u8;
+        out.extend_from_slice(&bth.to_bytes());
+        self.ext.write(out);
+    }
+
+    /// Encodes the frame of this packet's headers into `out` (cleared first; its allocation
+    /// is reused) with a payload of `payload_len` bytes that `fill` writes in place: for
+    /// example a DMA read straight into the frame, with no intermediate buffer. The
+    /// `payload` field is not used. The ICRC is computed after `fill`.
+    ///
+    /// Errors: those of [`Packet::encode`] (nothing is filled); `Ok(Err(e))` if `fill`
+    /// failed with `e` (`out` then holds no valid frame).
+    pub fn encode_into_with<E>(
+        &self,
+        out: &mut Vec<u8>,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, WireError> {
+        self.validate_for(payload_len)?;
+        let udp_payload_len = self.udp_payload_len_for(payload_len);
+        out.clear();
+        out.reserve(IPV4_UDP_HEADER_LEN + udp_payload_len);
+        let hdr = ip_udp_header(
+            self.src_ip,
+            self.dst_ip,
+            self.udp_src_port,
+            self.tos,
+            self.ttl,
+            self.ip_id,
+            udp_payload_len,
+        );
+        out.extend_from_slice(&hdr);
+        self.write_headers(out, payload_len);
+        let at = out.len();
+        // Payload and pad, zeroed, then the payload written in place.
+        out.resize(at + payload_len + Self::pad_for(payload_len), 0);
+        if let Err(e) = fill(&mut out[at..at + payload_len]) {
+            return Ok(Err(e));
+        }
+        let crc = icrc::icrc_ipv4(&hdr, &out[IPV4_UDP_HEADER_LEN..]);
+        out.extend_from_slice(&icrc::to_wire(crc));
+        Ok(Ok(()))
+    }
+}
+
 impl<P: AsRef<[u8]>> Packet<P> {
     /// An owned copy.
     pub fn to_owned_packet(&self) -> Packet {
@@ -592,16 +681,12 @@ impl<P: AsRef<[u8]>> Packet<P> {
 
     /// Pad bytes the payload needs: `(−len) & 3`.
     pub fn pad_len(&self) -> usize {
-        self.payload.as_ref().len().wrapping_neg() & 3
+        Self::pad_for(self.payload.as_ref().len())
     }
 
     /// Bytes from the BTH through the ICRC.
     pub fn udp_payload_len(&self) -> usize {
-        Bth::LEN
-            + self.bth.opcode.ext_layout().len()
-            + self.payload.as_ref().len()
-            + self.pad_len()
-            + ICRC_LEN
+        self.udp_payload_len_for(self.payload.as_ref().len())
     }
 
     /// Bytes of the whole frame (IPv4 header … ICRC).
@@ -609,45 +694,12 @@ impl<P: AsRef<[u8]>> Packet<P> {
         IPV4_UDP_HEADER_LEN + self.udp_payload_len()
     }
 
-    fn validate(&self) -> Result<(), WireError> {
-        let op = self.bth.opcode;
-        if !self.ext.matches(op) {
-            return Err(WireError::HeaderMismatch(op));
-        }
-        if !op.has_payload() && !self.payload.as_ref().is_empty() {
-            return Err(WireError::UnexpectedPayload);
-        }
-        if self.bth.tver != 0 {
-            return Err(WireError::FieldOutOfRange(Field::Tver));
-        }
-        if self.bth.dest_qp > MASK_24 {
-            return Err(WireError::FieldOutOfRange(Field::DestQp));
-        }
-        if self.bth.psn > MASK_24 {
-            return Err(WireError::FieldOutOfRange(Field::Psn));
-        }
-        if self.ext.aeth.is_some_and(|a| a.msn > MASK_24) {
-            return Err(WireError::FieldOutOfRange(Field::Msn));
-        }
-        if self.ext.deth.is_some_and(|d| d.src_qp > MASK_24) {
-            return Err(WireError::FieldOutOfRange(Field::SrcQp));
-        }
-        if self.payload.as_ref().len() > MAX_UDP_PAYLOAD || self.udp_payload_len() > MAX_UDP_PAYLOAD
-        {
-            return Err(WireError::TooLarge);
-        }
-        Ok(())
-    }
-
     /// Appends BTH … pad (no ICRC) to `out`.
     fn write_transport(&self, out: &mut Vec<u8>) {
-        let pad = self.pad_len();
-        let mut bth = self.bth;
-        bth.pad_count = pad as u8;
-        out.extend_from_slice(&bth.to_bytes());
-        self.ext.write(out);
-        out.extend_from_slice(self.payload.as_ref());
-        out.extend_from_slice(&[0u8; 3][..pad]);
+        let payload = self.payload.as_ref();
+        self.write_headers(out, payload.len());
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&[0u8; 3][..self.pad_len()]);
     }
 
     /// Encodes the whole frame: IPv4 header (DF, protocol 17, checksum), UDP header (port
@@ -658,23 +710,19 @@ impl<P: AsRef<[u8]>> Packet<P> {
     /// [`WireError::UnexpectedPayload`], [`WireError::FieldOutOfRange`] for a 24-bit field
     /// over 24 bits or TVer ≠ 0, [`WireError::TooLarge`] past 65535 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
-        self.validate()?;
-        let udp_payload_len = self.udp_payload_len();
-        let mut out = Vec::with_capacity(IPV4_UDP_HEADER_LEN + udp_payload_len);
-        let hdr = ip_udp_header(
-            self.src_ip,
-            self.dst_ip,
-            self.udp_src_port,
-            self.tos,
-            self.ttl,
-            self.ip_id,
-            udp_payload_len,
-        );
-        out.extend_from_slice(&hdr);
-        self.write_transport(&mut out);
-        let crc = icrc::icrc_ipv4(&hdr, &out[IPV4_UDP_HEADER_LEN..]);
-        out.extend_from_slice(&icrc::to_wire(crc));
+        let mut out = Vec::new();
+        self.encode_into(&mut out)?;
         Ok(out)
+    }
+
+    /// [`Packet::encode`] into `out` (cleared first; its allocation is reused).
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let payload = self.payload.as_ref();
+        self.encode_into_with(out, payload.len(), |dst| {
+            dst.copy_from_slice(payload);
+            Ok::<(), core::convert::Infallible>(())
+        })
+        .map(|_| ())
     }
 
     /// Encodes UDP-payload form: BTH … pad + ICRC, the ICRC computed over the pseudo header
@@ -682,7 +730,7 @@ impl<P: AsRef<[u8]>> Packet<P> {
     /// receiver must pass the same addresses and source port to
     /// [`Packet::decode_udp_payload`]. Errors as [`Packet::encode`].
     pub fn encode_udp_payload(&self) -> Result<Vec<u8>, WireError> {
-        self.validate()?;
+        self.validate_for(self.payload.as_ref().len())?;
         let mut out = Vec::with_capacity(self.udp_payload_len());
         self.write_transport(&mut out);
         let crc = icrc::icrc_udp_payload(self.src_ip, self.dst_ip, self.udp_src_port, &out);
@@ -735,6 +783,58 @@ mod tests {
 
     const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
     const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+    #[test]
+    fn encode_into_with_fills_in_place_and_equals_encode() {
+        let mut out = vec![0xAAu8; 7]; // stale contents are discarded
+        for len in [0usize, 1, 3, 4, 5, 64, 1000, 1024, 4096] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let mut bth = Bth::new(Opcode::RcRdmaWriteOnly, 0x42, 7);
+            bth.ack_req = true;
+            let ext = ExtHeaders {
+                reth: Some(Reth {
+                    va: 0x1000,
+                    rkey: 9,
+                    dma_len: len as u32,
+                }),
+                ..ExtHeaders::NONE
+            };
+            let pkt = Packet::new(A, B, bth, payload.as_slice()).with_ext(ext);
+            let want = pkt.encode().unwrap();
+            let header_only = Packet::new(A, B, bth, ()).with_ext(ext);
+            let r = header_only.encode_into_with(&mut out, len, |dst| {
+                assert_eq!(dst.len(), len);
+                dst.copy_from_slice(&payload);
+                Ok::<(), ()>(())
+            });
+            assert_eq!(r, Ok(Ok(())));
+            assert_eq!(out, want, "payload length {len}");
+            let back = Packet::decode(&out).unwrap();
+            assert_eq!(back.payload, payload);
+            // encode_into reuses the buffer and gives the same bytes.
+            pkt.encode_into(&mut out).unwrap();
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn encode_into_with_reports_fill_and_header_errors() {
+        let bth = Bth::new(Opcode::RcSendOnly, 1, 1);
+        let mut out = Vec::new();
+        let r = Packet::new(A, B, bth, ()).encode_into_with(&mut out, 8, |_| Err(5u8));
+        assert_eq!(r, Ok(Err(5)));
+        // Header errors come before the fill, which is never called.
+        let ack = Bth::new(Opcode::RcAcknowledge, 1, 1); // needs an AETH
+        let r = Packet::new(A, B, ack, ()).encode_into_with(&mut out, 0, |_| -> Result<(), ()> {
+            panic!("fill called for an invalid packet")
+        });
+        assert_eq!(r, Err(WireError::HeaderMismatch(Opcode::RcAcknowledge)));
+        let r =
+            Packet::new(A, B, bth, ()).encode_into_with(&mut out, 70_000, |_| -> Result<(), ()> {
+                panic!("fill called for an oversized packet")
+            });
+        assert_eq!(r, Err(WireError::TooLarge));
+    }
 
     #[test]
     fn captured_cnp_decodes() {

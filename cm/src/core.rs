@@ -357,6 +357,10 @@ pub(crate) struct Conn {
     pub last_reply: Option<Box<MadBytes>>,
     /// The service ID of the SIDR_REQ answered (the SIDR_REP repeats it).
     pub sidr_service_id: u64,
+    /// The REP's initiator depth and responder resources (active side).
+    pub peer_initiator_depth: u8,
+    pub peer_responder_resources: u8,
+    pub peer_rnr_retry: u8,
 }
 
 pub(crate) struct IdState<P: Provider> {
@@ -396,6 +400,28 @@ pub(crate) struct IdState<P: Provider> {
     pub responder_resources: u8,
     /// A QP transition after the REP failed: later REJECTED/DISCONNECTED are swallowed.
     pub connect_error: bool,
+    /// `RDMA_OPTION_ID_TOS`: traffic class of the paths resolved afterwards.
+    pub tos: Option<u8>,
+    /// `RDMA_OPTION_ID_REUSEADDR`.
+    pub reuseaddr: bool,
+    /// `RDMA_OPTION_ID_AFONLY` (stored; the stack is IPv4-only).
+    pub afonly: bool,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's RTS `timeout`.
+    pub ack_timeout: Option<u8>,
+    /// End of the IB CM timewait the id is in (after DISCONNECTED).
+    pub timewait_until: Option<u64>,
+}
+
+impl<P: Provider> IdState<P> {
+    /// The id's path as its QP's RTR/RTS transitions use it: the ACK-timeout option, if set,
+    /// replaces the computed local ACK timeout (the kernel's `rdma_init_qp_attr`).
+    pub(crate) fn rts_route(&self) -> Route {
+        let mut r = self.route.unwrap_or_default();
+        if let Some(t) = self.ack_timeout {
+            r.local_ack_timeout = t;
+        }
+        r
+    }
 }
 
 /// A retransmission that outlived its id (a DREQ sent by a destroy).
@@ -565,8 +591,9 @@ pub(crate) struct Connect {
     pub access: AccessFlags,
 }
 
-pub(crate) fn qp_rtr_rts<P: Provider>(p: &P, qp: &mut P::Qp, c: &Connect) -> Result<(), Error> {
-    let mut a = QpAttr {
+/// The attributes (and mask) of the INIT → RTR transition of a connection.
+pub(crate) fn rtr_attr(c: &Connect) -> (QpAttr, M) {
+    let a = QpAttr {
         qp_state: QpState::Rtr,
         ah_attr: c.route.ah_attr(),
         path_mtu: c.route.mtu,
@@ -577,29 +604,37 @@ pub(crate) fn qp_rtr_rts<P: Provider>(p: &P, qp: &mut P::Qp, c: &Connect) -> Res
         qp_access_flags: c.access,
         ..QpAttr::default()
     };
-    p.modify_qp(
-        qp,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER
-            | M::ACCESS_FLAGS,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.sq_psn = c.sq_psn;
-    a.timeout = c.route.local_ack_timeout;
-    a.retry_cnt = c.retry_cnt.min(7);
-    a.rnr_retry = c.rnr_retry.min(7);
-    a.max_rd_atomic = c.max_rd_atomic;
-    p.modify_qp(
-        qp,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )?;
+    let m = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER
+        | M::ACCESS_FLAGS;
+    (a, m)
+}
+
+/// The attributes (and mask) of the RTR → RTS transition of a connection.
+pub(crate) fn rts_attr(c: &Connect) -> (QpAttr, M) {
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: c.sq_psn,
+        timeout: c.route.local_ack_timeout,
+        retry_cnt: c.retry_cnt.min(7),
+        rnr_retry: c.rnr_retry.min(7),
+        max_rd_atomic: c.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    (a, m)
+}
+
+pub(crate) fn qp_rtr_rts<P: Provider>(p: &P, qp: &mut P::Qp, c: &Connect) -> Result<(), Error> {
+    let (a, m) = rtr_attr(c);
+    p.modify_qp(qp, &a, m)?;
+    let (a, m) = rts_attr(c);
+    p.modify_qp(qp, &a, m)?;
     Ok(())
 }
 
@@ -1037,6 +1072,11 @@ impl<P: Provider> State<P> {
             initiator_depth: 0,
             responder_resources: 0,
             connect_error: false,
+            tos: None,
+            reuseaddr: false,
+            afonly: false,
+            ack_timeout: None,
+            timewait_until: None,
         })
     }
 
@@ -1066,11 +1106,24 @@ impl<P: Provider> State<P> {
 
     // -------------------------------------------------------------- ports
 
-    pub(crate) fn port_conflict(&self, ps: PortSpace, ip: Ipv4Addr, port: u16) -> Option<Error> {
+    /// A bind of `(ps, ip, port)` conflicts with another id's (the kernel's
+    /// `cma_check_port`): skipped are `skip` and, when `reuse` is on, ids that set
+    /// REUSEADDR too; a wildcard on either side is EADDRNOTAVAIL, the same address EADDRINUSE.
+    pub(crate) fn port_conflict(
+        &self,
+        ps: PortSpace,
+        ip: Ipv4Addr,
+        port: u16,
+        reuse: bool,
+        skip: Option<Key>,
+    ) -> Option<Error> {
         let ips = self.dev_ips();
-        for (_, s) in self.ids.iter() {
+        for (k, s) in self.ids.iter() {
             let Some(src) = s.src else { continue };
-            if !s.port_reserved || s.ps != ps || src.port() != port {
+            if !s.port_reserved || s.ps != ps || src.port() != port || Some(k) == skip {
+                continue;
+            }
+            if reuse && s.reuseaddr {
                 continue;
             }
             let other = *src.ip();
@@ -1091,7 +1144,7 @@ impl<P: Provider> State<P> {
         for _ in 0..N {
             self.eph_cursor = (self.eph_cursor + 1) % N;
             let port = LO + self.eph_cursor;
-            if self.port_conflict(ps, ip, port).is_none() {
+            if self.port_conflict(ps, ip, port, false, None).is_none() {
                 return Ok(port);
             }
         }
@@ -1105,6 +1158,7 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         let ps = s.ps;
+        let reuse = s.reuseaddr;
         let ip = *addr.ip();
         let dev = self.dev_by_ip(ip);
         if dev.is_none() && !ip.is_unspecified() && !ip.is_loopback() {
@@ -1113,7 +1167,7 @@ impl<P: Provider> State<P> {
         let port = if addr.port() == 0 {
             self.ephemeral_port(ps, ip)?
         } else {
-            if let Some(e) = self.port_conflict(ps, ip, addr.port()) {
+            if let Some(e) = self.port_conflict(ps, ip, addr.port(), reuse, Some(id)) {
                 return Err(e);
             }
             addr.port()

@@ -99,7 +99,9 @@ impl<P: Provider> State<P> {
             return None;
         }
         let local_comm_id = self.next_comm_id();
+        let psn = self.rng.psn();
         let s = self.ids.get_mut(k)?;
+        s.conn.local_psn = psn;
         s.owned = false;
         s.listener = Some(l);
         s.src = Some(src);
@@ -127,6 +129,19 @@ impl<P: Provider> State<P> {
                 && s.conn.peer.ip == src
                 && s.conn.req.is_some()
         }) {
+            // a duplicate of the REQ of a connection in timewait: stale (ib_cm's
+            // `cm_dup_req_handler`)
+            if self.ids.get(k).is_some_and(|s| s.timewait_until.is_some()) {
+                let m = self.rej_msg(
+                    0,
+                    r.local_comm_id,
+                    msg_kind::REQ,
+                    rej_reason::STALE_CONNECTION,
+                    &[],
+                );
+                self.reply(d, &peer, tid, m);
+                return;
+            }
             self.resend_reply(k);
             return;
         }
@@ -134,6 +149,26 @@ impl<P: Provider> State<P> {
             let m = st.rej_msg(0, r.local_comm_id, msg_kind::REQ, reason, &[]);
             st.reply(d, &peer, tid, m);
         };
+        // the peer's QP is still part of a connection of ours, or in its timewait: a
+        // stale connection (REJ 10)
+        if self.ids.iter().any(|(_, s)| {
+            s.dev == Some(d)
+                && s.qp_type == verbs::QpType::Rc
+                && s.conn.peer.ip == src
+                && s.conn.remote_qpn == r.local_qpn
+                && (s.timewait_until.is_some()
+                    || matches!(
+                        s.fsm,
+                        Fsm::ReqRcvd
+                            | Fsm::RepSent
+                            | Fsm::RepRcvd
+                            | Fsm::Established
+                            | Fsm::DreqSent
+                            | Fsm::DreqRcvd
+                    ) && (s.conn.active || s.conn.req.is_some()))
+        }) {
+            return rej(self, rej_reason::STALE_CONNECTION);
+        }
         let hdr = CmaHeader::decode(&r.private_data);
         let dst_ip = match hdr {
             Ok(CmaHeader {
@@ -288,8 +323,12 @@ impl<P: Provider> State<P> {
         s.conn.remote_comm_id = r.local_comm_id;
         s.conn.remote_qpn = r.local_qpn;
         s.conn.remote_psn = r.starting_psn;
+        s.conn.peer_initiator_depth = r.initiator_depth;
+        s.conn.peer_responder_resources = r.responder_resources;
+        s.conn.peer_rnr_retry = r.rnr_retry_count;
         let tid = s.conn.tid;
         let (local, remote) = (s.conn.local_comm_id, r.local_comm_id);
+        let rts_route = s.rts_route();
         let Some(q) = s.qp.as_mut() else {
             s.fsm = Fsm::RepRcvd;
             self.push_event(
@@ -302,7 +341,7 @@ impl<P: Provider> State<P> {
             return;
         };
         let c = Connect {
-            route: s.route.unwrap_or_default(),
+            route: rts_route,
             dest_qpn: r.local_qpn,
             rq_psn: s.conn.local_psn,
             sq_psn: r.starting_psn,
@@ -459,6 +498,7 @@ impl<P: Provider> State<P> {
                 s.fsm = Fsm::Disconnected;
                 self.send_for(k, tid, drep, None);
                 self.push_event(k, EventType::Disconnected, 0, EventParam::None, None);
+                self.enter_timewait(k);
             }
             Fsm::Disconnected => self.send_for(k, tid, drep, None),
             _ => {}
@@ -478,6 +518,7 @@ impl<P: Provider> State<P> {
             if !s.connect_error {
                 self.push_event(k, EventType::Disconnected, 0, EventParam::None, None);
             }
+            self.enter_timewait(k);
         }
     }
 
@@ -752,12 +793,49 @@ impl<P: Provider> State<P> {
             };
             s.fsm = fsm;
             self.push_event(k, ty, ETIMEDOUT_STATUS, EventParam::None, None);
+            if fsm == Fsm::Disconnected {
+                self.enter_timewait(k);
+            }
         }
+        self.timewait_timers();
         for (d, peer, bytes) in resend {
             self.stats.retransmits += 1;
             self.send_to(d, &peer, &bytes);
         }
         self.orphan_timers();
+    }
+
+    /// Id `k` is disconnected: it enters the IB CM timewait for the local ACK timeout of its
+    /// path (4.096 µs × 2^t, t = packet life time + 1: an ACK-timeout option set before the
+    /// route was resolved is in it, one set later is not), as ib_cm's `cm_enter_timewait`
+    /// waits `av.timeout`.
+    pub(crate) fn enter_timewait(&mut self, k: Key) {
+        let now = self.now;
+        if let Some(s) = self.ids.get_mut(k) {
+            let t = s.route.unwrap_or_default().local_ack_timeout;
+            s.timewait_until = Some(now + ib_time_ns(t));
+        }
+    }
+
+    /// Timewaits that ended: TIMEWAIT_EXIT on asynchronous ids (a synchronous id has no call
+    /// waiting for it, so it is not queued there).
+    fn timewait_timers(&mut self) {
+        let now = self.now;
+        let done: Vec<Key> = self
+            .ids
+            .iter()
+            .filter(|(_, s)| s.timewait_until.is_some_and(|t| t <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for k in done {
+            let Some(s) = self.ids.get_mut(k) else {
+                continue;
+            };
+            s.timewait_until = None;
+            if !s.sync {
+                self.push_event(k, EventType::TimewaitExit, 0, EventParam::None, None);
+            }
+        }
     }
 
     /// An abandoned DREQ: retransmitted like the id's own until answered or exhausted.

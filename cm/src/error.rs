@@ -53,6 +53,9 @@ pub enum Error {
     /// EINVAL (22): an argument is not valid, or the id is not in a state the call accepts
     /// (bind twice, connect before resolving, a second QP, an unbound id, ...).
     InvalidArgument,
+    /// ENOSYS (38): an option level or name `rdma_set_option` does not know (the kernel's
+    /// answer).
+    NotImplemented,
     /// EOPNOTSUPP (95): not supported (RAI_SA with a node name, ...).
     NotSupported,
     /// EAFNOSUPPORT (97): an address family this library does not do (IPv6).
@@ -88,6 +91,7 @@ impl Error {
             Error::Busy => 16,
             Error::NoDevice => 19,
             Error::InvalidArgument => 22,
+            Error::NotImplemented => 38,
             Error::NotSupported => 95,
             Error::AfNotSupported => 97,
             Error::AddrInUse => 98,
@@ -119,6 +123,7 @@ impl Error {
             16 => Error::Busy,
             19 => Error::NoDevice,
             22 => Error::InvalidArgument,
+            38 => Error::NotImplemented,
             95 => Error::NotSupported,
             97 => Error::AfNotSupported,
             98 => Error::AddrInUse,

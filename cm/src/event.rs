@@ -46,7 +46,8 @@ pub enum EventType {
     MulticastError = 13,
     /// Address change (not produced here).
     AddrChange = 14,
-    /// The QP left timewait (not produced here).
+    /// The id left the IB CM timewait that followed DISCONNECTED (its peer's QP number may
+    /// connect again): asynchronous ids only, status 0.
     TimewaitExit = 15,
 }
 

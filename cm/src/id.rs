@@ -283,6 +283,70 @@ impl<P: Provider> CmId<P> {
         self.cm.complete(self.key)
     }
 
+    /// `rdma_set_option(id, level, optname, optval, optlen)`, `val` being the option's bytes
+    /// as C passes them (`int` in native byte order, `u8`, or `struct ibv_path_data`s).
+    /// Errors are the kernel's (`ucma_set_option`):
+    ///
+    /// * [`OPTION_ID`](crate::OPTION_ID) / [`OPTION_ID_TOS`](crate::OPTION_ID_TOS) (1 byte):
+    ///   the traffic class of the path `resolve_route` makes afterwards (REQ primary path,
+    ///   GRH of the QP's address vector; SL stays 0, no VLAN). Accepted in any state; a route
+    ///   already resolved keeps its class, as in the kernel.
+    /// * `OPTION_ID_REUSEADDR` (4-byte int): binds skip ids that set it too (a port shared
+    ///   by a connected id, one in timewait, ...); listening on a shared port is still
+    ///   EADDRINUSE / EADDRNOTAVAIL. EINVAL to set it on a listener, or to clear it on an id
+    ///   that is not idle.
+    /// * `OPTION_ID_AFONLY` (4-byte int): stored (the stack is IPv4-only); EINVAL unless the
+    ///   id is idle or bound.
+    /// * `OPTION_ID_ACK_TIMEOUT` (1 byte, ≤ 31: the 5-bit field; the kernel does not check,
+    ///   here a larger value is EINVAL): the RTS `timeout` of the id's QP instead of the
+    ///   path's; set before `resolve_route`, it also gives the path's packet life time
+    ///   (timeout − 1), hence the REQ's local ACK timeout and the timewait. EINVAL for a UD id.
+    /// * [`OPTION_IB`](crate::OPTION_IB) / [`OPTION_IB_PATH`](crate::OPTION_IB_PATH): the
+    ///   kernel accepts path records on RoCE too, so this does rather than answering
+    ///   EOPNOTSUPP: EINVAL unless `val` is a whole number of 72-byte `ibv_path_data` with one
+    ///   flagged GMP | PRIMARY | BIDIRECTIONAL (with an MTU code 1..=5) and the address is
+    ///   resolved; then the route is set from it (GIDs and MAC from address resolution, as
+    ///   RoCE takes the L2 side from the netdev) and ROUTE_RESOLVED follows (a synchronous
+    ///   id has it as its [`event`](Self::event): librdmacm would leave it for the next call).
+    /// * another level or name: ENOSYS.
+    pub fn set_option(&self, level: i32, optname: i32, val: &[u8]) -> Result<(), Error> {
+        let routed = self
+            .cm
+            .with_state(|st| st.set_option(self.key, level, optname, val))?;
+        if routed {
+            return self.cm.complete(self.key);
+        }
+        Ok(())
+    }
+
+    /// The options set with [`set_option`](Self::set_option).
+    pub fn options(&self) -> crate::IdOptions {
+        self.cm
+            .with_state(|st| st.options(self.key))
+            .unwrap_or_default()
+    }
+
+    /// `rdma_init_qp_attr`: the attributes and mask that move a QP of this id to `state`,
+    /// for applications that manage their QP themselves (the manager applies the same ones
+    /// to the id's own QP). INIT: port 1, P_Key index 0, and the Q_Key 0x01234567 (UD) or
+    /// the access flags (RC: none before the request, remote write / read / atomics on a
+    /// request id that accepts reads); RTR (address vector, MTU, remote QPN, receive PSN,
+    /// responder resources) and RTS (send PSN, ACK timeout (the option's if set), retry
+    /// counts, initiator depth) once the peer's QP is known: an active id whose REP arrived
+    /// or a connection request (connected or not). EINVAL for an id bound to no device (the
+    /// kernel's answer), RTR/RTS before that point or on a UD id, and other states.
+    pub fn init_qp_attr(
+        &self,
+        state: verbs::QpState,
+    ) -> Result<(verbs::QpAttr, verbs::QpAttrMask), Error> {
+        self.cm.with_state(|st| st.init_qp_attr(self.key, state))
+    }
+
+    /// Whether the id is in the IB CM timewait (after DISCONNECTED, until TIMEWAIT_EXIT).
+    pub fn in_timewait(&self) -> bool {
+        self.read(|s| s.timewait_until.is_some()).unwrap_or(false)
+    }
+
     // -------------------------------------------------------------- passive side
 
     /// `rdma_listen`: an idle id is bound to 0.0.0.0 and an ephemeral port first; EINVAL
@@ -416,6 +480,13 @@ impl<P: Provider> CmId<P> {
     /// ids, waits for the next event: DISCONNECTED → Ok (at once if the peer disconnected
     /// first), −ETIMEDOUT after the DREQ retries. EINVAL for an id never bound or never
     /// connected.
+    ///
+    /// Once disconnected (DREP received or sent, or the DREQ retries exhausted) the id is in
+    /// the IB CM timewait for 4.096 µs × 2^(the path's local ACK timeout) (≈ 537 ms with
+    /// the default packet life time 16); its end is TIMEWAIT_EXIT on an asynchronous id.
+    /// Meanwhile a REQ from the peer's QP of that connection (a new one reusing the QP
+    /// number, or a late duplicate) is rejected with REJ 10 "stale connection", as is a REQ
+    /// naming the QP of a live connection.
     pub fn disconnect(&self) -> Result<(), Error> {
         self.cm.with_state(|st| st.disconnect(self.key))?;
         self.cm.complete(self.key)
@@ -495,7 +566,8 @@ impl<P: Provider> CmId<P> {
     /// connected id sends a DREQ (retransmitted until answered), a pending request or reply is rejected
     /// (REJ 28; an outstanding REQ: REJ 4 "timeout"), a listener stops and rejects the
     /// requests not yet retrieved; unread events are discarded; the last id of a device frees
-    /// the default PD.
+    /// the default PD. An id in timewait goes at once, with its timewait (no TIMEWAIT_EXIT
+    /// follows, and its peer's QP number is no longer stale).
     pub fn destroy_ep(self) {
         drop(self);
     }

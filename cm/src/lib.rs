@@ -6,6 +6,14 @@
 //!   and [`CmId::migrate_id`] for asynchronous ids; `create_srq` / `destroy_srq`; the
 //!   `rdma_verbs.h` helpers (`reg_msgs`, `post_send`, `post_recv` (to the id's SRQ if it has
 //!   one), `get_send_comp`, ...). Errors are librdmacm's errno values ([`Error::errno`]).
+//! * [`CmId::set_option`] (`rdma_set_option`, constants [`OPTION_ID`] ...): TOS (the path's
+//!   traffic class), REUSEADDR, AFONLY, ACK_TIMEOUT (the QP's RTS timeout) and IB_PATH (a
+//!   route from an `ibv_path_data` record), with the kernel's errno (ENOSYS for unknown
+//!   levels and names); [`CmId::establish`] and [`CmId::init_qp_attr`] for applications
+//!   that run their own QP transitions.
+//! * The IB CM timewait: after DISCONNECTED an id waits out its path's local ACK timeout,
+//!   then asynchronous ids get TIMEWAIT_EXIT; meanwhile (and while connected) a REQ from the
+//!   peer QP of that connection is rejected with REJ 10 "stale connection".
 //! * The caller's CQs and SRQs are shared handles ([`alloc::sync::Arc`] in [`QpInitAttr`]):
 //!   a passive endpoint's saved attributes give them to every connection, and the manager
 //!   never destroys them.
@@ -43,6 +51,7 @@ mod helpers;
 mod id;
 pub mod mad;
 mod ops;
+mod options;
 mod slab;
 
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
@@ -52,3 +61,7 @@ pub use crate::event::{
     CmEvent, ConnData, ConnParam, EventChannel, EventParam, EventType, UdData, ack_cm_event,
 };
 pub use crate::id::{CmId, EventInfo, IdHandle, IdVerbs, QpInitAttr};
+pub use crate::options::{
+    IdOptions, OPTION_IB, OPTION_IB_PATH, OPTION_ID, OPTION_ID_ACK_TIMEOUT, OPTION_ID_AFONLY,
+    OPTION_ID_REUSEADDR, OPTION_ID_TOS, PATH_DATA_SIZE, PATH_FLAGS_GMP_PRIMARY_BIDIR,
+};

@@ -101,9 +101,18 @@ impl<P: Provider> State<P> {
         let (Some(d), Some(src), Some(dst), Some(nb)) = (s.dev, s.src, s.dst, s.peer) else {
             return Err(Error::InvalidArgument);
         };
-        let route = self
+        let (tos, ack) = (s.tos, s.ack_timeout);
+        let mut route = self
             .synth_route(d, *dst.ip(), nb.mac, src.port(), dst.port())
             .ok_or(Error::NoDevice)?;
+        // the kernel's `cma_resolve_iboe_route`: the ToS is the path's traffic class (SL 0
+        // without a VLAN), an ACK timeout set before gives the packet life time (timeout − 1)
+        if let Some(t) = tos {
+            route.traffic_class = t;
+        }
+        if let Some(t) = ack.filter(|t| *t > 0) {
+            route.local_ack_timeout = t;
+        }
         if let Some(s) = self.ids.get_mut(k) {
             s.route = Some(route);
             s.fsm = Fsm::RouteResolved;
@@ -117,10 +126,18 @@ impl<P: Provider> State<P> {
         if self.id(k)?.fsm == Fsm::Idle {
             self.bind(k, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
         }
-        let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
+        let s = self.ids.get(k).ok_or(Error::InvalidArgument)?;
         if s.fsm != Fsm::AddrBound {
             return Err(Error::InvalidArgument);
         }
+        // REUSEADDR lets ids share a port, not listen on a shared one (`cma_bind_listen`)
+        if s.reuseaddr
+            && let Some(src) = s.src
+            && let Some(e) = self.port_conflict(s.ps, *src.ip(), src.port(), false, Some(k))
+        {
+            return Err(e);
+        }
+        let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         s.backlog = if backlog <= 0 || backlog > 1024 {
             1024
         } else {
@@ -605,7 +622,8 @@ impl<P: Provider> State<P> {
         let Some(req) = s.conn.req.as_deref().copied() else {
             return Err(Error::InvalidArgument);
         };
-        let psn = self.rng.psn();
+        // chosen when the request arrived (`init_qp_attr` may have given it out already)
+        let psn = s.conn.local_psn;
         let guid = self.devs.get(d).map_or(0, |x| x.guid);
         let (Some(dev), Some(s)) = (self.devs.get(d), self.ids.get_mut(k)) else {
             return Err(Error::InvalidArgument);
@@ -613,9 +631,10 @@ impl<P: Provider> State<P> {
         s.conn.local_psn = psn;
         s.initiator_depth = init_depth;
         s.responder_resources = resp_res;
+        let rts_route = s.rts_route();
         if let Some(q) = s.qp.as_mut() {
             let c = Connect {
-                route: s.route.unwrap_or_default(),
+                route: rts_route,
                 dest_qpn: s.conn.remote_qpn,
                 rq_psn: psn,
                 sq_psn: s.conn.remote_psn,
@@ -736,6 +755,7 @@ impl<P: Provider> State<P> {
                 let tid = c.dreq_tid;
                 s.fsm = Fsm::Disconnected;
                 self.send_for(k, tid, msg, None);
+                self.enter_timewait(k);
                 Ok(())
             }
             Fsm::ReqSent

@@ -4,12 +4,75 @@ use crate::dma::{DmaAllocator, DmaError, DmaRegion};
 use alloc::alloc::{Layout, alloc_zeroed, dealloc};
 use alloc::collections::BTreeMap;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 use spin::Mutex;
 
 struct Mapping {
     va: NonNull<u8>,
     len: usize,
     layout: Layout,
+}
+
+/// One translation: a copy of a live mapping (`start..end` at `va`).
+#[derive(Clone, Copy)]
+struct Hit {
+    start: u64,
+    end: u64,
+    va: NonNull<u8>,
+}
+
+/// Entries in the translation cache (a power of two).
+const CACHE: usize = 16;
+
+/// A translation cache entry, read without the lock (the device's accesses run on another
+/// thread than the driver's allocations, and taking the lock on every access bounces its
+/// cache line between them). Written only under the allocator lock, as a sequence lock: `seq`
+/// is odd while the fields change, and a reader that sees `seq` change or odd ignores what
+/// it read.
+struct Slot {
+    seq: AtomicU32,
+    start: AtomicU64,
+    end: AtomicU64,
+    va: AtomicPtr<u8>,
+}
+
+impl Slot {
+    /// An entry no access matches (an access needs `start <= iova` and `iova + len <= end`).
+    fn empty() -> Slot {
+        Slot {
+            seq: AtomicU32::new(0),
+            start: AtomicU64::new(u64::MAX),
+            end: AtomicU64::new(0),
+            va: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// The entry, if it was not being written meanwhile.
+    fn load(&self) -> Option<(u64, u64, *mut u8)> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let e = (
+            self.start.load(Ordering::Relaxed),
+            self.end.load(Ordering::Relaxed),
+            self.va.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(e)
+    }
+
+    /// Sets the entry (`start = u64::MAX, end = 0`: empty). Only with the allocator lock held
+    /// (one writer at a time).
+    fn store(&self, start: u64, end: u64, va: *mut u8) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.start.store(start, Ordering::Relaxed);
+        self.end.store(end, Ordering::Relaxed);
+        self.va.store(va, Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
 }
 
 struct State {
@@ -20,15 +83,38 @@ struct State {
     live_bytes: usize,
 }
 
+/// The cache slot for `iova`: direct-mapped by 4 KiB page.
+fn slot(iova: u64) -> usize {
+    (iova >> 12) as usize & (CACHE - 1)
+}
+
+impl State {
+    /// The mapping holding `iova..end` (whole), if any.
+    fn find(&self, iova: u64, end: u64) -> Option<Hit> {
+        let (&start, m) = self.maps.range(..=iova).next_back()?;
+        let h = Hit {
+            start,
+            end: start.checked_add(m.len as u64)?,
+            va: m.va,
+        };
+        (end <= h.end).then_some(h)
+    }
+}
+
 /// Heap memory given IOVAs from a private range, acting as its own IOMMU: it knows which
 /// device addresses are mapped, so an emulated device can [`translate`](HeapDma::translate)
 /// them and refuse anything else.
 pub struct HeapDma {
     base: u64,
     state: Mutex<State>,
+    /// Recently used mappings. Every entry is a copy of a mapping in `state.maps` (or empty):
+    /// `deallocate` empties a mapping's entries before it frees the memory, under the lock
+    /// that entries are written under.
+    cache: [Slot; CACHE],
 }
 
-// SAFETY: all state sits behind a mutex; the raw pointers are owned allocations.
+// SAFETY: all state sits behind a mutex or in atomics; the raw pointers are owned
+// allocations.
 unsafe impl Send for HeapDma {}
 // SAFETY: as above.
 unsafe impl Sync for HeapDma {}
@@ -45,6 +131,7 @@ impl HeapDma {
                 limit: None,
                 live_bytes: 0,
             }),
+            cache: core::array::from_fn(|_| Slot::empty()),
         })
     }
 
@@ -65,15 +152,30 @@ impl HeapDma {
 
     /// The CPU address of `len` bytes at device address `iova`, if that whole range lies in
     /// one live buffer.
+    ///
+    /// Device accesses come in runs on a few buffers (queues, doorbell records, data), so the
+    /// mappings recently found are cached (direct-mapped by page); a miss searches the tree.
+    /// A hit takes no lock (the entries are sequence-locked), so a device thread translating
+    /// does not bounce the allocator lock with the driver's thread. As before, the pointer is
+    /// valid while the buffer is not freed; freeing a buffer the device is accessing is the
+    /// caller's bug.
     pub fn translate(&self, iova: u64, len: usize) -> Option<NonNull<u8>> {
-        let st = self.state.lock();
-        let (&start, m) = st.maps.range(..=iova).next_back()?;
+        let end = iova.checked_add(u64::try_from(len).ok()?)?;
+        let slot = &self.cache[slot(iova)];
+        let (start, va) = match slot.load() {
+            Some((start, e, va)) if start <= iova && end <= e && !va.is_null() => (start, va),
+            _ => {
+                let st = self.state.lock();
+                let h = st.find(iova, end)?;
+                slot.store(h.start, h.end, h.va.as_ptr());
+                (h.start, h.va.as_ptr())
+            }
+        };
         let off = usize::try_from(iova - start).ok()?;
-        if off.checked_add(len)? > m.len {
-            return None;
-        }
-        // SAFETY: off + len <= m.len, inside the allocation.
-        Some(unsafe { NonNull::new_unchecked(m.va.as_ptr().add(off)) })
+        // SAFETY: start <= iova and iova + len <= end, where `start..end` at `va` is a live
+        // mapping (from the tree, or a cache entry, which is emptied before its mapping is
+        // freed): the range lies inside that allocation, and `va` is not null.
+        Some(unsafe { NonNull::new_unchecked(va.add(off)) })
     }
 
     /// The IOVA base this allocator hands out from.
@@ -112,6 +214,12 @@ unsafe impl DmaAllocator for HeapDma {
         let mut st = self.state.lock();
         if let Some(m) = st.maps.remove(&region.iova) {
             st.live_bytes -= m.len;
+            for e in &self.cache {
+                if e.load().is_none_or(|(start, _, _)| start == region.iova) {
+                    // (an entry being written cannot be: writers hold the lock we hold)
+                    e.store(u64::MAX, 0, core::ptr::null_mut());
+                }
+            }
             // SAFETY: `m` was allocated with this layout and is removed from the map, so no
             // translation can reach it any more.
             unsafe { dealloc(m.va.as_ptr(), m.layout) };
@@ -145,6 +253,79 @@ mod tests {
         drop(b);
         assert_eq!(h.live_buffers(), 0);
         assert!(h.translate(iova, 1).is_none());
+    }
+
+    #[test]
+    fn cached_translations_keep_every_check() {
+        let h = HeapDma::new(0x10_0000);
+        let a: Arc<dyn DmaAllocator> = h.clone();
+        // A multi-page buffer and small ones sharing cache slots with its pages.
+        let big = DmaBuf::new(&a, 5 * 4096 + 100, 4096).unwrap();
+        let small: Vec<DmaBuf> = (0..40)
+            .map(|i| DmaBuf::new(&a, 64 + i, 64).unwrap())
+            .collect();
+        for _ in 0..3 {
+            for (i, b) in small.iter().enumerate() {
+                let p = h.translate(b.iova() + 3, 60).unwrap();
+                assert_eq!(p.as_ptr(), b.va().wrapping_add(3));
+                // past the end of a buffer that was just hit: still refused
+                assert!(h.translate(b.iova() + 3, 62 + i).is_none());
+                assert!(h.translate(b.iova() - 1, 2).is_none());
+                assert!(h.translate(b.iova() + 64 + i as u64, 1).is_none());
+            }
+            for pg in 0..6u64 {
+                let iova = big.iova() + pg * 4096;
+                assert_eq!(
+                    h.translate(iova, 64).unwrap().as_ptr(),
+                    big.va().wrapping_add(pg as usize * 4096)
+                );
+            }
+            // an access that starts inside the buffer and runs past it
+            assert!(h.translate(big.iova() + 5 * 4096, 101).is_none());
+            assert!(h.translate(big.iova() + 5 * 4096 + 100, 1).is_none());
+            assert!(h.translate(u64::MAX - 2, 8).is_none());
+        }
+        // freeing a buffer whose translation is cached: the address faults afterwards
+        let (iova, bi) = (big.iova(), small[7].iova());
+        drop(big);
+        drop(small);
+        assert!(h.translate(iova, 1).is_none());
+        assert!(h.translate(iova + 4096, 1).is_none());
+        assert!(h.translate(bi, 1).is_none());
+        // a new buffer (its pages share cache slots with freed ones) translates to itself
+        let again = DmaBuf::new(&a, 4096, 4096).unwrap();
+        let p = h.translate(again.iova(), 8).unwrap();
+        assert_eq!(p.as_ptr(), again.va());
+    }
+
+    #[test]
+    fn translations_stay_exact_while_another_thread_allocates_and_frees() {
+        extern crate std;
+        let h = HeapDma::new(0x10_0000);
+        let a: Arc<dyn DmaAllocator> = h.clone();
+        let big = DmaBuf::new(&a, 16 * 4096, 4096).unwrap();
+        let (iova, va) = (big.iova(), big.va() as usize);
+        let h2 = h.clone();
+        let reader = std::thread::spawn(move || {
+            for i in 0..200_000u64 {
+                let off = (i * 4096 + i % 61) % (16 * 4096 - 8);
+                let p = h2.translate(iova + off, 8).unwrap();
+                assert_eq!(p.as_ptr() as usize, va + off as usize);
+                assert!(h2.translate(iova + 16 * 4096 - 4, 8).is_none());
+            }
+        });
+        for i in 0..20_000usize {
+            let b = DmaBuf::new(&a, 64 + i % 5000, 64).unwrap();
+            let p = h.translate(b.iova() + 8, 8).unwrap();
+            assert_eq!(p.as_ptr(), b.va().wrapping_add(8));
+            let gone = b.iova();
+            drop(b);
+            assert!(
+                h.translate(gone + 8, 8).is_none(),
+                "freed buffer still translates"
+            );
+        }
+        reader.join().unwrap();
     }
 
     #[test]

@@ -6,6 +6,22 @@
 //! the driver has not consumed (`pi - ci >= nent`), the EQ has overrun: the event is dropped,
 //! [`DeviceError::EqOverrun`] is recorded and, unless the EQ was created with `oi`, the device
 //! raises the fatal health syndrome 0xc (asynchronous EQ buffer overrun), as firmware does.
+//!
+//! Untrapped BAR: on hardware every store to an EQ doorbell counts, also one that repeats
+//! the previous value (re-arming an EQ whose consumer index has not moved). A poll cannot
+//! tell a repeated value from an old one, so the device consumes the doorbell words: it
+//! swaps each one with 0 atomically ([`BarMemory::swap32`](crate::BarMemory::swap32)) and
+//! acts on what it took. 0 never is a valid EQ doorbell (EQ numbers start at 1), and a fresh
+//! UAR page reads as zeros. Nothing changes for the driver, which never reads these words.
+//!
+//! What remains: stores to one word between two polls reach the device as the last of them.
+//! For one EQ that is harmless (the consumer index is cumulative, arming twice is arming
+//! once; when both 0x40 and 0x48 were written, they are applied in consumer-index order,
+//! the order the driver wrote them). For two EQs on the same UAR page writing the same
+//! offset within one poll interval, the earlier store is lost: that EQ's consumer index
+//! lags in the device until its next doorbell and an arm request of it is lost. Only
+//! trapping the stores can fix that; a driver that gives each EQ its own UAR page (valid on
+//! hardware) avoids it.
 
 use firmware_interface::init_seg::health_synd;
 use firmware_interface::{eqe, uar};
@@ -82,7 +98,12 @@ impl Device {
             self.error(DeviceError::BadDoorbell { offset: off, value });
             return;
         }
-        self.bar.write(off, data);
+        let eq_db = matches!(in_page, uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NOARM);
+        if !eq_db {
+            // EQ doorbell words stay 0 (consumed), so an untrapped poll never takes this
+            // write a second time.
+            self.bar.write(off, data);
+        }
         self.record_uar_write(UarWrite {
             uar: idx,
             offset: in_page,
@@ -103,10 +124,6 @@ impl Device {
                 ok
             }
             (uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NOARM, 4) => {
-                let k = usize::from(in_page == uar::EQ_DOORBELL_NOARM);
-                if let Some(u) = self.obj.uars.get_mut(idx) {
-                    u.seen_eq_db[k] = value as u32;
-                }
                 return self.eq_doorbell(idx, off, value as u32, in_page == uar::EQ_DOORBELL_ARM);
             }
             (o, 8 | 64)
@@ -165,25 +182,36 @@ impl Device {
         }
     }
 
-    /// Untrapped mode: EQ doorbell words that changed in UAR pages that have EQs.
+    /// How far doorbell value `v` moves its EQ's consumer index (0 if it names no EQ).
+    fn ci_advance(&self, v: u32) -> u32 {
+        self.obj
+            .eqs
+            .get(v >> uar::EQ_DB_EQN_SHIFT)
+            .map_or(0, |eq| (v & CI_MASK).wrapping_sub(eq.ci) & CI_MASK)
+    }
+
+    /// Untrapped mode: takes the EQ doorbell words of the UAR pages that have EQs (see the
+    /// module documentation).
     pub(crate) fn poll_uar_doorbells(&mut self) -> bool {
         let mut uars: Vec<u32> = self.obj.eqs.values().map(|eq| eq.uar).collect();
         uars.sort_unstable();
         uars.dedup();
         let mut did = false;
         for idx in uars {
-            for (k, reg) in [uar::EQ_DOORBELL_ARM, uar::EQ_DOORBELL_NOARM]
-                .into_iter()
-                .enumerate()
-            {
-                let off = idx as usize * uar::PAGE_SIZE + reg;
-                let v = self.get32(off);
-                let Some(u) = self.obj.uars.get_mut(idx) else {
-                    continue;
-                };
-                if u.seen_eq_db[k] != v {
-                    u.seen_eq_db[k] = v;
-                    self.eq_doorbell(idx, off, v, reg == uar::EQ_DOORBELL_ARM);
+            let base = idx as usize * uar::PAGE_SIZE;
+            let arm = (base + uar::EQ_DOORBELL_ARM, true);
+            let noarm = (base + uar::EQ_DOORBELL_NOARM, false);
+            let a = self.take32(arm.0);
+            let n = self.take32(noarm.0);
+            // Both written since the last poll: the one that moves the consumer index less
+            // was written first (same EQ); for different EQs the order does not matter.
+            let mut dbs = [(a, arm), (n, noarm)];
+            if a != 0 && n != 0 && self.ci_advance(n) < self.ci_advance(a) {
+                dbs.swap(0, 1);
+            }
+            for (v, (off, is_arm)) in dbs {
+                if v != 0 {
+                    self.eq_doorbell(idx, off, v, is_arm);
                     did = true;
                 }
             }

@@ -6,14 +6,11 @@
 //! against the mapping; register-sized BAR accesses are single volatile loads and stores so a
 //! 32-bit doorbell written by the guest is never seen torn.
 
-use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-use firmware_interface::init_seg;
 
 use crate::mem::{AddressSpace, BarMemory, DmaFault};
 
@@ -211,28 +208,16 @@ impl Drop for SharedMapping {
 ///
 /// BAR0 starts at offset 0 of the file; the BAR is the whole file.
 ///
-/// The init-segment words both sides write (`cmdq_addr_h`, `cmdq_addr_l_sz`, the command
-/// doorbell) are read-modify-write races between the guest and the poller (the device reads
-/// a word, then writes it back or clears it). So a device write to one of them is a
-/// compare-and-swap against what the device last saw there: if the guest wrote the word in
-/// between, the guest's value stays and the next poll finds it.
+/// Register-sized accesses are single volatile loads and stores. The device writes a word
+/// the guest writes only atomically: a doorbell is consumed with an atomic swap
+/// ([`BarMemory::swap32`]), so a guest store is either what the swap returns or stays for
+/// the next one; `cmdq_addr_l_sz` gets its geometry bits back with a compare-and-swap
+/// ([`BarMemory::compare_exchange32`]) that fails if the guest stored meanwhile (see
+/// `regs.rs`).
 #[derive(Debug)]
 pub struct ShmBar {
     map: SharedMapping,
-    /// What the device last read or wrote at each of [`SHARED_WORDS`].
-    seen: [Cell<Option<u32>>; 3],
 }
-
-/// Init-segment words the driver writes and the device also writes.
-const SHARED_WORDS: [usize; 3] = [
-    init_seg::CMDQ_ADDR_H,
-    init_seg::CMDQ_ADDR_L_SZ,
-    init_seg::CMD_DBELL,
-];
-/// Index of `cmdq_addr_h` in [`SHARED_WORDS`].
-const H: usize = 0;
-/// Index of `cmdq_addr_l_sz` in [`SHARED_WORDS`].
-const L_SZ: usize = 1;
 
 impl ShmBar {
     /// Maps `path` as the BAR, creating it or extending it to `len` bytes if given (QEMU
@@ -243,28 +228,18 @@ impl ShmBar {
 
     /// Wraps an existing mapping.
     pub fn from_mapping(map: SharedMapping) -> ShmBar {
-        ShmBar {
-            map,
-            seen: Default::default(),
-        }
+        ShmBar { map }
     }
 
-    fn shared_word(off: usize, len: usize) -> Option<usize> {
-        if len != 4 {
-            return None;
-        }
-        SHARED_WORDS.iter().position(|&w| w == off)
-    }
-
-    /// The word at `off` (in range and 4-aligned: a shared word) as an atomic.
+    /// The word at `off` (in range and 4-aligned) as an atomic.
     fn atomic(&self, off: usize) -> Option<&AtomicU32> {
         let p = self.map.range(off, 4)?;
         if !(p as usize).is_multiple_of(4) {
             return None;
         }
         // SAFETY: in range, 4-aligned, and shared memory stays mapped while `self` lives;
-        // every access of ours to these words is atomic or volatile (the guest's are single
-        // 32-bit stores).
+        // our other accesses to the word are volatile or atomic and the guest's are single
+        // aligned 32-bit stores, so no access tears.
         Some(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
     }
 }
@@ -274,30 +249,11 @@ impl BarMemory for ShmBar {
         self.map.len()
     }
 
+    fn untrapped(&self) -> bool {
+        true
+    }
+
     fn read(&self, off: usize, buf: &mut [u8]) {
-        if let Some(i) = Self::shared_word(off, buf.len())
-            && let Some(a) = self.atomic(off)
-        {
-            // The device reads `cmdq_addr_h` before `cmdq_addr_l_sz` and latches the queue
-            // address when the low word changes. If the guest wrote both in between, the
-            // device would pair the new low word with the old high word: show it the low
-            // word it last saw, so it latches on its next poll, high word first.
-            if i == L_SZ
-                && let (Some(h_seen), Some(h), Some(l_seen)) = (
-                    self.seen[H].get(),
-                    self.atomic(SHARED_WORDS[H]),
-                    self.seen[L_SZ].get(),
-                )
-                && h.load(Ordering::SeqCst) != h_seen
-            {
-                buf.copy_from_slice(&l_seen.to_ne_bytes());
-                return;
-            }
-            let v = a.load(Ordering::SeqCst);
-            self.seen[i].set(Some(v));
-            buf.copy_from_slice(&v.to_ne_bytes());
-            return;
-        }
         if !self.map.read_volatile(off, buf) {
             // Partly or wholly out of range: byte by byte, 0xff beyond the end.
             for (i, b) in buf.iter_mut().enumerate() {
@@ -311,31 +267,41 @@ impl BarMemory for ShmBar {
     }
 
     fn write(&mut self, off: usize, data: &[u8]) {
-        if let Some(i) = Self::shared_word(off, data.len())
-            && let Some(a) = self.atomic(off)
-        {
-            let new = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
-            match self.seen[i].get() {
-                Some(old) => {
-                    // The guest wrote the word since we looked: keep its value.
-                    if a.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                    {
-                        self.seen[i].set(Some(new));
-                    }
-                }
-                None => {
-                    a.store(new, Ordering::SeqCst);
-                    self.seen[i].set(Some(new));
-                }
-            }
-            return;
-        }
         if !self.map.write_volatile(off, data) {
             for (i, b) in data.iter().enumerate() {
                 if let Some(o) = off.checked_add(i) {
                     self.map.write_volatile(o, &[*b]);
                 }
+            }
+        }
+    }
+
+    fn compare_exchange32(&mut self, off: usize, current: [u8; 4], new: [u8; 4]) -> bool {
+        match self.atomic(off) {
+            Some(a) => a
+                .compare_exchange(
+                    u32::from_ne_bytes(current),
+                    u32::from_ne_bytes(new),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok(),
+            None => false,
+        }
+    }
+
+    fn swap32(&mut self, off: usize, new: [u8; 4]) -> [u8; 4] {
+        match self.atomic(off) {
+            Some(a) => a
+                .swap(u32::from_ne_bytes(new), Ordering::SeqCst)
+                .to_ne_bytes(),
+            None => {
+                // Unaligned or out of range: the device only swaps aligned doorbell words;
+                // do what the default does.
+                let mut old = [0u8; 4];
+                self.read(off, &mut old);
+                self.write(off, &new);
+                old
             }
         }
     }
@@ -626,89 +592,95 @@ mod tests {
     }
 
     #[test]
-    fn a_guest_write_between_the_devices_read_and_write_back_survives() {
+    fn doorbells_are_taken_by_atomic_swap_and_nothing_else_is_written_back() {
+        use firmware_interface::init_seg;
         let f = Scratch::new("race");
         let mut bar = ShmBar::open(&f.0, Some(64 << 10)).unwrap();
+        assert!(bar.untrapped());
         let guest = SharedMapping::open(&f.0, None, false).unwrap();
         let doorbell = init_seg::CMD_DBELL;
-        // the device sees doorbell bit 0 and clears it: the clear lands
-        guest.write(doorbell, &1u32.to_be_bytes());
         let mut w = [0u8; 4];
-        bar.read(doorbell, &mut w);
-        assert_eq!(u32::from_be_bytes(w), 1);
-        bar.write(doorbell, &[0; 4]);
+        // the device takes doorbell bit 0 and leaves 0
+        guest.write(doorbell, &1u32.to_be_bytes());
+        assert_eq!(u32::from_be_bytes(bar.swap32(doorbell, [0; 4])), 1);
         assert!(guest.read(doorbell, &mut w));
         assert_eq!(w, [0; 4]);
-        // the device reads the word, the guest rings bit 1, the device's clear must not
-        // erase it
-        bar.read(doorbell, &mut w);
+        // a guest store right after the take stays for the next take
         guest.write(doorbell, &2u32.to_be_bytes());
-        bar.write(doorbell, &[0; 4]);
-        assert!(guest.read(doorbell, &mut w));
-        assert_eq!(u32::from_be_bytes(w), 2, "the guest's doorbell was lost");
-        // ... and the next look finds it
-        bar.read(doorbell, &mut w);
-        assert_eq!(u32::from_be_bytes(w), 2);
-        bar.write(doorbell, &[0; 4]);
-        assert!(guest.read(doorbell, &mut w));
-        assert_eq!(w, [0; 4]);
-        // the same for the queue address the device republishes on every poll
-        let l = init_seg::CMDQ_ADDR_L_SZ;
-        bar.write(l, &0x56u32.to_be_bytes());
-        bar.read(l, &mut w);
-        guest.write(l, &0x1234_5000u32.to_be_bytes());
-        bar.write(l, &0x56u32.to_be_bytes());
-        assert!(guest.read(l, &mut w));
-        assert_eq!(u32::from_be_bytes(w), 0x1234_5000);
-        // other registers are plain stores
-        bar.write(0x1fc, &0x8000_0000u32.to_be_bytes());
-        guest.write(0x1fc, &0u32.to_be_bytes());
-        bar.write(0x1fc, &0x8000_0000u32.to_be_bytes());
-        assert!(guest.read(0x1fc, &mut w));
-        assert_eq!(u32::from_be_bytes(w), 0x8000_0000);
+        assert_eq!(u32::from_be_bytes(bar.swap32(doorbell, [0; 4])), 2);
+        assert_eq!(bar.swap32(doorbell, [0; 4]), [0; 4]);
+        // out of range: all ones, nothing written
+        assert_eq!(bar.swap32((64 << 10) - 2, [0; 4]), [0, 0, 0xff, 0xff]);
+        // a guest thread storing doorbells while the device swaps: every store is taken once
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (f2, stop2) = (f.0.clone(), stop.clone());
+        let writer = std::thread::spawn(move || {
+            let g = SharedMapping::open(&f2, None, false).unwrap();
+            let p = g.as_ptr().as_ptr();
+            for i in 1..=20_000u32 {
+                // SAFETY: offset 0x100 is inside the 64 KiB mapping and 4-aligned.
+                let a = unsafe { AtomicU32::from_ptr(p.add(0x100).cast::<u32>()) };
+                // wait until the device took the previous value, then store the next
+                while a.load(Ordering::SeqCst) != 0 {
+                    std::hint::spin_loop();
+                }
+                a.store(i, Ordering::SeqCst);
+            }
+            stop2.store(true, Ordering::SeqCst);
+        });
+        let mut got = Vec::new();
+        loop {
+            let done = stop.load(Ordering::SeqCst);
+            let v = u32::from_ne_bytes(bar.swap32(0x100, [0; 4]));
+            if v != 0 {
+                got.push(v);
+            } else if done {
+                break;
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(got, (1..=20_000).collect::<Vec<_>>());
     }
 
     #[test]
-    fn the_queue_address_is_never_latched_with_a_stale_high_word() {
-        use crate::{Device, Profile};
-        let f = Scratch::new("latch");
-        let r = Scratch::new("latchram");
+    fn an_untrapped_device_keeps_the_queue_address_words_as_written() {
+        use firmware_interface::init_seg;
+        let f = Scratch::new("owned");
+        let r = Scratch::new("ownedram");
         let bar = ShmBar::open(&f.0, Some(32 << 20)).unwrap();
         let ram = GuestRam::open(&r.0, 1 << 20).unwrap();
-        let mut dev = Device::with_bar(Profile::default(), std::sync::Arc::new(ram), Box::new(bar));
+        let mut dev = crate::Device::with_bar(
+            crate::Profile::default(),
+            std::sync::Arc::new(ram),
+            Box::new(bar),
+        );
         let guest = SharedMapping::open(&f.0, None, false).unwrap();
         let (h, l) = (init_seg::CMDQ_ADDR_H, init_seg::CMDQ_ADDR_L_SZ);
-        dev.poll();
-        // The race: the device has read the high word of this poll (old), then the guest
-        // writes high and low before the device reads the low word. The bar shows the device
-        // the old low word for now ...
-        let bar2 = ShmBar::from_mapping(SharedMapping::open(&f.0, None, false).unwrap());
-        let mut w = [0u8; 4];
-        bar2.read(h, &mut w);
-        bar2.read(l, &mut w);
-        let old_l = w;
-        guest.write(h, &0x1u32.to_be_bytes());
-        guest.write(l, &0x0020_0000u32.to_be_bytes());
-        bar2.read(l, &mut w);
-        assert_eq!(w, old_l, "low word shown before the new high word was read");
-        // ... and once the high word was read, the new low word
-        bar2.read(h, &mut w);
-        assert_eq!(u32::from_be_bytes(w), 1);
-        bar2.read(l, &mut w);
-        assert_eq!(u32::from_be_bytes(w), 0x0020_0000);
-        // the device itself latches the full address: a command doorbell then reads the
-        // queue at 0x1_0020_0000, outside this guest's RAM: a DMA fault naming that address
-        for _ in 0..4 {
+        let rd = |off| {
+            let mut w = [0u8; 4];
+            assert!(guest.read(off, &mut w));
+            u32::from_be_bytes(w)
+        };
+        assert_eq!(rd(l) & 0xff, 0x56, "queue geometry published at reset");
+        // the guest writes the address; the device never stores over it (a plain write-back
+        // would erase a guest store landing between the device's read and its write)
+        guest.write(h, &0u32.to_be_bytes());
+        guest.write(l, &0x8_0000u32.to_be_bytes());
+        for _ in 0..20 {
             dev.poll();
         }
-        guest.write(init_seg::CMD_DBELL, &1u32.to_be_bytes());
+        // the device shows the geometry again in the low word (compare-and-swap)
+        assert_eq!((rd(h), rd(l)), (0, 0x8_0056));
+        // a scribble over a read-only word is undone and recorded
+        guest.write(init_seg::FW_REV, &[0; 4]);
         dev.poll();
-        assert!(
-            dev.errors()
-                .iter()
-                .any(|e| matches!(e, crate::DeviceError::Dma(d) if d.iova >> 12 == 0x0010_0200)),
-            "{:?}",
-            dev.errors()
+        assert_ne!(rd(init_seg::FW_REV), 0);
+        assert_eq!(
+            dev.errors(),
+            &[crate::DeviceError::ReadOnlyRegister {
+                offset: init_seg::FW_REV,
+                value: 0
+            }]
         );
     }
 
@@ -739,14 +711,15 @@ mod tests {
         let mut w = [0u8; 4];
         guest.read(4, &mut w);
         assert_eq!(u32::from_be_bytes(w) >> 16, 5, "cmdif revision");
+        let doorbell = firmware_interface::init_seg::CMD_DBELL;
         // a command doorbell before the queue address: recorded, and the word is cleared
         for _ in 0..4 {
             dev.poll();
         }
-        guest.write(0x18, &1u32.to_be_bytes());
+        guest.write(doorbell, &1u32.to_be_bytes());
         assert!(dev.poll());
         assert_eq!(dev.errors(), &[crate::DeviceError::CmdqNotSet]);
-        guest.read(0x18, &mut w);
+        guest.read(doorbell, &mut w);
         assert_eq!(w, [0; 4]);
     }
 }

@@ -396,6 +396,7 @@ impl Device {
     pub fn poll(&mut self) -> bool {
         let bar = self.poll_bar();
         let dp = self.progress();
+        self.regs.idle = !(bar || dp);
         bar || dp
     }
 

@@ -41,6 +41,37 @@ pub trait BarMemory: Send {
     fn read(&self, off: usize, buf: &mut [u8]);
     /// Writes `data` at `off`; bytes out of range are dropped.
     fn write(&mut self, off: usize, data: &[u8]);
+    /// Whether the driver reads and writes this memory directly (untrapped: a shared BAR
+    /// that [`Device::poll`](crate::Device::poll) looks at) rather than through
+    /// [`Device::mmio_read`](crate::Device::mmio_read) /
+    /// [`Device::mmio_write`](crate::Device::mmio_write). Default: trapped.
+    fn untrapped(&self) -> bool {
+        false
+    }
+    /// Replaces the 4 bytes at `off` with `new` and returns what was there (all ones out of
+    /// range, where nothing is written). An untrapped BAR must do this atomically against
+    /// the driver's stores, so that a driver write is either returned or left in place: the
+    /// device consumes doorbell words this way. The default (read, then write) is right for
+    /// memory nobody else writes.
+    fn swap32(&mut self, off: usize, new: [u8; 4]) -> [u8; 4] {
+        let mut old = [0u8; 4];
+        self.read(off, &mut old);
+        self.write(off, &new);
+        old
+    }
+    /// Writes `new` at `off` if the 4 bytes there are `current`; returns whether it did. An
+    /// untrapped BAR must do this atomically against the driver's stores (the device uses it
+    /// to complete a word the driver wrote without erasing a newer store). The default
+    /// (read, compare, write) is right for memory nobody else writes.
+    fn compare_exchange32(&mut self, off: usize, current: [u8; 4], new: [u8; 4]) -> bool {
+        let mut cur = [0u8; 4];
+        self.read(off, &mut cur);
+        if cur != current {
+            return false;
+        }
+        self.write(off, &new);
+        true
+    }
 }
 
 /// A `Vec`-backed BAR (the default backing store).

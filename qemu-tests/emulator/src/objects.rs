@@ -109,10 +109,7 @@ impl<T> Table<T> {
 
 /// An allocated UAR page.
 #[derive(Debug, Default)]
-pub(crate) struct Uar {
-    /// Last values seen at the EQ doorbells 0x40 / 0x48 while polling an untrapped BAR.
-    pub seen_eq_db: [u32; 2],
-}
+pub(crate) struct Uar {}
 
 /// An event queue.
 #[derive(Debug)]

@@ -1,8 +1,29 @@
 //! The initialization segment (BAR0 0x0000..0x2010, spec §1) and the routing of BAR accesses.
 //!
-//! The BAR backing store holds the register values the driver reads: the device writes them
-//! there whenever they change (and on every poll), so a driver that reads an untrapped,
-//! shared-memory BAR sees the same thing as one whose reads are trapped.
+//! The BAR backing store holds the register values the driver reads.
+//!
+//! * Trapped BAR (every access goes through [`Device::mmio_read`] / [`Device::mmio_write`]):
+//!   the device refreshes a register when it is read and stores what a write leaves behind.
+//! * Untrapped BAR ([`BarMemory::untrapped`](crate::BarMemory::untrapped), e.g. a
+//!   shared-memory file the driver maps): the device owns some words and the driver others.
+//!   Device-owned words (revisions, timeouts, `initializing`, health, `internal_timer`) are
+//!   written by [`Device::poll`] only when their value changes, or when the driver wrote over
+//!   one (then the value is restored and the write recorded as
+//!   [`DeviceError::ReadOnlyRegister`]). Words the driver writes are never simply stored
+//!   over, so no driver store can be lost to a device write-back: `cmdq_addr_h` is only
+//!   read; `cmdq_addr_l_sz` gets the queue geometry bits back (the next driver instance reads
+//!   them there) with a compare-and-swap against the value the device read
+//!   ([`BarMemory::compare_exchange32`](crate::BarMemory::compare_exchange32)), which fails
+//!   if the driver stored again; doorbell words (the command doorbell, the EQ doorbells of
+//!   UAR pages) are consumed with an atomic swap to 0
+//!   ([`BarMemory::swap32`](crate::BarMemory::swap32)): every value the driver writes is
+//!   taken once, also a value equal to the one before.
+//!
+//! Untrapped-mode differences from hardware that drivers do not depend on: `internal_timer`
+//! is refreshed by polls at a bounded rate (every idle poll and every [`TIMER_POLLS`]th busy
+//! one), not continuously; `cmdq_addr_l_sz` shows the geometry again only from the poll after
+//! the driver's write; and stores to one doorbell word between two polls reach the device as
+//! the last of them (see `eq.rs`).
 
 use std::time::Instant;
 
@@ -23,6 +44,10 @@ const CLR_INTX: usize = 0x200c;
 const FATAL_RFR_SEVERITY: u8 = health::RFR_BIT | 0x08 | 0x02;
 /// `internal_timer` frequency: 1 GHz (nanoseconds), reported as `device_frequency_khz`.
 pub(crate) const TIMER_KHZ: u32 = 1_000_000;
+/// Untrapped BAR: busy polls between two refreshes of `internal_timer` (an idle poll always
+/// refreshes it). A trapped BAR refreshes it when it is read, never from a poll, so polls
+/// read no clock.
+pub(crate) const TIMER_POLLS: u32 = 8;
 
 /// Register-file state that is not simply bytes in the BAR.
 #[derive(Debug)]
@@ -41,10 +66,18 @@ pub(crate) struct Regs {
     pub health_counter: u32,
     /// Time zero of `internal_timer`.
     pub start: Instant,
-    /// Value the device last put at 0x10 (to spot untrapped writes).
-    pub shown_h: u32,
-    /// Value the device last put at 0x14 (to spot untrapped writes).
-    pub shown_l: u32,
+    /// The BAR is untrapped (memory the driver accesses directly).
+    pub untrapped: bool,
+    /// `cmdq_addr_h` as the device last read or stored it.
+    pub seen_h: u32,
+    /// `cmdq_addr_l_sz` as the device last read or stored it.
+    pub seen_l: u32,
+    /// The `initializing` word the device last put in the BAR.
+    pub shown_init: u32,
+    /// Untrapped: busy polls left before `internal_timer` is refreshed.
+    pub timer_polls: u32,
+    /// The last poll found nothing to do (set by [`Device::poll`]).
+    pub idle: bool,
 }
 
 impl Regs {
@@ -57,8 +90,12 @@ impl Regs {
             init_left: p.init_delay_reads,
             health_counter: 0,
             start: Instant::now(),
-            shown_h: 0,
-            shown_l: 0,
+            untrapped: false,
+            seen_h: 0,
+            seen_l: 0,
+            shown_init: 0,
+            timer_polls: 0,
+            idle: true,
         }
     }
 }
@@ -83,6 +120,12 @@ impl Device {
         u32::from_be_bytes(b)
     }
 
+    /// Takes a doorbell word of an untrapped BAR: returns it and leaves 0 (atomically, so a
+    /// driver write is either returned now or found by the next take).
+    pub(crate) fn take32(&mut self, off: usize) -> u32 {
+        u32::from_be_bytes(self.bar.swap32(off, [0; 4]))
+    }
+
     fn l_sz(&self) -> u32 {
         let p = &self.profile;
         self.regs.addr_l
@@ -91,52 +134,106 @@ impl Device {
             | (u32::from(p.log_cmdq_stride) & is::LOG_CMDQ_STRIDE_MASK)
     }
 
-    /// Writes every register value into the BAR (after reset and on every poll, so that a
-    /// driver scribbling on read-only registers of a shared BAR is undone).
+    /// Puts a device-owned word. Untrapped: only if the BAR does not hold it already; with
+    /// `check`, a different value there is the driver's write to a read-only register
+    /// (restored and recorded).
+    fn publish32(&mut self, off: usize, v: u32, check: bool) {
+        if !self.regs.untrapped {
+            self.put32(off, v);
+            return;
+        }
+        let cur = self.get32(off);
+        if cur != v {
+            if check {
+                self.error(DeviceError::ReadOnlyRegister {
+                    offset: off,
+                    value: cur,
+                });
+            }
+            self.put32(off, v);
+        }
+    }
+
+    /// [`Device::publish32`] for a device-owned byte.
+    fn publish8(&mut self, off: usize, v: u8, check: bool) {
+        if self.regs.untrapped {
+            let mut cur = [0u8];
+            self.bar.read(off, &mut cur);
+            if cur[0] == v {
+                return;
+            }
+            if check {
+                self.error(DeviceError::ReadOnlyRegister {
+                    offset: off,
+                    value: u32::from(cur[0]),
+                });
+            }
+        }
+        self.bar.write(off, &[v]);
+    }
+
+    /// Writes every register value into the BAR (after reset).
     pub(crate) fn reset_bar(&mut self) {
-        self.publish_static();
-        self.put32(is::CMD_DBELL, 0);
-        self.publish_dynamic();
-    }
-
-    fn publish_static(&mut self) {
-        let (maj, min, sub) = self.profile.fw_rev;
-        self.put32(is::FW_REV, u32::from(min) << 16 | u32::from(maj));
-        self.put32(
-            is::CMDIF_REV_FW_SUB,
-            is::CMDIF_REV << is::CMDIF_REV_SHIFT | u32::from(sub),
-        );
+        self.regs.untrapped = self.bar.untrapped();
+        self.publish_static(false);
+        // The driver-owned words get their reset values here and are never written by a
+        // poll (an untrapped driver may be writing them at any time).
         let h = self.regs.cmdq_h;
-        self.put32(is::CMDQ_ADDR_H, h);
-        self.regs.shown_h = h;
         let l = self.l_sz();
+        self.put32(is::CMDQ_ADDR_H, h);
         self.put32(is::CMDQ_ADDR_L_SZ, l);
-        self.regs.shown_l = l;
-        self.put32(is::CMD_EXEC_TO, 0);
-        self.put32(is::CMD_Q_INIT_TO, 0);
-        let fw_ver = u32::from(maj) << 24 | u32::from(min as u8) << 16 | u32::from(sub);
-        self.put32(is::HEALTH + health::FW_VER, fw_ver);
-        let (rfr, synd) = match self.hca.fatal {
-            Some(s) => (FATAL_RFR_SEVERITY, s),
-            None => (0, 0),
-        };
-        self.bar.write(is::HEALTH + health::RFR_SEVERITY, &[rfr]);
-        self.bar.write(is::HEALTH + health::SYND, &[synd]);
-    }
-
-    fn publish_dynamic(&mut self) {
-        self.publish_init();
+        self.put32(is::CMD_DBELL, 0);
+        self.regs.seen_h = h;
+        self.regs.seen_l = l;
+        self.publish_init(false);
         self.publish_counter();
         self.publish_timer();
     }
 
-    fn publish_init(&mut self) {
+    /// The read-only words that change only on a fatal error.
+    fn publish_static(&mut self, check: bool) {
+        let (maj, min, sub) = self.profile.fw_rev;
+        self.publish32(is::FW_REV, u32::from(min) << 16 | u32::from(maj), check);
+        self.publish32(
+            is::CMDIF_REV_FW_SUB,
+            is::CMDIF_REV << is::CMDIF_REV_SHIFT | u32::from(sub),
+            check,
+        );
+        self.publish32(is::CMD_EXEC_TO, 0, check);
+        self.publish32(is::CMD_Q_INIT_TO, 0, check);
+        let fw_ver = u32::from(maj) << 24 | u32::from(min as u8) << 16 | u32::from(sub);
+        self.publish32(is::HEALTH + health::FW_VER, fw_ver, check);
+        let (rfr, synd) = match self.hca.fatal {
+            Some(s) => (FATAL_RFR_SEVERITY, s),
+            None => (0, 0),
+        };
+        self.publish8(is::HEALTH + health::RFR_SEVERITY, rfr, check);
+        self.publish8(is::HEALTH + health::SYND, synd, check);
+    }
+
+    /// `initializing`. The value changes without a write of the device's (the countdown,
+    /// `never_ready`), so a scribble is what differs from the value last put there.
+    fn publish_init(&mut self, check: bool) {
         let v = if self.initializing() {
             is::INITIALIZING_BIT
         } else {
             0
         };
-        self.put32(is::INITIALIZING, v);
+        if self.regs.untrapped {
+            let cur = self.get32(is::INITIALIZING);
+            if check && cur != self.regs.shown_init {
+                self.error(DeviceError::ReadOnlyRegister {
+                    offset: is::INITIALIZING,
+                    value: cur,
+                });
+            }
+            if cur != v {
+                self.put32(is::INITIALIZING, v);
+            }
+        } else {
+            self.put32(is::INITIALIZING, v);
+        }
+        self.regs.shown_init = v;
     }
 
     fn publish_counter(&mut self) {
@@ -162,14 +259,14 @@ impl Device {
         if self.hca.fatal.is_none() {
             self.hca.fatal = Some(synd);
         }
-        self.publish_static();
+        self.publish_static(false);
     }
 
     pub(crate) fn reg_read(&mut self, off: usize, buf: &mut [u8]) {
         let len = buf.len();
         let init = overlaps(off, len, is::INITIALIZING, 4);
         if init {
-            self.publish_init();
+            self.publish_init(false);
         }
         if overlaps(off, len, is::HEALTH_COUNTER, 4) {
             self.heartbeat();
@@ -180,7 +277,7 @@ impl Device {
         self.bar.read(off, buf);
         if init && self.regs.init_left > 0 {
             self.regs.init_left -= 1;
-            self.publish_init();
+            self.publish_init(false);
         }
     }
 
@@ -210,14 +307,20 @@ impl Device {
         }
     }
 
+    /// A trapped register write: the device stores what the register then reads as.
     fn reg_write32(&mut self, off: usize, v: u32) {
         match off {
             is::CMDQ_ADDR_H => {
                 self.regs.cmdq_h = v;
                 self.put32(off, v);
-                self.regs.shown_h = v;
+                self.regs.seen_h = v;
             }
-            is::CMDQ_ADDR_L_SZ => self.latch_cmdq(v),
+            is::CMDQ_ADDR_L_SZ => {
+                self.latch_cmdq(v);
+                let l = self.l_sz();
+                self.put32(is::CMDQ_ADDR_L_SZ, l);
+                self.regs.seen_l = l;
+            }
             is::CMD_DBELL => {
                 self.put32(off, v);
                 self.ring(v);
@@ -231,40 +334,71 @@ impl Device {
         }
     }
 
+    /// Latches the command queue address: `cmdq_addr_h` and the written `cmdq_addr_l_sz`.
     fn latch_cmdq(&mut self, v: u32) {
         self.regs.addr_l = v & is::CMDQ_ADDR_L_MASK;
         self.regs.nic_interface = (v >> is::NIC_IF_SHIFT) & is::NIC_IF_MASK;
         self.regs.cmdq = Some(u64::from(self.regs.cmdq_h) << 32 | u64::from(self.regs.addr_l));
-        let l = self.l_sz();
-        self.put32(is::CMDQ_ADDR_L_SZ, l);
-        self.regs.shown_l = l;
     }
 
+    /// The register part of [`Device::poll`]: the heartbeat and the `initializing`
+    /// countdown; with an untrapped BAR also the driver's writes.
     pub(crate) fn poll_bar(&mut self) -> bool {
-        let mut did = false;
         self.heartbeat();
         if self.regs.init_left > 0 {
             self.regs.init_left -= 1;
         }
-        let h = self.get32(is::CMDQ_ADDR_H);
-        if h != self.regs.shown_h {
-            self.regs.cmdq_h = h;
-            self.regs.shown_h = h;
-            did = true;
+        if !self.regs.untrapped {
+            // Trapped: every register is refreshed when it is read; nothing to look at.
+            self.publish_init(false);
+            return false;
         }
+        self.poll_untrapped()
+    }
+
+    fn poll_untrapped(&mut self) -> bool {
+        let mut did = false;
+        // The doorbell before the queue address: the driver writes the address before it
+        // rings, so the reads below see at least the address this doorbell goes with.
+        let db = self.take32(is::CMD_DBELL);
+        // The low word before the high word: a new low word then comes with its high word
+        // (or a newer one, whose low word the next poll finds). A changed high word alone
+        // latches too, as a write of the same low word would on hardware.
         let l = self.get32(is::CMDQ_ADDR_L_SZ);
-        if l != self.regs.shown_l {
+        let h = self.get32(is::CMDQ_ADDR_H);
+        if (h, l) != (self.regs.seen_h, self.regs.seen_l) {
+            self.regs.seen_h = h;
+            self.regs.seen_l = l;
+            self.regs.cmdq_h = h;
             self.latch_cmdq(l);
+            // The word reads back with the queue geometry, as on hardware: a driver (the
+            // next one, after this one exits) reads `log_cmdq_size` / `log_cmdq_stride`
+            // there. Only if the driver has not stored again since it was read; then the
+            // next poll latches that store and tries again.
+            let shown = self.l_sz();
+            if shown != l
+                && self.bar.compare_exchange32(
+                    is::CMDQ_ADDR_L_SZ,
+                    l.to_be_bytes(),
+                    shown.to_be_bytes(),
+                )
+            {
+                self.regs.seen_l = shown;
+            }
             did = true;
         }
-        let db = self.get32(is::CMD_DBELL);
         if db != 0 {
-            self.put32(is::CMD_DBELL, 0);
             self.ring(db);
             did = true;
         }
-        self.publish_static();
-        self.publish_dynamic();
+        self.publish_static(true);
+        self.publish_init(true);
+        if self.regs.idle || self.regs.timer_polls == 0 {
+            self.publish_timer();
+            self.regs.timer_polls = TIMER_POLLS;
+        } else {
+            self.regs.timer_polls -= 1;
+        }
         did |= self.poll_uar_doorbells();
         did
     }

@@ -167,63 +167,122 @@ fn out_of_range_reads_give_all_ones() {
     assert_eq!(b, [0, 0, 0xff, 0xff]);
 }
 
-/// A BAR in shared memory: the "driver" writes it directly, the device polls.
-#[derive(Clone)]
-struct SharedBar(Arc<Mutex<Vec<u8>>>);
+/// A BAR in shared memory: the "driver" writes it directly ([`Shared::drv_wr`]), the device
+/// polls. Device writes are logged; a hook can land driver stores right after the device
+/// reads a given word (a race at an exact point of a poll).
+#[derive(Clone, Default)]
+struct Shared {
+    mem: Arc<Mutex<Vec<u8>>>,
+    /// Word offsets the device wrote with `write` (not `swap32`).
+    dev_writes: Arc<Mutex<Vec<usize>>>,
+    /// After the device's next 4-byte read at `.0`: the driver stores `.1` (BE32 words).
+    hook: Arc<Mutex<Hook>>,
+}
 
-impl BarMemory for SharedBar {
+/// Driver stores `.1` (offset, BE32 value) to land right after the device reads `.0`.
+type Hook = Option<(usize, Vec<(usize, u32)>)>;
+
+impl Shared {
+    fn new(len: usize) -> Shared {
+        Shared {
+            mem: Arc::new(Mutex::new(vec![0; len])),
+            ..Shared::default()
+        }
+    }
+    fn drv_wr(&self, off: usize, v: u32) {
+        self.mem.lock().unwrap()[off..off + 4].copy_from_slice(&v.to_be_bytes());
+    }
+    fn drv_rd(&self, off: usize) -> u32 {
+        let m = self.mem.lock().unwrap();
+        u32::from_be_bytes([m[off], m[off + 1], m[off + 2], m[off + 3]])
+    }
+}
+
+impl BarMemory for Shared {
     fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
+        self.mem.lock().unwrap().len()
+    }
+    fn untrapped(&self) -> bool {
+        true
     }
     fn read(&self, off: usize, buf: &mut [u8]) {
-        let v = self.0.lock().unwrap();
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = v.get(off + i).copied().unwrap_or(0xff);
+        {
+            let v = self.mem.lock().unwrap();
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = v.get(off + i).copied().unwrap_or(0xff);
+            }
+        }
+        let mut hook = self.hook.lock().unwrap();
+        if buf.len() == 4 && hook.as_ref().is_some_and(|(at, _)| *at == off) {
+            for (o, v) in hook.take().unwrap().1 {
+                self.drv_wr(o, v);
+            }
         }
     }
     fn write(&mut self, off: usize, data: &[u8]) {
-        let mut v = self.0.lock().unwrap();
+        self.dev_writes.lock().unwrap().push(off & !3);
+        let mut v = self.mem.lock().unwrap();
         for (i, b) in data.iter().enumerate() {
             if let Some(d) = v.get_mut(off + i) {
                 *d = *b;
             }
         }
     }
+    fn compare_exchange32(&mut self, off: usize, current: [u8; 4], new: [u8; 4]) -> bool {
+        // one lock: atomic against `drv_wr`
+        let mut v = self.mem.lock().unwrap();
+        if v[off..off + 4] != current {
+            return false;
+        }
+        v[off..off + 4].copy_from_slice(&new);
+        true
+    }
+    fn swap32(&mut self, off: usize, new: [u8; 4]) -> [u8; 4] {
+        // one lock: atomic against `drv_wr`
+        let mut v = self.mem.lock().unwrap();
+        let mut old = [0u8; 4];
+        old.copy_from_slice(&v[off..off + 4]);
+        v[off..off + 4].copy_from_slice(&new);
+        old
+    }
 }
 
-#[test]
-fn untrapped_bar_works_by_polling() {
+/// A harness over an untrapped BAR (not ready yet, no command queue).
+fn untrapped() -> (H, Shared) {
     let mem = TestMem::new();
-    let shared = SharedBar(Arc::new(Mutex::new(vec![0; 1 << 20])));
-    let mut view = shared.clone();
+    let shared = Shared::new(1 << 20);
     let dev = Device::with_bar(
         Profile {
             bar_size: 1 << 20,
             ..Profile::default()
         },
         mem.clone(),
-        Box::new(shared),
+        Box::new(shared.clone()),
     );
-    let mut h = H {
+    let h = H {
         dev,
-        mem: mem.clone(),
+        mem,
         cmdq: 0,
         token: 0,
         pools: Default::default(),
     };
-    let rd = |v: &SharedBar, off: usize| {
-        let mut b = [0u8; 4];
-        v.read(off, &mut b);
-        u32::from_be_bytes(b)
-    };
+    (h, shared)
+}
+
+#[test]
+fn untrapped_bar_works_by_polling() {
+    let (mut h, view) = untrapped();
+    let mem = h.mem.clone();
+    let rd = |v: &Shared, off: usize| v.drv_rd(off);
     // Registers are in the shared BAR from reset on.
     assert_eq!(rd(&view, is::CMDIF_REV_FW_SUB) >> 16, 5);
     assert_ne!(rd(&view, is::INITIALIZING) & is::INITIALIZING_BIT, 0);
+    assert_eq!(rd(&view, is::CMDQ_ADDR_L_SZ) & 0xff, 0x56, "queue geometry");
     let c0 = rd(&view, is::HEALTH_COUNTER);
     // The driver writes the queue address straight into the BAR.
     let q = mem.alloc(4096, 4096);
-    view.write(is::CMDQ_ADDR_H, &((q >> 32) as u32).to_be_bytes());
-    view.write(is::CMDQ_ADDR_L_SZ, &(q as u32).to_be_bytes());
+    view.drv_wr(is::CMDQ_ADDR_H, (q >> 32) as u32);
+    view.drv_wr(is::CMDQ_ADDR_L_SZ, q as u32);
     assert!(h.dev.poll(), "the address write is work");
     h.dev.poll();
     h.dev.poll();
@@ -233,22 +292,212 @@ fn untrapped_bar_works_by_polling() {
         c0,
         "heartbeat advances with polls"
     );
-    assert_eq!(rd(&view, is::CMDQ_ADDR_L_SZ) & 0xff, 0x56);
+    // The word shows the geometry again: the next driver instance reads it there.
+    assert_eq!(rd(&view, is::CMDQ_ADDR_L_SZ), q as u32 | 0x56);
     h.cmdq = q;
     // A command: entry in memory, doorbell word in the BAR, then poll.
     let b = h.build(0, &msg(op::NOP, 0, 16), 16);
     mem.wr(h.entry_addr(0), &b.entry);
-    view.write(is::CMD_DBELL, &1u32.to_be_bytes());
+    view.drv_wr(is::CMD_DBELL, 1);
     assert!(h.result(&b).hw_owned);
     assert!(h.dev.poll());
     let r = h.result(&b);
     assert!(!r.hw_owned);
     r.expect(0, 0);
     assert_eq!(rd(&view, is::CMD_DBELL), 0, "doorbell word consumed");
+    // The same doorbell value again is a second command.
+    mem.wr(h.entry_addr(0), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    assert!(h.dev.poll());
+    assert!(!h.result(&b).hw_owned);
+    assert_eq!(h.dev.command_log().len(), 2);
+    // (a poll that reads the timer is no work)
+    h.dev.poll();
     assert!(!h.dev.poll(), "nothing left to do");
-    // Scribbling over a read-only register is undone by the next poll.
-    view.write(is::FW_REV, &[0; 4]);
+    // Scribbling over a read-only register is undone by the next poll, and recorded.
+    view.drv_wr(is::FW_REV, 0);
     h.dev.poll();
     assert_ne!(rd(&view, is::FW_REV), 0);
+    assert_eq!(
+        h.dev.errors(),
+        &[DeviceError::ReadOnlyRegister {
+            offset: is::FW_REV,
+            value: 0
+        }]
+    );
     let _ = cmd::ENTRY_SIZE;
+}
+
+#[test]
+fn untrapped_polls_write_no_driver_owned_word() {
+    let (mut h, view) = untrapped();
+    let q = h.mem.alloc(4096, 4096);
+    view.dev_writes.lock().unwrap().clear();
+    view.drv_wr(is::CMDQ_ADDR_H, (q >> 32) as u32);
+    view.drv_wr(is::CMDQ_ADDR_L_SZ, q as u32);
+    for _ in 0..20 {
+        h.dev.poll();
+    }
+    h.cmdq = q;
+    let b = h.build(0, &msg(op::NOP, 0, 16), 16);
+    h.mem.wr(h.entry_addr(0), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    for _ in 0..5 {
+        h.dev.poll();
+    }
+    h.result(&b).expect(0, 0);
+    let w = view.dev_writes.lock().unwrap().clone();
+    for reg in [is::CMDQ_ADDR_H, is::CMDQ_ADDR_L_SZ, is::CMD_DBELL] {
+        assert!(!w.contains(&reg), "device wrote {reg:#x}: {w:x?}");
+    }
+    // Device-owned words are written when they change: the heartbeat every poll, the
+    // static ones never.
+    assert!(w.contains(&is::HEALTH_COUNTER));
+    assert!(!w.contains(&is::FW_REV), "{w:x?}");
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+}
+
+#[test]
+fn untrapped_queue_address_written_mid_poll_is_latched_whole() {
+    let (mut h, view) = untrapped();
+    for _ in 0..10 {
+        h.dev.poll();
+    }
+    // The queue is above 4 GiB: a device pairing the new low word with the old high word (0)
+    // would fetch the entry from an unmapped address.
+    let q = h.mem.alloc(4096, 4096);
+    assert_eq!(q >> 32, 1);
+    h.cmdq = q;
+    let b = h.build(0, &msg(op::NOP, 0, 16), 16);
+    h.mem.wr(h.entry_addr(0), &b.entry);
+    // The driver writes high word, low word and doorbell right after the device read the
+    // high word of the queue address, and then again right after it read the low word.
+    for trigger in [is::CMDQ_ADDR_H, is::CMDQ_ADDR_L_SZ] {
+        *view.hook.lock().unwrap() = Some((
+            trigger,
+            vec![
+                (is::CMDQ_ADDR_H, (q >> 32) as u32),
+                (is::CMDQ_ADDR_L_SZ, q as u32),
+                (is::CMD_DBELL, 1),
+            ],
+        ));
+        for _ in 0..3 {
+            h.dev.poll();
+        }
+        assert!(view.hook.lock().unwrap().is_none(), "hook not reached");
+        h.result(&b).expect(0, 0);
+        assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+        h.mem.wr(h.entry_addr(0), &b.entry);
+        // the next round starts from another queue address
+        view.drv_wr(is::CMDQ_ADDR_H, 0);
+        view.drv_wr(is::CMDQ_ADDR_L_SZ, 0x10_0000);
+        h.dev.poll();
+    }
+    assert_eq!(h.dev.command_log().len(), 2);
+}
+
+#[test]
+fn untrapped_geometry_is_shown_again_without_erasing_a_newer_store() {
+    let (mut h, view) = untrapped();
+    let (q1, q2) = (h.mem.alloc(4096, 4096), h.mem.alloc(4096, 4096));
+    view.drv_wr(is::CMDQ_ADDR_H, (q1 >> 32) as u32);
+    view.drv_wr(is::CMDQ_ADDR_L_SZ, q1 as u32);
+    // The driver stores the next low word right after the device read the first one: the
+    // device's compare-and-swap of the geometry bits must not erase it ...
+    *view.hook.lock().unwrap() = Some((is::CMDQ_ADDR_L_SZ, vec![(is::CMDQ_ADDR_L_SZ, q2 as u32)]));
+    h.dev.poll();
+    assert_eq!(view.drv_rd(is::CMDQ_ADDR_L_SZ), q2 as u32);
+    assert_eq!(h.dev.regs.cmdq, Some(q1));
+    // ... and the next poll latches it and shows the geometry.
+    h.dev.poll();
+    assert_eq!(h.dev.regs.cmdq, Some(q2));
+    assert_eq!(view.drv_rd(is::CMDQ_ADDR_L_SZ), q2 as u32 | 0x56);
+    h.dev.poll();
+    assert_eq!(h.dev.regs.cmdq, Some(q2));
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+}
+
+const CMD_EVENTS: u64 = 1 << 0x0a;
+
+/// An untrapped device with an EQ of 4 entries taking command events; the EQ doorbell
+/// offsets (arm, no arm) and `eqn << 24`.
+fn untrapped_eq() -> (H, Shared, usize, usize, u32) {
+    let (mut h, view) = untrapped();
+    h.set_cmdq();
+    h.wait_ready();
+    h.init();
+    let uar = h.alloc_uar();
+    let (eqn, _) = h.create_eq(uar, 2, CMD_EVENTS);
+    let page = uar as usize * 4096;
+    (h, view, page + 0x40, page + 0x48, eqn << 24)
+}
+
+#[test]
+fn untrapped_eq_rearm_with_an_unmoved_consumer_index_counts() {
+    let (mut h, view, arm, _, e) = untrapped_eq();
+    view.drv_wr(arm, e);
+    h.dev.poll();
+    assert_eq!(view.drv_rd(arm), 0, "doorbell consumed");
+    assert!(h.dev.take_interrupts().is_empty());
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(h.dev.take_interrupts(), [0], "armed EQ fires");
+    // The driver re-arms without consuming: the same value as before. An armed EQ with an
+    // unconsumed EQE fires at once, as on hardware.
+    view.drv_wr(arm, e);
+    h.dev.poll();
+    assert_eq!(
+        h.dev.take_interrupts(),
+        [0],
+        "re-arm with the same value was missed"
+    );
+    // Consumed and re-armed (new value), then the same value once more: still armed, the
+    // next event fires.
+    view.drv_wr(arm, e | 1);
+    h.dev.poll();
+    view.drv_wr(arm, e | 1);
+    h.dev.poll();
+    assert!(h.dev.take_interrupts().is_empty());
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(h.dev.take_interrupts(), [0]);
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+}
+
+#[test]
+fn untrapped_eq_update_then_arm_between_two_polls_apply_in_order() {
+    let (mut h, view, arm, noarm, e) = untrapped_eq();
+    view.drv_wr(arm, e);
+    h.dev.poll();
+    for _ in 0..3 {
+        h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    }
+    h.dev.take_interrupts();
+    // The driver consumed 2 (update without arming), then 3 (update and arm), both before
+    // the device looked.
+    view.drv_wr(noarm, e | 2);
+    view.drv_wr(arm, e | 3);
+    h.dev.poll();
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+    assert!(
+        h.dev.take_interrupts().is_empty(),
+        "everything was consumed"
+    );
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(h.dev.take_interrupts(), [0], "the EQ was left armed");
+    // Arm at 4, then update to 4 without arming: armed too.
+    view.drv_wr(arm, e | 4);
+    view.drv_wr(noarm, e | 4);
+    h.dev.poll();
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(h.dev.take_interrupts(), [0]);
+    // A consumer index beyond the producer is still an error.
+    view.drv_wr(noarm, e | 9);
+    h.dev.poll();
+    assert_eq!(
+        h.dev.errors(),
+        &[DeviceError::EqConsumerAhead {
+            eqn: (e >> 24) as u8,
+            ci: 9,
+            pi: 5
+        }]
+    );
 }

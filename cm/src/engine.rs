@@ -149,23 +149,26 @@ impl<P: Provider> State<P> {
             let m = st.rej_msg(0, r.local_comm_id, msg_kind::REQ, reason, &[]);
             st.reply(d, &peer, tid, m);
         };
-        // the peer's QP is still part of a connection of ours, or in its timewait: a
-        // stale connection (REJ 10)
+        // the peer's QP is still part of a live connection of ours: a stale connection
+        // (REJ 10). A QP whose connection is in timewait may connect again, as with Linux's
+        // ib_cm, which drops the remote QP number from its stale check on entering timewait
+        // (a NIC that reuses QP numbers at once, as the emulated one does, reconnects fine).
         if self.ids.iter().any(|(_, s)| {
             s.dev == Some(d)
                 && s.qp_type == verbs::QpType::Rc
                 && s.conn.peer.ip == src
                 && s.conn.remote_qpn == r.local_qpn
-                && (s.timewait_until.is_some()
-                    || matches!(
-                        s.fsm,
-                        Fsm::ReqRcvd
-                            | Fsm::RepSent
-                            | Fsm::RepRcvd
-                            | Fsm::Established
-                            | Fsm::DreqSent
-                            | Fsm::DreqRcvd
-                    ) && (s.conn.active || s.conn.req.is_some()))
+                && s.timewait_until.is_none()
+                && matches!(
+                    s.fsm,
+                    Fsm::ReqRcvd
+                        | Fsm::RepSent
+                        | Fsm::RepRcvd
+                        | Fsm::Established
+                        | Fsm::DreqSent
+                        | Fsm::DreqRcvd
+                )
+                && (s.conn.active || s.conn.req.is_some())
         }) {
             return rej(self, rej_reason::STALE_CONNECTION);
         }

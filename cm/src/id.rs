@@ -484,9 +484,9 @@ impl<P: Provider> CmId<P> {
     /// Once disconnected (DREP received or sent, or the DREQ retries exhausted) the id is in
     /// the IB CM timewait for 4.096 µs × 2^(the path's local ACK timeout) (≈ 537 ms with
     /// the default packet life time 16); its end is TIMEWAIT_EXIT on an asynchronous id.
-    /// Meanwhile a REQ from the peer's QP of that connection (a new one reusing the QP
-    /// number, or a late duplicate) is rejected with REJ 10 "stale connection", as is a REQ
-    /// naming the QP of a live connection.
+    /// Meanwhile a late duplicate of that connection's REQ is rejected with REJ 10 "stale
+    /// connection", as is a REQ naming the QP of a live connection; a new connection from
+    /// the same peer QP number is accepted (as Linux's ib_cm does).
     pub fn disconnect(&self) -> Result<(), Error> {
         self.cm.with_state(|st| st.disconnect(self.key))?;
         self.cm.complete(self.key)

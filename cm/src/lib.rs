@@ -12,8 +12,9 @@
 //!   levels and names); [`CmId::establish`] and [`CmId::init_qp_attr`] for applications
 //!   that run their own QP transitions.
 //! * The IB CM timewait: after DISCONNECTED an id waits out its path's local ACK timeout,
-//!   then asynchronous ids get TIMEWAIT_EXIT; meanwhile (and while connected) a REQ from the
-//!   peer QP of that connection is rejected with REJ 10 "stale connection".
+//!   then asynchronous ids get TIMEWAIT_EXIT; meanwhile a late duplicate of its REQ, and at
+//!   any time a REQ naming the peer QP of a live connection, is rejected with REJ 10 "stale
+//!   connection" (a new connection from a QP number in timewait is accepted, as in Linux).
 //! * The caller's CQs and SRQs are shared handles ([`alloc::sync::Arc`] in [`QpInitAttr`]):
 //!   a passive endpoint's saved attributes give them to every connection, and the manager
 //!   never destroys them.

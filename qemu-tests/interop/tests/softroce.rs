@@ -2,10 +2,10 @@
 //! its frames carried by QEMU's socket netdev to our NIC on the Ethernet fabric, and
 //! rdma-core's own `rping` on the guest side.
 //!
-//! In the two rping scenarios the host side is our `rping` binary (`tools/rping`, built by
-//! the test) with `--fabric eth:…`, behind a relay that records the frames; the reject and
-//! lost-frame scenarios use the NIC in-process ([`EthNic`]) for its counters and fault
-//! injection.
+//! In the rping scenarios (including the one with lost frames) the host side is our `rping`
+//! binary (`tools/rping`, built by the test) with `--fabric eth:…`, behind a relay that
+//! records the frames and loses chosen ones; the reject scenario uses our NIC in-process
+//! ([`EthNic`]) with nobody listening, for its CM counters.
 //!
 //! The guest is built from Debian packages on first use (cached under `target/guest-cache`).
 //! The tests share one lock: one QEMU at a time on this 2-core machine.
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use cm::CmConfig;
 use interop::EthNic;
 use interop::guest::{self, GUEST_IP, GUEST_MAC, Guest, HOST_IP, HOST_MAC, Image, Mode};
-use interop::rping::{self, Options, pattern};
 use interop::tools::{self, Relay};
 use nic_emulator::roce_wire::fabric::{ArpConfig, Captured, EthLink};
 use nic_emulator::roce_wire::packet::{Opcode, Packet, Transport};
@@ -157,8 +156,7 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 
 /// The text of rping's ping `i` of `size` bytes (as `%s` prints it).
 fn text(i: u32, size: usize) -> String {
-    let p = pattern(i, size);
-    String::from_utf8(p[..size - 1].to_vec()).unwrap()
+    tools::ping_text(i, size)
 }
 
 /// Our `rping` binary (`tools/rping`) on the Ethernet fabric, run as a user runs it, killed
@@ -576,13 +574,16 @@ fn guest_client_to_unused_port_is_rejected() {
     assert!(st.mads_received >= 1 && st.mads_sent >= 1, "{st:?}");
 }
 
-/// Lost frames in both directions, recovered by both transports: rxe retries its READ and
-/// SENDs after a lost response or ACK (we replay / re-ACK duplicates), and our requester
-/// retries a SEND whose ACK was lost (rxe re-ACKs its duplicate).
+/// Lost frames in both directions, recovered by both transports: the relay loses our READ
+/// response (rxe retries its READ, which we replay), one of our ACKs (our next, cumulative
+/// ACK covers it, or rxe retries), one of rxe's ACKs (our requester's timer retries the
+/// SEND) and one of rxe's SENDs (rxe's timer retries it). The host side is our `rping`
+/// binary, behind the relay.
 #[test]
 fn retransmissions_across_rxe() {
     let _g = lock();
-    let nic = host_nic(48060);
+    tools::rping_binary().unwrap_or_else(|e| panic!("{e}"));
+    let relay = Relay::start(sa(48060), sa(48061), sa(48062), sa(48063)).unwrap();
     let mut g = Guest::boot(
         image(),
         &Mode::Server { count: 5 },
@@ -593,43 +594,197 @@ fn retransmissions_across_rxe() {
     .unwrap();
     g.wait_for("rping server listening", Duration::from_secs(90))
         .unwrap();
-    let eth = nic.eth();
-    eth.drop_next(true, Opcode::RcRdmaReadResponseOnly); // rxe's READ times out, retried
-    eth.drop_next(true, Opcode::RcAcknowledge); // rxe's SEND or WRITE retried
-    eth.drop_next(false, Opcode::RcAcknowledge); // our SEND retried
-    eth.drop_next(false, Opcode::RcSendOnly); // rxe's go-ahead lost, rxe retries it
-    let o = Options {
-        count: 5,
-        size: 64,
-        ..Options::default()
-    };
-    let rep = rping::client(&nic, GUEST_IP, &o).unwrap_or_else(|e| {
-        panic!("our client: {e}\nserial:\n{}", short(&g.output()));
-    });
-    assert_eq!(rep.pings, 5);
-    let out = g.finish(Duration::from_secs(60)).unwrap();
+    // (sent by our rping, opcode)
+    let plan = [
+        (true, Opcode::RcRdmaReadResponseOnly), // rxe's READ times out, retried
+        (true, Opcode::RcAcknowledge),          // covered by our next ACK, or rxe retries
+        (false, Opcode::RcAcknowledge),         // our SEND retried
+        (false, Opcode::RcSendOnly),            // rxe's go-ahead lost, rxe retries it
+    ];
+    for (by_us, op) in plan {
+        relay.drop_next(by_us, op);
+    }
+    let t0 = Instant::now();
+    let ours = OurRping::spawn(&[
+        "-c",
+        "-a",
+        &GUEST_IP.to_string(),
+        "-I",
+        &HOST_IP.to_string(),
+        "--fabric",
+        "eth:48063,48062",
+        "--mac",
+        &host_mac_arg(),
+        "-C",
+        "5",
+        "-v",
+        "-V",
+        "-d",
+        "--timeout",
+        "60",
+    ]);
+    let (st, out, err) = ours.finish(Duration::from_secs(90));
+    let took = t0.elapsed();
+    assert!(
+        st.success(),
+        "our rping: {st}\n{out}\n{err}\nserial:\n{}",
+        short(&g.output())
+    );
+    let pings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    let want: Vec<String> = (0..5)
+        .map(|i| format!("ping data: {}", text(i, 64)))
+        .collect();
+    assert_eq!(pings, want, "{out}");
+    assert_eq!(
+        out.lines().last(),
+        Some("rping: client: 5 pings of 64 bytes, validated"),
+        "{out}"
+    );
+    // -d reports device objects left at our NIC's shutdown: everything was released
+    assert!(
+        !err.contains("left at shutdown") && !err.contains("rping: shutdown:"),
+        "{err}"
+    );
+    let out_g = g.finish(Duration::from_secs(60)).unwrap();
     for i in 0..5 {
         let line = format!("server ping data: {}", text(i, 64));
-        assert!(out.contains(&line), "missing {line:?} in\n{}", short(&out));
+        assert!(
+            out_g.contains(&line),
+            "missing {line:?} in\n{}",
+            short(&out_g)
+        );
     }
-    assert!(out.contains("rping server rc=0"), "{}", short(&out));
-    let e = nic.eth().stats();
-    let p = nic.port_stats();
-    eprintln!("host port: {p:?}\nhost eth: {e:?}");
-    assert_eq!(e.test_drops, 4, "{e:?}");
-    // at least the retried READ arrived as a duplicate (its response is replayed); whether a
-    // retried SEND also does depends on which of the lost frames came first
-    assert!(p.rx_duplicates >= 1, "{p:?}");
-    assert!(p.retransmits >= 1 && p.timeouts >= 1, "{p:?}");
-    assert_eq!(p.rx_malformed, 0, "{p:?}");
-    assert_eq!(p.tx_dropped, 0, "{p:?}");
-    assert_eq!(e.tx_unresolved, 0, "{e:?}");
-    // everything the connection used is released on our side
-    assert_eq!(nic.shutdown().unwrap(), Default::default());
-    eprintln!(
-        "interop figures: 5 pings with 4 lost frames took {:?}",
-        rep.elapsed
+    assert!(out_g.contains("rping server rc=0"), "{}", short(&out_g));
+    assert!(
+        out_g.contains("server DISCONNECT EVENT"),
+        "{}",
+        short(&out_g)
     );
+    // every planned loss happened, and each was recovered on the wire
+    assert_eq!(relay.pending_drops(), vec![], "losses that never matched");
+    let log = relay.take_log();
+    let forwarded: Vec<Captured> = log
+        .iter()
+        .filter(|r| !r.dropped)
+        .map(|r| r.captured.clone())
+        .collect();
+    all_roce_frames_decode(&forwarded);
+    let retx = check_recovery(&log);
+    // rxe retried its READ and its SEND, and we retried our SEND (at least these three)
+    assert!(retx.len() >= 3, "{retx:x?}");
+    assert!(
+        retx.iter()
+            .any(|r| !r.0 && r.1 == Opcode::RcRdmaReadRequest),
+        "{retx:x?}"
+    );
+    assert!(
+        retx.iter().any(|r| !r.0 && r.1 == Opcode::RcSendOnly),
+        "{retx:x?}"
+    );
+    assert!(
+        retx.iter().any(|r| r.0 && r.1 == Opcode::RcSendOnly),
+        "{retx:x?}"
+    );
+    eprintln!("interop figures: retransmissions (sent by us, opcode, PSN): {retx:x?}");
+    eprintln!(
+        "interop figures: 5 pings with 4 lost frames: {} (process start to exit {took:?})",
+        timing(&err)
+    );
+}
+
+/// The first packets of a list, for failure messages: (sent by us, opcode, PSN).
+fn summary(pk: &[(bool, Packet)]) -> String {
+    let v: Vec<(bool, Opcode, u32)> = pk
+        .iter()
+        .take(16)
+        .map(|(t, q)| (*t, q.bth.opcode, q.bth.psn))
+        .collect();
+    format!("{v:x?}")
+}
+
+/// Checks that each frame the relay lost was recovered by the transport that had to
+/// recover it, on the frames that got through after the loss, and returns the retransmitted
+/// requests (sent by us, opcode, PSN):
+/// * a lost request: its sender sent the same opcode with the same PSN again;
+/// * a lost READ response: the requester sent its READ request with that PSN again, and the
+///   responder then replayed the response with that PSN;
+/// * a lost ACK of PSN p: the requester sent again a request with a PSN at or before p
+///   (requesters' PSNs only grow, so that is a retransmission); for a lost ACK of ours, a
+///   later ACK of ours beyond p (cumulative) also does, when rxe went on before its timer.
+fn check_recovery(log: &[tools::Relayed]) -> Vec<(bool, Opcode, u32)> {
+    let mut retx = Vec::new();
+    for (i, lost) in log.iter().enumerate().filter(|(_, r)| r.dropped) {
+        let p = tools::roce_packet(&lost.captured.frame).expect("a lost frame is RoCEv2");
+        let tx = lost.captured.tx;
+        // the forwarded RoCEv2 packets after the loss: (sent by us, packet)
+        let later: Vec<(bool, Packet)> = log[i + 1..]
+            .iter()
+            .filter(|r| !r.dropped)
+            .filter_map(|r| tools::roce_packet(&r.captured.frame).map(|q| (r.captured.tx, q)))
+            .collect();
+        let (op, psn) = (p.bth.opcode, p.bth.psn);
+        match op {
+            Opcode::RcRdmaReadResponseOnly => {
+                let again = later.iter().position(|(t, q)| {
+                    *t != tx && q.bth.opcode == Opcode::RcRdmaReadRequest && q.bth.psn == psn
+                });
+                let again = again.unwrap_or_else(|| {
+                    panic!(
+                        "lost READ response {psn:#x}: no READ retried: {}",
+                        summary(&later)
+                    )
+                });
+                assert!(
+                    later[again..]
+                        .iter()
+                        .any(|(t, q)| *t == tx && q.bth.opcode == op && q.bth.psn == psn),
+                    "lost READ response {psn:#x}: the retried READ was not answered"
+                );
+                retx.push((!tx, Opcode::RcRdmaReadRequest, psn));
+            }
+            Opcode::RcAcknowledge => {
+                let again = later.iter().find(|(t, q)| {
+                    *t != tx
+                        && q.bth.opcode.is_request()
+                        && psn_cmp(q.bth.psn, psn) != std::cmp::Ordering::Greater
+                });
+                match again {
+                    Some((_, q)) => retx.push((!tx, q.bth.opcode, q.bth.psn)),
+                    // rxe may send its next request before its timer fires: then our ACK of
+                    // that one covers the lost one (ACKs are cumulative) and nothing needs
+                    // retrying. Our requester waits for each SEND's ACK before the next
+                    // request, so a lost ACK of rxe's must be followed by our retry.
+                    None if tx => assert!(
+                        later.iter().any(|(t, q)| *t == tx
+                            && q.bth.opcode == Opcode::RcAcknowledge
+                            && psn_cmp(q.bth.psn, psn) == std::cmp::Ordering::Greater),
+                        "our lost ACK {psn:#x}: neither retried by rxe nor covered by a later \
+                         ACK: {}",
+                        summary(&later)
+                    ),
+                    None => panic!(
+                        "rxe's lost ACK {psn:#x}: we retransmitted nothing: {}",
+                        summary(&later)
+                    ),
+                }
+            }
+            _ => {
+                assert!(op.is_request(), "{op:?}");
+                assert!(
+                    later
+                        .iter()
+                        .any(|(t, q)| *t == tx && q.bth.opcode == op && q.bth.psn == psn),
+                    "lost {op:?} {psn:#x} (tx={tx}): not retransmitted: {}",
+                    summary(&later)
+                );
+                retx.push((tx, op, psn));
+            }
+        }
+    }
+    retx
 }
 
 /// QEMU processes whose command line mentions `needle` (from /proc).

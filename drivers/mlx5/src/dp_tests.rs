@@ -2344,6 +2344,11 @@ fn srq_ring_and_completions_by_wqe_index() {
     // linked back after the tail (3 → 1 → 0)
     assert_eq!((next_of(&srq, 3), next_of(&srq, 1)), (1, 0));
     assert_eq!(srq.outstanding(), 1);
+    // a completed WQE cannot be retired again (what stops a second poller that looked it
+    // up before the first retired it), and that changes nothing
+    assert!(!srq.core.retire(1));
+    assert_eq!((next_of(&srq, 3), next_of(&srq, 1)), (1, 0));
+    assert_eq!(srq.outstanding(), 1);
     // the tail (never posted), a WQE completed already, a byte count beyond the buffer
     for (idx, len, counter) in [
         (3u16, 4u32, true),

@@ -272,8 +272,16 @@ fn responder(
         }
     }
     match &q.srq {
-        // The SRQ WQE goes back to the SRQ's free list.
-        Some(srq) => srq.retire(counter),
+        // The SRQ WQE goes back to the SRQ's free list, unless another completion (another
+        // CQ's poller) took it since `srq_wqe` looked: then this CQE names a WQE not posted.
+        Some(srq) => {
+            if !srq.retire(counter) {
+                return Err(CqeFault::WqeCounter {
+                    qpn,
+                    wqe_counter: counter,
+                });
+            }
+        }
         None => q.rq_tail.0.store(tail.wrapping_add(1), Release),
     }
     *w = wc;

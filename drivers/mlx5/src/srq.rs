@@ -101,12 +101,13 @@ impl SrqCore {
     }
 
     /// Retires posted WQE `idx` (its completion was polled, or skipped): links it back to the
-    /// free list after the tail.
-    pub(crate) fn retire(&self, idx: u16) {
+    /// free list after the tail. False if it was not posted (any more): two completions
+    /// naming the same WQE, e.g. on two CQs polled by two threads, cannot both retire it.
+    pub(crate) fn retire(&self, idx: u16) -> bool {
         let mut st = self.st.lock();
         let i = idx as usize;
         if !st.posted.get(i).copied().unwrap_or(false) {
-            return;
+            return false;
         }
         st.posted[i] = false;
         st.outstanding -= 1;
@@ -114,6 +115,7 @@ impl SrqCore {
         st.next[tail as usize] = idx;
         write_next(&self.ring, self.log_stride, tail, idx);
         st.tail = idx;
+        true
     }
 }
 

@@ -376,8 +376,11 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     let mut cq_b = b.cq(7);
     let mut qa = a.qp(qpc::ST_RC, &cq_a, &cq_a, 7, Some((7, 2)));
     let mut qb = b.qp(qpc::ST_RC, &cq_b, &cq_b, 7, Some((7, 2)));
+    // ACK timeout 100 ns × 2^16 ≈ 6.6 ms: the 5% loss is still retransmitted, but 8 tries
+    // outlast a poller thread that a loaded machine does not schedule for a while (at 2^8,
+    // 26 µs, a parallel test run on 2 cores could exhaust the retries: RETRY_EXC_ERR).
     let c = Conn {
-        timeout: 8,
+        timeout: 16,
         ..Conn::default()
     };
     let (ia, ib) = (a.ip, b.ip);

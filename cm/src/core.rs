@@ -973,6 +973,15 @@ impl<P: Provider> State<P> {
             .map(|(_, n)| *n)
     }
 
+    /// The peer at `ip` (its MAC from the neighbour table) on QP `qpn`, if it is known.
+    pub(crate) fn peer(&self, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
+        self.neighbor(ip).map(|nb| Peer {
+            ip,
+            mac: nb.mac,
+            qpn,
+        })
+    }
+
     pub(crate) fn dev_ips(&self) -> Vec<Ipv4Addr> {
         self.devs.iter().map(|(_, d)| d.ip).collect()
     }

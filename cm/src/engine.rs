@@ -112,14 +112,9 @@ impl<P: Provider> State<P> {
     }
 
     fn on_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &Req) {
-        let Some(nb) = self.neighbor(src) else {
+        let Some(peer) = self.peer(src, src_qp) else {
             self.stats.send_failures += 1;
             return;
-        };
-        let peer = Peer {
-            ip: src,
-            mac: nb.mac,
-            qpn: src_qp,
         };
         // a retransmission of a REQ we know
         if let Some(k) = self.find(|s| {
@@ -222,7 +217,7 @@ impl<P: Provider> State<P> {
         let route = Route {
             sgid: gid,
             dgid: Gid(p.local_gid),
-            dmac: nb.mac,
+            dmac: peer.mac,
             mtu,
             hop_limit: p.hop_limit,
             flow_label: p.flow_label,
@@ -468,12 +463,7 @@ impl<P: Provider> State<P> {
         });
         let Some(k) = found else {
             // nobody: answer anyway so that the peer stops asking
-            if let Some(nb) = self.neighbor(src) {
-                let to = Peer {
-                    ip: src,
-                    mac: nb.mac,
-                    qpn: src_qp,
-                };
+            if let Some(to) = self.peer(src, src_qp) {
                 self.reply(d, &to, tid, drep);
             }
             return;
@@ -526,14 +516,9 @@ impl<P: Provider> State<P> {
     }
 
     fn on_sidr_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &SidrReq) {
-        let Some(nb) = self.neighbor(src) else {
+        let Some(peer) = self.peer(src, src_qp) else {
             self.stats.send_failures += 1;
             return;
-        };
-        let peer = Peer {
-            ip: src,
-            mac: nb.mac,
-            qpn: src_qp,
         };
         if let Some(k) = self.find(|s| {
             !s.conn.active
@@ -599,7 +584,7 @@ impl<P: Provider> State<P> {
         ) else {
             return status_rep(self, sidr_status::REJECT);
         };
-        let Some(route) = self.synth_route(d, hsrc, nb.mac, port, src_port) else {
+        let Some(route) = self.synth_route(d, hsrc, peer.mac, port, src_port) else {
             return;
         };
         if let Some(s) = self.ids.get_mut(k) {

@@ -155,6 +155,24 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// The text of rping's ping `i` of `size` bytes (as `%s` prints it).
+/// Our rping client's own output for `n` validated 64-byte pings: each ping line is rping's
+/// pattern for that ping, in order, and the last line is the validated summary.
+fn assert_client_pings(out: &str, n: u32) {
+    let pings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    let want: Vec<String> = (0..n)
+        .map(|i| format!("ping data: {}", text(i, 64)))
+        .collect();
+    assert_eq!(pings, want, "{out}");
+    assert_eq!(
+        out.lines().last(),
+        Some(format!("rping: client: {n} pings of 64 bytes, validated").as_str()),
+        "{out}"
+    );
+}
+
 fn text(i: u32, size: usize) -> String {
     tools::ping_text(i, size)
 }
@@ -356,19 +374,7 @@ fn guest_rping_server_our_client() {
         short(&g.output())
     );
     // our client's own output: each ping verified against what it sent, in order
-    let pings: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("ping data: "))
-        .collect();
-    let want: Vec<String> = (0..10)
-        .map(|i| format!("ping data: {}", text(i, 64)))
-        .collect();
-    assert_eq!(pings, want, "{out}");
-    assert_eq!(
-        out.lines().last(),
-        Some("rping: client: 10 pings of 64 bytes, validated"),
-        "{out}"
-    );
+    assert_client_pings(&out, 10);
     let out_g = g.finish(Duration::from_secs(60)).unwrap();
     for i in 0..10 {
         let line = format!("server ping data: {}", text(i, 64));
@@ -630,19 +636,7 @@ fn retransmissions_across_rxe() {
         "our rping: {st}\n{out}\n{err}\nserial:\n{}",
         short(&g.output())
     );
-    let pings: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("ping data: "))
-        .collect();
-    let want: Vec<String> = (0..5)
-        .map(|i| format!("ping data: {}", text(i, 64)))
-        .collect();
-    assert_eq!(pings, want, "{out}");
-    assert_eq!(
-        out.lines().last(),
-        Some("rping: client: 5 pings of 64 bytes, validated"),
-        "{out}"
-    );
+    assert_client_pings(&out, 5);
     // -d reports device objects left at our NIC's shutdown: everything was released
     assert!(
         !err.contains("left at shutdown") && !err.contains("rping: shutdown:"),

@@ -11,7 +11,59 @@ pub trait AddressSpace: Send + Sync {
     fn read(&self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault>;
     /// DMA write of `data` at `iova`.
     fn write(&self, iova: u64, data: &[u8]) -> Result<(), DmaFault>;
+
+    /// Checks that `len` bytes at `iova` could be read now, without moving them. The default
+    /// reads them through a bounce buffer; an address space that can check a mapping without
+    /// copying should.
+    fn readable(&self, iova: u64, len: u64) -> Result<(), DmaFault> {
+        let mut bounce = [0u8; BOUNCE];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(BOUNCE as u64) as usize;
+            let at = iova.checked_add(done).ok_or(DmaFault {
+                iova,
+                len: usize::try_from(len).unwrap_or(usize::MAX),
+                write: false,
+            })?;
+            self.read(at, &mut bounce[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// DMA write of `len` bytes at `iova` that `fill(offset, dst)` produces piece by piece
+    /// (`offset` counts from `iova`): straight into the target memory where the address space
+    /// can lend it (one copy from wherever `fill` reads), else through a bounce buffer (the
+    /// default). `fill` returning `false` stops the write: `Ok(false)`, with the pieces
+    /// before it written. A fault of the target range is an `Err` (nothing of that piece is
+    /// written).
+    fn write_with(
+        &self,
+        iova: u64,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<bool, DmaFault> {
+        let mut bounce = [0u8; BOUNCE];
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(BOUNCE);
+            if !fill(done, &mut bounce[..n]) {
+                return Ok(false);
+            }
+            let at = iova.checked_add(done as u64).ok_or(DmaFault {
+                iova,
+                len,
+                write: true,
+            })?;
+            self.write(at, &bounce[..n])?;
+            done += n;
+        }
+        Ok(true)
+    }
 }
+
+/// Bytes of the bounce buffer of [`AddressSpace`]'s default methods.
+const BOUNCE: usize = 4096;
 
 /// A DMA access the address space refused (some byte of it is not mapped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

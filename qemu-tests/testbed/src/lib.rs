@@ -75,6 +75,42 @@ impl AddressSpace for IommuView {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr(), data.len()) };
         Ok(())
     }
+
+    fn readable(&self, iova: u64, len: u64) -> Result<(), DmaFault> {
+        let fault = DmaFault {
+            iova,
+            len: usize::try_from(len).unwrap_or(usize::MAX),
+            write: false,
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        let n = usize::try_from(len).map_err(|_| fault)?;
+        self.0.translate(iova, n).map(|_| ()).ok_or(fault)
+    }
+
+    fn write_with(
+        &self,
+        iova: u64,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]) -> bool,
+    ) -> Result<bool, DmaFault> {
+        if len == 0 {
+            return Ok(true);
+        }
+        let fault = DmaFault {
+            iova,
+            len,
+            write: true,
+        };
+        let p = self.0.translate(iova, len).ok_or(fault)?;
+        // SAFETY: `translate` checked that `iova..iova+len` lies inside one live allocation
+        // the driver handed to the device (as for `write`); the device is the only one to
+        // write there during its DMA, and `fill` gets the range for the length of the call
+        // only (it reads another address space, never this one's buffers).
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) };
+        Ok(fill(0, dst))
+    }
 }
 
 /// BAR0 of the emulated device, as the driver's [`RegisterIo`].

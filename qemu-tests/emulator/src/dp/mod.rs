@@ -45,6 +45,8 @@ pub(crate) struct QpDp {
     /// The QP context as [`QpInfo`], read when a command last changed it
     /// ([`Device::qp_transition`] follows every such change); `None` before the first.
     pub info: Option<QpInfo>,
+    /// What the QP's segments in flight read their payload under (made by the first one).
+    pub lease: Option<net::TxLease>,
 }
 
 /// What the transports need from a QP context, read in one go.
@@ -265,6 +267,8 @@ impl Device {
             return false;
         }
         let mut did = false;
+        // The WQEs complete now: segments still in flight may no longer read their data.
+        qp.dp.lease = None;
         let sq = &mut qp.dp.sq;
         let fetched: Vec<(u16, u8)> = sq.wqes.drain(..).map(|w| (w.idx, w.opcode)).collect();
         sq.tx = 0;

@@ -4,13 +4,14 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use roce_wire::fabric::Port;
+use roce_wire::fabric::{PayloadGone, Port, Received, Segment, SegmentPayload, SegmentShape};
 use roce_wire::packet::{Packet, PacketView, Transport};
+use roce_wire::seg::MessageOp;
 
 use crate::state::GID_TABLE_LEN;
-use crate::{Device, DmaFault};
+use crate::{AddressSpace, Device, DeviceError, DmaFault};
 
 use super::mkey::Sgl;
 
@@ -73,6 +74,8 @@ pub(crate) struct Net {
     pub scratch_qps: Vec<(u32, u8)>,
     /// `(cqn, doorbell record, arm word seen)` of every CQ, refilled by each poll.
     pub scratch_cqs: Vec<(u32, u64, u32)>,
+    /// Payload buffer of packets cut from a segment.
+    pub seg_buf: Vec<u8>,
 }
 
 impl Net {
@@ -86,9 +89,71 @@ impl Net {
             pool: Vec::new(),
             scratch_qps: Vec::new(),
             scratch_cqs: Vec::new(),
+            seg_buf: Vec::new(),
             clock: Arc::new(move || u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)),
         }
     }
+}
+
+/// What a QP's segments in flight read their payload under: `true` while the QP still
+/// stands behind the packets it sent. Dropping the lease (the QP flushed, reset or destroyed:
+/// its WQEs complete and the application may reuse their buffers) turns it `false`, after any
+/// read in progress has finished, so a segment still in flight is then lost rather than read
+/// from memory that is no longer its data.
+#[derive(Debug)]
+pub(crate) struct TxLease(Arc<RwLock<bool>>);
+
+impl TxLease {
+    pub(crate) fn new() -> TxLease {
+        TxLease(Arc::new(RwLock::new(true)))
+    }
+}
+
+impl Drop for TxLease {
+    fn drop(&mut self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = false;
+    }
+}
+
+/// A segment's payload: a range of the sender's memory (already translated from its lkey
+/// and checked readable), read by DMA when the receiver takes the segment in.
+struct DmaPayload {
+    mem: Arc<dyn AddressSpace>,
+    sgl: Sgl,
+    lease: Arc<RwLock<bool>>,
+}
+
+impl SegmentPayload for DmaPayload {
+    fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), PayloadGone> {
+        let live = self.lease.read().unwrap_or_else(|e| e.into_inner());
+        if !*live {
+            return Err(PayloadGone);
+        }
+        let mut at = 0usize;
+        for c in self.sgl.range(off, dst.len() as u64) {
+            let n = c.len as usize;
+            self.mem
+                .read(c.iova, &mut dst[at..at + n])
+                .map_err(|_| PayloadGone)?;
+            at += n;
+        }
+        if at == dst.len() {
+            Ok(())
+        } else {
+            Err(PayloadGone)
+        }
+    }
+}
+
+/// Packets `index .. index + count` of a `msg_pkts`-packet message, to be sent as one
+/// [`Segment`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub msg: MessageOp,
+    pub index: u32,
+    pub msg_pkts: u32,
+    pub count: u32,
+    pub mtu: u32,
 }
 
 impl Net {
@@ -190,6 +255,78 @@ impl Device {
         }
     }
 
+    /// Whether packets to `dst` may go as [segments](Segment): the fabric carries them whole
+    /// (never the internal loopback).
+    pub(crate) fn segments_to(&self, dst: Option<Ipv4Addr>) -> bool {
+        match (&self.net.port, dst) {
+            (Some(p), Some(d)) => p.takes_segments() && !self.is_local(d),
+            _ => false,
+        }
+    }
+
+    /// Sends the packets of `run` (headers from `pkt`, whose BTH is the first packet's and
+    /// whose `ext` holds every extension header of the run) as one segment, its payload the
+    /// `len` bytes at `off` of `sgl`, read when the receiver takes it in, under QP `qpn`'s
+    /// [`TxLease`]. The range must be readable now: a DMA fault sends nothing and is
+    /// returned (the WQE's error, as when reading into frames).
+    pub(crate) fn emit_segment<P>(
+        &mut self,
+        qpn: u32,
+        pkt: &Packet<P>,
+        run: Run,
+        sgl: &Sgl,
+        off: u64,
+        len: u64,
+    ) -> Result<(), DmaFault> {
+        let mut part = Sgl::default();
+        for c in sgl.range(off, len) {
+            if let Err(f) = self.mem.readable(c.iova, c.len) {
+                self.error(DeviceError::Dma(f));
+                return Err(f);
+            }
+            part.push(c);
+        }
+        let n = u64::from(run.count);
+        let lease = match self.obj.qps.get_mut(qpn) {
+            Some(qp) => Arc::clone(&qp.dp.lease.get_or_insert_with(TxLease::new).0),
+            None => return Ok(()),
+        };
+        let head = Packet {
+            src_ip: pkt.src_ip,
+            dst_ip: pkt.dst_ip,
+            udp_src_port: pkt.udp_src_port,
+            tos: pkt.tos,
+            ttl: pkt.ttl,
+            ip_id: pkt.ip_id,
+            bth: pkt.bth,
+            ext: pkt.ext,
+            payload: (),
+        };
+        let payload = Arc::new(DmaPayload {
+            mem: Arc::clone(&self.mem),
+            sgl: part,
+            lease,
+        });
+        let shape = SegmentShape {
+            msg: run.msg,
+            index: run.index,
+            msg_pkts: run.msg_pkts,
+            count: run.count,
+            mtu: run.mtu,
+            len,
+        };
+        let seg = Segment::new(head, shape, payload);
+        self.net.stats.tx_frames += n;
+        let sent = match (seg, &self.net.port) {
+            (Ok(seg), Some(p)) => p.send_segment(seg).is_ok(),
+            _ => false,
+        };
+        if !sent {
+            self.net.stats.tx_dropped += n;
+        }
+        Ok(())
+    }
+
     /// Sends an encoded frame to `dst`: the internal loopback or the fabric.
     fn send_frame(&mut self, dst: Ipv4Addr, frame: Vec<u8>) {
         self.net.stats.tx_frames += 1;
@@ -216,17 +353,62 @@ impl Device {
                 return;
             }
         };
-        // P_Key: the default (full member, 0x7fff) is the only one in the table.
-        if !self.is_local(pkt.dst_ip) || pkt.bth.pkey & 0x7fff != 0x7fff {
+        self.rx_packet(&pkt, frame.len());
+    }
+
+    /// Takes in one packet (decoded from a frame of `frame_len` bytes, or cut from a
+    /// segment).
+    fn rx_packet(&mut self, pkt: &PacketView<'_>, frame_len: usize) {
+        if !self.addressed_here(pkt) {
             self.net.stats.rx_dropped += 1;
             return;
         }
         match pkt.bth.opcode.transport() {
-            Transport::Rc => self.rc_rx(&pkt),
-            Transport::Uc => self.uc_rx(&pkt),
-            Transport::Ud => self.ud_rx(&pkt, frame.len()),
+            Transport::Rc => self.rc_rx(pkt),
+            Transport::Uc => self.uc_rx(pkt),
+            Transport::Ud => self.ud_rx(pkt, frame_len),
             Transport::Cnp => self.net.stats.rx_dropped += 1,
         }
+    }
+
+    /// Whether a packet is for this device: one of its addresses, and the default P_Key
+    /// (full member, 0x7fff), the only one in the table.
+    fn addressed_here<P>(&self, pkt: &Packet<P>) -> bool {
+        self.is_local(pkt.dst_ip) && pkt.bth.pkey & 0x7fff == 0x7fff
+    }
+
+    /// Takes in a segment: whole when the transport can ([`Device::rc_segment`]), else its
+    /// packets one by one, as if they had come as frames.
+    fn rx_segment(&mut self, seg: &Segment) {
+        let n = u64::from(seg.count());
+        self.net.stats.rx_frames += n;
+        if !self.addressed_here(seg.head()) {
+            self.net.stats.rx_dropped += n;
+            return;
+        }
+        if self.rc_segment(seg) {
+            return;
+        }
+        self.rx_segment_packets(seg, 0);
+    }
+
+    /// Takes in packets `from..` of a segment one by one. A payload that cannot be read
+    /// (the sender withdrew it) loses the rest of the segment.
+    pub(crate) fn rx_segment_packets(&mut self, seg: &Segment, from: u32) {
+        let mut buf = std::mem::take(&mut self.net.seg_buf);
+        for j in from..seg.count() {
+            match seg.packet(j, &mut buf) {
+                Some(Ok(pkt)) => {
+                    let len = pkt.frame_len();
+                    self.rx_packet(&pkt, len);
+                }
+                _ => {
+                    self.net.stats.rx_dropped += u64::from(seg.count() - j);
+                    break;
+                }
+            }
+        }
+        self.net.seg_buf = buf;
     }
 
     /// Delivers looped-back frames (and the ACKs they cause) until none is left.
@@ -254,14 +436,18 @@ impl Device {
         let mut did = false;
         for _ in 0..RX_BUDGET {
             let f = match &self.net.port {
-                Some(p) => p.recv(),
+                Some(p) => p.recv_any(),
                 None => break,
             };
             match f {
-                Ok(Some(f)) => {
+                Ok(Some(Received::Frame(f))) => {
                     did = true;
                     self.rx_frame(&f);
                     self.net.recycle(f);
+                }
+                Ok(Some(Received::Segment(s))) => {
+                    did = true;
+                    self.rx_segment(&s);
                 }
                 _ => break,
             }

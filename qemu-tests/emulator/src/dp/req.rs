@@ -17,6 +17,7 @@ use roce_wire::seg::{MessageOp, segment_opcode};
 use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
+use super::net::Run;
 use super::wq::{Fetched, Local, SendWqe};
 use super::{QpInfo, STATE_RTS};
 use crate::objects::QP1;
@@ -80,6 +81,9 @@ struct Plan {
     ttl: u8,
     /// Index of the WQE in `wqes` (to mark a DMA fault).
     wqe: usize,
+    /// More than one packet of the message, sent as one segment (`data` then covers them
+    /// all, `bth` is the first one's and `ext` holds the headers of all of them).
+    run: Option<Run>,
 }
 
 impl Device {
@@ -190,7 +194,13 @@ impl Device {
         }
         let now = self.now();
         let timeout = self.ack_timeout_ns(info.ack_timeout);
-        while let Some(plan) = self.plan_packet(qpn, &info, now) {
+        // RC packets to a fabric that carries segments go as runs of up to the window.
+        let max_run = if info.st == q::ST_RC && self.segments_to(Self::peer_ip(&info)) {
+            MAX_UNACKED_PSNS as u32
+        } else {
+            1
+        };
+        while let Some(plan) = self.plan_packet(qpn, &info, now, max_run) {
             if let Some(qp) = self.obj.qps.get_mut(qpn) {
                 let sq = &mut qp.dp.sq;
                 if psn_diff(sq.next_psn, sq.psn_hi) > 0 {
@@ -210,8 +220,9 @@ impl Device {
         }
     }
 
-    /// Decides the next packet of the SQ and advances the SQ state past it.
-    fn plan_packet(&mut self, qpn: u32, info: &QpInfo, now: u64) -> Option<Plan> {
+    /// Decides the next packet of the SQ (or the next run of at most `max_run` packets of a
+    /// SEND / WRITE message whose data is in memory) and advances the SQ state past it.
+    fn plan_packet(&mut self, qpn: u32, info: &QpInfo, now: u64, max_run: u32) -> Option<Plan> {
         let transport = transport_of(info.st);
         let mtu = u64::from(info.mtu);
         let peer = Self::peer_ip(info);
@@ -268,6 +279,7 @@ impl Device {
             );
             let mut ext = ExtHeaders::NONE;
             let mut data = None;
+            let mut run = None;
             let (mut dst, mut sgid, mut sport, mut tclass, mut ttl) =
                 (peer, info.sgid, sport, info.tclass, info.hop_limit);
             match w.opcode {
@@ -346,8 +358,29 @@ impl Device {
                     bth.opcode = segment_opcode(transport, msg, pos)?;
                     bth.psn = psn_add(first, k);
                     let off = u64::from(k) * mtu;
-                    data = Some((off, (w.len - off.min(w.len)).min(mtu)));
-                    if remote && pos.starts_message() {
+                    // A run ends at the message's end, the window's edge, or the packet that
+                    // asks for an ACK (so that only its last packet does).
+                    let count = if max_run > 1 && matches!(w.local, Local::Sgl(_)) {
+                        let room = (MAX_UNACKED_PSNS - psn_diff(sq.next_psn, sq.una)).max(1);
+                        (w.npkts - k)
+                            .min(room as u32)
+                            .min(PKTS_PER_ACK_REQ - sq.since_ack_req.min(PKTS_PER_ACK_REQ - 1))
+                            .min(max_run)
+                    } else {
+                        1
+                    };
+                    data = Some((off, (w.len - off.min(w.len)).min(mtu * u64::from(count))));
+                    if count > 1 {
+                        run = Some(Run {
+                            msg,
+                            index: k,
+                            msg_pkts: w.npkts,
+                            count,
+                            mtu: info.mtu,
+                        });
+                    }
+                    let pos = Position::of(k + count - 1, w.npkts);
+                    if remote && k == 0 {
                         let r = w.remote?;
                         ext.reth = Some(Reth {
                             va: r.raddr,
@@ -363,15 +396,15 @@ impl Device {
                             bth.solicited = w.solicited;
                         }
                     }
-                    sq.since_ack_req += 1;
+                    sq.since_ack_req += count;
                     if transport == Transport::Rc
                         && (pos.ends_message() || sq.since_ack_req >= PKTS_PER_ACK_REQ)
                     {
                         bth.ack_req = true;
                         sq.since_ack_req = 0;
                     }
-                    sq.next_psn = psn_add(bth.psn, 1);
-                    sq.tx_pkt += 1;
+                    sq.next_psn = psn_add(bth.psn, count);
+                    sq.tx_pkt += count;
                     if sq.tx_pkt >= w.npkts {
                         sq.tx += 1;
                         sq.tx_pkt = 0;
@@ -392,6 +425,7 @@ impl Device {
                 tclass,
                 ttl,
                 wqe: wi,
+                run,
             });
         }
     }
@@ -444,7 +478,7 @@ impl Device {
                 self.plan_access_error(qpn, plan);
                 return false;
             }
-            self.net.stats.tx_dropped += 1;
+            self.net.stats.tx_dropped += plan.run.map_or(1, |r| u64::from(r.count));
             return true;
         };
         let mut pkt = Packet::new(src, dst, plan.bth, &[][..]).with_ext(plan.ext);
@@ -453,8 +487,13 @@ impl Device {
         pkt.ttl = if plan.ttl == 0 { 64 } else { plan.ttl };
         match (plan.data, local) {
             (Some((off, len)), Some(Local::Sgl(sgl))) => {
-                // Read by DMA straight into the frame.
-                if self.emit_sgl(&pkt, sgl, off, len as usize).is_err() {
+                // Read by DMA straight into the frame, or when the receiver takes the
+                // segment in.
+                let sent = match plan.run {
+                    Some(run) => self.emit_segment(qpn, &pkt, run, sgl, off, len),
+                    None => self.emit_sgl(&pkt, sgl, off, len as usize),
+                };
+                if sent.is_err() {
                     self.plan_access_error(qpn, plan);
                     return false;
                 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use super::rng::SplitMix64;
-use super::{Fabric, FabricError, Port};
+use super::{Fabric, FabricError, Port, Received, Segment};
 use crate::icrc::IPV4_UDP_HEADER_LEN;
 use crate::packet::{Bth, HeaderKind, Ipv4Header, WireError, peek_ipv4_addrs};
 
@@ -86,12 +86,18 @@ pub struct FabricStats {
     pub corrupted: u64,
     /// Copies held back for reordering.
     pub reordered: u64,
+    /// Segments carried whole over a fault-free path (their packets are counted in `sent`
+    /// and `delivered` like frames).
+    pub segments: u64,
+    /// Packets of segments dropped because their payload was withdrawn before delivery (the
+    /// sender flushed or destroyed its QP meanwhile).
+    pub dropped_gone: u64,
 }
 
 impl FabricStats {
     /// All drops.
     pub const fn dropped(&self) -> u64 {
-        self.dropped_loss + self.dropped_cut + self.dropped_no_route
+        self.dropped_loss + self.dropped_cut + self.dropped_no_route + self.dropped_gone
     }
 }
 
@@ -119,34 +125,60 @@ struct Held {
     remaining: u64,
 }
 
-/// Frames by (delivery time, sequence number), earliest first, in a ring kept sorted.
+/// What a queue holds: a frame, or a segment carried whole.
+enum Item {
+    Frame(Vec<u8>),
+    Segment(Segment),
+}
+
+impl Item {
+    /// The packets it stands for.
+    fn packets(&self) -> usize {
+        match self {
+            Item::Frame(_) => 1,
+            Item::Segment(s) => s.count() as usize,
+        }
+    }
+}
+
+/// Items by (delivery time, sequence number), earliest first, in a ring kept sorted.
 /// Keys almost always arrive in order (the clock only moves forward; only jitter and
 /// reordering make a frame due before one already queued), so an insertion is a push at the
 /// back and a delivery a pop at the front, with no allocation once the ring has grown.
 #[derive(Default)]
-struct ReadyQueue(VecDeque<((u64, u64), Vec<u8>)>);
+struct ReadyQueue {
+    items: VecDeque<((u64, u64), Item)>,
+    /// Packets the items stand for.
+    packets: usize,
+}
 
 impl ReadyQueue {
-    fn insert(&mut self, key: (u64, u64), frame: Vec<u8>) {
-        match self.0.back() {
+    fn insert(&mut self, key: (u64, u64), item: Item) {
+        self.packets += item.packets();
+        match self.items.back() {
             Some((last, _)) if *last > key => {
-                let at = self.0.partition_point(|(k, _)| *k < key);
-                self.0.insert(at, (key, frame));
+                let at = self.items.partition_point(|(k, _)| *k < key);
+                self.items.insert(at, (key, item));
             }
-            _ => self.0.push_back((key, frame)),
+            _ => self.items.push_back((key, item)),
         }
     }
 
+    /// Puts an item back at the front under `key`, which must not be later than the first
+    /// key queued (a segment's frames where the segment was).
+    fn push_front(&mut self, key: (u64, u64), item: Item) {
+        self.packets += item.packets();
+        self.items.push_front((key, item));
+    }
+
     fn first_key(&self) -> Option<(u64, u64)> {
-        self.0.front().map(|(k, _)| *k)
+        self.items.front().map(|(k, _)| *k)
     }
 
-    fn pop_first(&mut self) -> Option<Vec<u8>> {
-        self.0.pop_front().map(|(_, f)| f)
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
+    fn pop_first(&mut self) -> Option<((u64, u64), Item)> {
+        let (k, item) = self.items.pop_front()?;
+        self.packets -= item.packets();
+        Some((k, item))
     }
 }
 
@@ -250,6 +282,51 @@ impl State {
         Ok(())
     }
 
+    /// Sends a segment: whole over a path that does nothing to single frames (no loss,
+    /// duplication, corruption, reordering or jitter; a fixed delay applies to it as a
+    /// whole), else cut into its frames, each of which then goes its own way.
+    fn send_segment(&mut self, port: Ipv4Addr, seg: Segment, now: u64) -> Result<(), FabricError> {
+        let (src, dst) = (seg.head().src_ip, seg.head().dst_ip);
+        if src != port {
+            return Err(FabricError::SourceMismatch { port, frame: src });
+        }
+        let n = u64::from(seg.count());
+        if self.cut.contains(&(src, dst)) {
+            self.stats.sent += n;
+            self.stats.dropped_cut += n;
+            return Ok(());
+        }
+        if !self.queues.contains_key(&dst) {
+            self.stats.sent += n;
+            self.stats.dropped_no_route += n;
+            return Ok(());
+        }
+        let f = self
+            .path_faults
+            .get(&(src, dst))
+            .copied()
+            .unwrap_or(self.faults);
+        // A probability that is not a plain 0 (NaN counts as 0 but is not worth a case).
+        let on = |p: f64| p != 0.0;
+        let whole =
+            !(on(f.loss) || on(f.duplicate) || on(f.corrupt) || on(f.reorder) || f.jitter_ns > 0);
+        if !whole {
+            let mut frame = Vec::new();
+            for j in 0..seg.count() {
+                seg.encode_packet(j, &mut frame)
+                    .unwrap_or(Err(super::PayloadGone))
+                    .map_err(|_| FabricError::PayloadGone)?;
+                self.send(port, std::mem::take(&mut frame), now)?;
+            }
+            return Ok(());
+        }
+        self.stats.sent += n;
+        self.stats.segments += 1;
+        let due = now.saturating_add(f.delay_ns);
+        self.queue(dst, due, Item::Segment(seg));
+        Ok(())
+    }
+
     fn inject(&mut self, dst: Ipv4Addr, mut frame: Vec<u8>, f: &FaultConfig, now: u64) {
         if self.rng.chance(f.corrupt) {
             corrupt(&mut self.rng, &mut frame);
@@ -274,17 +351,25 @@ impl State {
             }
             return;
         }
+        self.queue(dst, due, Item::Frame(frame));
+    }
+
+    /// Queues an item for `dst`, due at `due`; frames held back for reordering count it as
+    /// as many later frames as it has packets.
+    fn queue(&mut self, dst: Ipv4Addr, due: u64, item: Item) {
         let seq = self.next_seq();
         let mut seq_next = self.seq;
+        let packets = item.packets() as u64;
         if let Some(q) = self.queues.get_mut(&dst) {
-            q.ready.insert((due, seq), frame);
+            q.ready.insert((due, seq), item);
             let mut i = 0;
             while i < q.held.len() {
-                q.held[i].remaining -= 1;
+                q.held[i].remaining = q.held[i].remaining.saturating_sub(packets);
                 if q.held[i].remaining == 0 {
                     let h = q.held.remove(i);
                     seq_next += 1;
-                    q.ready.insert((h.due.max(due), seq_next), h.frame);
+                    q.ready
+                        .insert((h.due.max(due), seq_next), Item::Frame(h.frame));
                 } else {
                     i += 1;
                 }
@@ -302,7 +387,7 @@ impl State {
                 if q.held[i].deadline <= now {
                     let h = q.held.remove(i);
                     seq += 1;
-                    q.ready.insert((h.deadline, seq), h.frame);
+                    q.ready.insert((h.deadline, seq), Item::Frame(h.frame));
                 } else {
                     i += 1;
                 }
@@ -311,16 +396,45 @@ impl State {
         self.seq = seq;
     }
 
-    fn try_recv(&mut self, addr: Ipv4Addr, now: u64) -> Option<Vec<u8>> {
+    /// The next item due for `addr`.
+    fn try_recv(&mut self, addr: Ipv4Addr, now: u64) -> Option<Item> {
         self.release_expired(addr, now);
         let q = self.queues.get_mut(&addr)?;
         let (due, _) = q.ready.first_key()?;
         if due > now {
             return None;
         }
-        let frame = q.ready.pop_first()?;
-        self.stats.delivered += 1;
-        Some(frame)
+        let (_, item) = q.ready.pop_first()?;
+        self.stats.delivered += item.packets() as u64;
+        Some(item)
+    }
+
+    /// The next frame due for `addr`: a segment at the head of the queue is cut into its
+    /// frames first (they take its place), or dropped if its payload is gone.
+    fn try_recv_frame(&mut self, addr: Ipv4Addr, now: u64) -> Option<Vec<u8>> {
+        loop {
+            self.release_expired(addr, now);
+            let q = self.queues.get_mut(&addr)?;
+            let (due, _) = q.ready.first_key()?;
+            if due > now {
+                return None;
+            }
+            let (key, item) = q.ready.pop_first()?;
+            match item {
+                Item::Frame(f) => {
+                    self.stats.delivered += 1;
+                    return Some(f);
+                }
+                Item::Segment(s) => match s.frames() {
+                    Ok(frames) => {
+                        for f in frames.into_iter().rev() {
+                            q.ready.push_front(key, Item::Frame(f));
+                        }
+                    }
+                    Err(_) => self.stats.dropped_gone += u64::from(s.count()),
+                },
+            }
+        }
     }
 
     fn next_event_for(&self, addr: Ipv4Addr) -> Option<u64> {
@@ -336,7 +450,7 @@ impl State {
     fn in_flight(&self) -> usize {
         self.queues
             .values()
-            .map(|q| q.ready.len() + q.held.len())
+            .map(|q| q.ready.packets + q.held.len())
             .sum()
     }
 }
@@ -533,14 +647,39 @@ impl Port for InProcessPort {
 
     fn recv(&self) -> Result<Option<Vec<u8>>, FabricError> {
         let mut st = self.shared.lock();
-        Ok(st.try_recv(self.addr, self.shared.clock.now()))
+        Ok(st.try_recv_frame(self.addr, self.shared.clock.now()))
+    }
+
+    fn takes_segments(&self) -> bool {
+        true
+    }
+
+    fn send_segment(&self, seg: Segment) -> Result<(), FabricError> {
+        let mut st = self.shared.lock();
+        let now = self.shared.clock.now();
+        st.send_segment(self.addr, seg, now)?;
+        let wake = st.waiters > 0;
+        drop(st);
+        if wake {
+            self.shared.arrived.notify_all();
+        }
+        Ok(())
+    }
+
+    fn recv_any(&self) -> Result<Option<Received>, FabricError> {
+        let mut st = self.shared.lock();
+        let item = st.try_recv(self.addr, self.shared.clock.now());
+        Ok(item.map(|item| match item {
+            Item::Frame(f) => Received::Frame(f),
+            Item::Segment(s) => Received::Segment(s),
+        }))
     }
 
     fn recv_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>, FabricError> {
         let give_up = Instant::now().checked_add(timeout);
         let mut st = self.shared.lock();
         loop {
-            if let Some(f) = st.try_recv(self.addr, self.shared.clock.now()) {
+            if let Some(f) = st.try_recv_frame(self.addr, self.shared.clock.now()) {
                 return Ok(Some(f));
             }
             let left = match give_up {
@@ -573,7 +712,7 @@ impl Drop for InProcessPort {
     fn drop(&mut self) {
         let mut st = self.shared.lock();
         if let Some(q) = st.queues.remove(&self.addr) {
-            st.stats.dropped_no_route += (q.ready.len() + q.held.len()) as u64;
+            st.stats.dropped_no_route += (q.ready.packets + q.held.len()) as u64;
         }
     }
 }

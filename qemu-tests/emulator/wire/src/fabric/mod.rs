@@ -21,6 +21,7 @@
 mod eth;
 mod inproc;
 mod rng;
+mod segment;
 mod udp;
 
 use std::boxed::Box;
@@ -33,6 +34,7 @@ use std::vec::Vec;
 pub use eth::{ArpConfig, CAPTURE_LIMIT, Captured, EthHandle, EthLink, EthPort, EthStats};
 pub use inproc::{FabricStats, FaultConfig, InProcessFabric, InProcessPort};
 pub use rng::SplitMix64;
+pub use segment::{PayloadGone, Segment, SegmentPayload, SegmentShape};
 pub use udp::{UdpFabric, UdpPort};
 
 use crate::packet::WireError;
@@ -56,6 +58,8 @@ pub enum FabricError {
     Malformed(WireError),
     /// A socket operation failed.
     Io(io::ErrorKind),
+    /// A segment's payload could not be read while cutting it into frames.
+    PayloadGone,
 }
 
 impl fmt::Display for FabricError {
@@ -68,6 +72,7 @@ impl fmt::Display for FabricError {
             }
             Self::Malformed(e) => write!(f, "malformed frame: {e}"),
             Self::Io(k) => write!(f, "socket error: {k}"),
+            Self::PayloadGone => write!(f, "the segment's payload is no longer readable"),
         }
     }
 }
@@ -103,6 +108,41 @@ pub trait Port: Send + Sync {
 
     /// The next frame, waiting up to `timeout` of wall-clock time for one to arrive.
     fn recv_timeout(&self, timeout: Duration) -> Result<Option<Vec<u8>>, FabricError>;
+
+    /// Whether the port carries [segments](Segment) as one unit (at least on some paths), so
+    /// that a sender gains by building them. Default: no.
+    fn takes_segments(&self) -> bool {
+        false
+    }
+
+    /// Sends a segment. The default cuts it into its packets' frames and [sends](Port::send)
+    /// each, in PSN order; a port that [takes segments](Port::takes_segments) carries it
+    /// whole where nothing on the path works on single frames.
+    fn send_segment(&self, seg: Segment) -> Result<(), FabricError> {
+        let mut frame = Vec::new();
+        for j in 0..seg.count() {
+            seg.encode_packet(j, &mut frame)
+                .unwrap_or(Err(PayloadGone))
+                .map_err(|_| FabricError::PayloadGone)?;
+            self.send(std::mem::take(&mut frame))?;
+        }
+        Ok(())
+    }
+
+    /// The next frame or segment that has arrived, without waiting. The default is
+    /// [`Port::recv`]'s frame.
+    fn recv_any(&self) -> Result<Option<Received>, FabricError> {
+        Ok(self.recv()?.map(Received::Frame))
+    }
+}
+
+/// What [`Port::recv_any`] hands out.
+#[derive(Debug)]
+pub enum Received {
+    /// A whole frame (IPv4 header … ICRC).
+    Frame(Vec<u8>),
+    /// A segment that crossed the fabric as one unit.
+    Segment(Segment),
 }
 
 /// Whether `addr` is in 127.0.0.0/8.

@@ -586,7 +586,7 @@ impl<P> Packet<P> {
     }
 
     /// Every check of [`Packet::encode`], for a payload of `len` bytes.
-    fn validate_for(&self, len: usize) -> Result<(), WireError> {
+    pub(crate) fn validate_for(&self, len: usize) -> Result<(), WireError> {
         let op = self.bth.opcode;
         if !self.ext.matches(op) {
             return Err(WireError::HeaderMismatch(op));

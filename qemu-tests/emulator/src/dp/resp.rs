@@ -21,6 +21,7 @@ use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
 use super::mkey::{Sgl, access};
+use super::net::Run;
 use super::srq::SrqTake;
 use super::wq::rq_geometry;
 use super::{QpInfo, STATE_ERR, STATE_RTR, STATE_RTS};
@@ -755,6 +756,25 @@ impl Device {
             .get(req.bth.dest_qp)
             .map_or(0, |q| q.dp.resp.msn)
             & 0xff_ffff;
+        if n > 1 && self.segments_to(Some(req.src_ip)) {
+            // The whole response as one segment, read when the requester takes it in.
+            let bth = Bth::new(Opcode::RcRdmaReadResponseFirst, info.remote_qpn, psn);
+            let ext = ExtHeaders {
+                aeth: Some(Aeth::ack(msn)),
+                ..ExtHeaders::NONE
+            };
+            let p = self.reply_packet(info, req, bth, ext, &[]);
+            let run = Run {
+                msg: MessageOp::RdmaReadResponse,
+                index: 0,
+                msg_pkts: n,
+                count: n,
+                mtu: info.mtu,
+            };
+            return self
+                .emit_segment(req.bth.dest_qp, &p, run, sgl, 0, len)
+                .map_err(|_| RespErr::Operational);
+        }
         for k in 0..n {
             let off = u64::from(k) * mtu;
             let plen = (len - off.min(len)).min(mtu);
@@ -896,26 +916,33 @@ impl Device {
 
     /// A segment of RC packets: taken whole when it is the run of RDMA WRITE packets the QP
     /// expects next (one PSN range, one key check, one copy from the sender's memory into
-    /// the target), or dropped whole as a duplicate when every packet of it was executed
-    /// before. `false` leaves it to be taken in packet by packet: every other kind of
-    /// segment, and every case in which some packet would not simply be accepted (the
-    /// per-packet path then fails the right packet with the right error, as for frames).
+    /// the target) or the READ response packets its oldest READ expects next (see
+    /// [`Device::read_segment`]), or dropped whole as a duplicate when every WRITE packet of
+    /// it was executed before. `false` leaves it to be taken in packet by packet: every other
+    /// kind of segment, and every case in which some packet would not simply be accepted
+    /// (the per-packet path then fails the right packet with the right error, as for
+    /// frames).
     pub(crate) fn rc_segment(&mut self, seg: &Segment) -> bool {
         let head = seg.head();
         let qpn = head.bth.dest_qp;
         let Some(info) = self.qp_info(qpn) else {
             return false;
         };
-        if info.st != q::ST_RC
-            || Self::peer_ip(&info) != Some(head.src_ip)
-            || !receives(info.state)
-            || !matches!(
-                seg.msg(),
-                MessageOp::RdmaWrite | MessageOp::RdmaWriteWithImm
-            )
-        {
+        if info.st != q::ST_RC || Self::peer_ip(&info) != Some(head.src_ip) {
             return false;
         }
+        match seg.msg() {
+            MessageOp::RdmaReadResponse => self.read_segment(qpn, &info, seg),
+            MessageOp::RdmaWrite | MessageOp::RdmaWriteWithImm if receives(info.state) => {
+                self.write_run(qpn, &info, seg)
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Device::rc_segment`] for a WRITE run.
+    fn write_run(&mut self, qpn: u32, info: &QpInfo, seg: &Segment) -> bool {
+        let head = seg.head();
         let Some(epsn) = self.obj.qps.get(qpn).map(|q| q.dp.resp.epsn) else {
             return false;
         };
@@ -934,7 +961,7 @@ impl Device {
             return false;
         }
         let mut cur = self.obj.qps.get_mut(qpn).and_then(|q| q.dp.resp.cur.take());
-        let taken = self.write_segment(qpn, &info, seg, &view, &mut cur);
+        let taken = self.write_segment(qpn, info, seg, &view, &mut cur);
         if let Some(c) = cur
             && let Some(qp) = self.obj.qps.get_mut(qpn)
         {

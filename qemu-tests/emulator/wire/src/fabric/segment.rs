@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::vec::Vec;
 
-use crate::packet::{ExtHeaders, Packet, Position, Transport, WireError};
+use crate::packet::{ExtHeaders, Field, Packet, Position, Transport, WireError};
 use crate::seg::{MessageOp, segment_opcode};
 use crate::transport::psn_add;
 
@@ -143,6 +143,10 @@ impl Segment {
         if !len_ok {
             return Err(BAD_LENGTH);
         }
+        // The packets' PSNs are counted from it modulo 2^24: it must be a PSN itself.
+        if head.bth.psn > 0xff_ffff {
+            return Err(WireError::FieldOutOfRange(Field::Psn));
+        }
         let seg = Segment {
             head,
             msg,
@@ -153,9 +157,10 @@ impl Segment {
             len,
             payload,
         };
-        // Every packet must have an opcode and the headers it needs; the first and the last
-        // cover every distinct case (a middle one has none).
-        for j in [0, count - 1, count / 2] {
+        // Every packet must have an opcode and the headers it needs: the first and the last
+        // cover every case (a middle packet has no extension header and a full MTU, and its
+        // PSN is masked to 24 bits like theirs).
+        for j in [0, count - 1] {
             let (p, _, plen) = seg
                 .packet_headers(j)
                 .ok_or(WireError::HeaderMismatch(seg.head.bth.opcode))?;
@@ -269,6 +274,8 @@ impl Segment {
         p.bth.ack_req = self.head.bth.ack_req && j + 1 == self.count;
         let off = u64::from(j) * u64::from(self.mtu);
         let plen = (self.len - off.min(self.len)).min(u64::from(self.mtu)) as usize;
+        // As a decoded frame has it.
+        p.bth.pad_count = (plen.wrapping_neg() & 3) as u8;
         Some((p, off, plen))
     }
 

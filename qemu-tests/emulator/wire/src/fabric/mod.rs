@@ -17,6 +17,12 @@
 //! port's own. Undeliverable frames (no port at the destination) are dropped silently, as on a
 //! real network. Receiving never validates a frame: decode it with
 //! [`crate::packet::Packet::decode`], which catches corruption.
+//!
+//! A sender may also hand a port a [`Segment`]: consecutive packets of one RC message whose
+//! payload is read when the receiver takes them in (segmentation offload). The in-process
+//! fabric carries it whole over a path that does nothing to single frames, and cuts it into
+//! real frames (ICRC and all) wherever frames can be lost, duplicated, corrupted, reordered
+//! or jittered; the socket fabrics always send its frames ([`Port::send_segment`]'s default).
 
 mod eth;
 mod inproc;

@@ -171,6 +171,20 @@ pub(crate) struct Mkey {
     pub log_page_size: u8,
     /// Page addresses (MTT mode), as many as `start`/`len` need.
     pub mtt: Vec<u64>,
+    /// For each MTT page, how many pages from it on are physically contiguous (so that a
+    /// translation takes one step per contiguous extent, not one per page).
+    pub contig: Vec<u32>,
+}
+
+/// [`Mkey::contig`] for page list `mtt` of `page`-byte pages.
+pub(crate) fn contiguous_runs(mtt: &[u64], page: u64) -> Vec<u32> {
+    let mut contig = vec![1u32; mtt.len()];
+    for k in (0..mtt.len().saturating_sub(1)).rev() {
+        if mtt[k].checked_add(page) == Some(mtt[k + 1]) {
+            contig[k] = contig[k + 1].saturating_add(1);
+        }
+    }
+    contig
 }
 
 /// A shared receive queue: a ring of `2^log_size` WQEs of `16 << log_stride` bytes, each

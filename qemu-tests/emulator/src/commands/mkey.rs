@@ -96,6 +96,7 @@ pub(super) fn create_mkey(d: &mut Device, input: &Input<'_>) -> CmdResult {
         length64,
         access,
         log_page_size: log_page_size as u8,
+        contig: crate::objects::contiguous_runs(&mtt, 1u64 << log_page_size),
         mtt,
     };
     let idx = d.obj.mkeys.alloc(m).ok_or(fail(

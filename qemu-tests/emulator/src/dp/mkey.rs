@@ -131,7 +131,8 @@ impl Device {
             sgl.push(Chunk { iova: va, len });
             return Ok(sgl);
         }
-        // MTT: page k of the list maps [page_base + k*page, page_base + (k+1)*page).
+        // MTT: page k of the list maps [page_base + k*page, page_base + (k+1)*page); the
+        // `contig[k]` pages from k on are one physically contiguous extent.
         let page = 1u64 << m.log_page_size;
         let base = m.start & !(page - 1);
         let mut at = va;
@@ -139,8 +140,9 @@ impl Device {
             let rel = at - base;
             let k = usize::try_from(rel >> m.log_page_size).map_err(|_| KeyError::Bounds)?;
             let pa = *m.mtt.get(k).ok_or(KeyError::Bounds)?;
+            let run = u64::from(*m.contig.get(k).ok_or(KeyError::Bounds)?);
             let in_page = rel & (page - 1);
-            let n = (page - in_page).min(end - at);
+            let n = (run.saturating_mul(page) - in_page).min(end - at);
             sgl.push(Chunk {
                 iova: pa + in_page,
                 len: n,

@@ -261,6 +261,43 @@ fn mtt_keys_translate_page_by_page() {
 }
 
 #[test]
+fn mtt_extents_of_contiguous_pages_translate_as_one_piece_each() {
+    let mut t = pair();
+    // Pages 0-1 contiguous, a gap, page 2 alone, a gap, pages 3-4 contiguous: the key's
+    // range starts and ends inside a page.
+    let first = t.n.h.mem.alloc(2 * 4096, 4096);
+    t.n.h.mem.alloc(4096, 4096);
+    let alone = t.n.h.mem.alloc(4096, 4096);
+    t.n.h.mem.alloc(4096, 4096);
+    let last = t.n.h.mem.alloc(2 * 4096, 4096);
+    let pages = [first, first + 4096, alone, last, last + 4096];
+    let va = 0x6000_0000_0800u64;
+    let len = 5 * 4096 - 0x1000;
+    let dst = t.n.mr_mtt(va, len, &pages, ALL);
+    let src = t.n.mr(len, ALL);
+    let data = pattern(len as usize, 9);
+    t.n.h.mem.wr(src.addr, &data);
+    // One WRITE over the whole key, then one from inside the first extent into the last.
+    let wr = Wr::new(RDMA_WRITE).sge(&src, 0, len as u32).remote(&dst, 0);
+    t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, RDMA_WRITE, 0);
+    let mut got = t.n.h.mem.rd(first + 0x800, 2 * 4096 - 0x800);
+    got.extend(t.n.h.mem.rd(alone, 4096));
+    got.extend(t.n.h.mem.rd(last, 4096 + 0x800));
+    assert_eq!(got, data);
+    // Nothing outside the key's range moved.
+    assert_eq!(t.n.h.mem.rd(first, 0x800), vec![0u8; 0x800]);
+    assert_eq!(t.n.h.mem.rd(last + 4096 + 0x800, 0x800), vec![0u8; 0x800]);
+    let back = t.n.mr(0x3000, ALL);
+    let wr = Wr::new(RDMA_READ)
+        .sge(&back, 0, 0x3000)
+        .remote(&dst, 0x1000);
+    t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_a);
+    assert_eq!(t.n.h.mem.rd(back.addr, 0x3000), data[0x1000..0x4000]);
+}
+
+#[test]
 fn bad_lkey_is_a_local_protection_error_and_the_rest_is_flushed() {
     let mut t = pair();
     let src = t.n.mr(4096, ALL);

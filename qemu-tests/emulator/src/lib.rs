@@ -23,9 +23,12 @@
 //!   atomic responder resource table, the outstanding READ/atomic limit), UC, UD (Q_Key,
 //!   GRH area) and QP1;
 //! * the port: real RoCEv2 frames ([`roce_wire`]) on an internal loopback for the device's
-//!   own addresses and on a fabric port ([`Device::attach`]) for the rest.
+//!   own addresses and on a fabric port ([`Device::attach`]) for the rest; to a port that takes
+//!   them, runs of RC packets as one [`roce_wire::fabric::Segment`] whose payload the receiving
+//!   device reads from this one's memory when it takes the run in (one copy per run), under a
+//!   per-QP lease that a flush, reset or destroy withdraws.
 //!
-//! Not modelled yet: SRQs, XRC, UMR/KLM keys, memory windows, SEND with invalidate,
+//! Not modelled yet: XRC, UMR/KLM keys, memory windows, SEND with invalidate,
 //! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
 //! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), the ATOMIC
 //! capability page contents, IPv6 GIDs on the wire, APM, congestion control (CNPs).

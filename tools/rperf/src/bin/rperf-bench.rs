@@ -102,13 +102,22 @@ fn rperf(args: &[&str]) -> Result<String, BoxError> {
     Ok(line)
 }
 
-/// [`rperf`] three times; the run whose average bandwidth is the median of the three (one
-/// run the machine spent partly elsewhere neither lowers nor raises the figure).
-fn rperf_median(args: &[&str]) -> Result<String, BoxError> {
-    let mut runs = (0..3).map(|_| rperf(args)).collect::<Result<Vec<_>, _>>()?;
+/// A bandwidth row: three rounds of (memcpy of `size`-byte copies for `mc_time`, then
+/// [`rperf`]); the rperf run whose average bandwidth is the median of the three, and the
+/// median memcpy figure. The machine's speed drifts by a fifth over a bench run, so each
+/// RDMA figure is set against memcpy measured next to it, and one round the machine spent
+/// partly elsewhere moves neither.
+fn bw_row(args: &[&str], size: usize, mc_time: Duration) -> Result<(String, (f64, f64)), BoxError> {
+    let mut runs = Vec::new();
+    let mut mcs = Vec::new();
+    for _ in 0..3 {
+        mcs.push(memcpy(size, mc_time));
+        runs.push(rperf(args)?);
+    }
     let bw = |l: &String| json_num(l, "bw_avg_mb_s").unwrap_or(f64::NAN);
     runs.sort_by(|a, b| bw(a).total_cmp(&bw(b)));
-    Ok(runs.swap_remove(1))
+    mcs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok((runs.swap_remove(1), mcs[1]))
 }
 
 /// Bytes of one side's slots for `size` (rperf's layout: up to 16 slots within 1 MiB).
@@ -117,25 +126,25 @@ fn slots(size: usize) -> usize {
 }
 
 /// memcpy bandwidth (MB/s) and rate (Mops) of `size`-byte copies cycling over rperf's slots:
-/// the best of ten windows of `min_time / 10` (a ceiling: a window the machine spent elsewhere
-/// does not lower it).
+/// the median of five windows of `min_time / 5`.
 fn memcpy(size: usize, min_time: Duration) -> (f64, f64) {
     let n = slots(size);
-    // Page-aligned, as rperf's registered buffers are (a heap block of this size is not: its
-    // header puts the data 16 bytes into a page, which slows the copy down).
-    let mut src_buf = vec![0u8; n * size + 4096];
-    let mut dst_buf = vec![1u8; n * size + 4096];
-    let (src, dst) = (
-        page_aligned(&mut src_buf, n * size),
-        page_aligned(&mut dst_buf, n * size),
-    );
+    let len = n * size;
+    // Laid out as rperf's buffers are: each end has one page-aligned block holding its SRC
+    // slots and then its DST slots; a copy goes from one end's SRC to the other's DST. (A
+    // plain heap block is not page-aligned, and a block's size decides whether the kernel
+    // backs it with huge pages: both move the copy's speed.)
+    let mut a_buf = vec![0u8; 2 * len + 4096];
+    let mut b_buf = vec![1u8; 2 * len + 4096];
+    let src = &mut page_aligned(&mut a_buf, 2 * len)[..len];
+    let dst = &mut page_aligned(&mut b_buf, 2 * len)[len..];
     for (i, b) in src.iter_mut().enumerate() {
         *b = (i * 7 + 3) as u8;
     }
     let src: &[u8] = src;
-    let window = min_time / 10;
-    let mut best = (0.0f64, 0.0f64);
-    for _ in 0..10 {
+    let window = min_time / 5;
+    let mut windows = Vec::new();
+    for _ in 0..5 {
         let mut copies = 0u64;
         let start = Instant::now();
         loop {
@@ -151,29 +160,19 @@ fn memcpy(size: usize, min_time: Duration) -> (f64, f64) {
             }
         }
         let t = start.elapsed().as_secs_f64();
-        if copies as f64 / t / 1e6 > best.1 {
-            best = (
-                copies as f64 * size as f64 / t / MB,
-                copies as f64 / t / 1e6,
-            );
-        }
+        windows.push((
+            copies as f64 * size as f64 / t / MB,
+            copies as f64 / t / 1e6,
+        ));
     }
-    best
+    windows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    windows[2]
 }
 
 /// The `len` bytes of `buf` from its first page boundary on (`buf` has 4096 bytes to spare).
 fn page_aligned(buf: &mut [u8], len: usize) -> &mut [u8] {
     let skip = buf.as_ptr().align_offset(4096).min(4096);
     &mut buf[skip..skip + len]
-}
-
-/// The better of two [`memcpy`] measurements for each size (one before the RDMA runs, one
-/// after).
-fn best_of(a: &[(f64, f64)], b: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| if x.0 >= y.0 { *x } else { *y })
-        .collect()
 }
 
 /// TCP over loopback: typical (median) half round trip of `size`-byte ping-pongs, in µs.
@@ -336,9 +335,6 @@ fn run(a: &Args) -> Result<(), BoxError> {
     let q = |full: u64| if a.quick { (full / 10).max(1) } else { full }.to_string();
     let min_time = Duration::from_millis(if a.quick { 50 } else { 500 });
     let step = |what: &str| eprintln!("rperf-bench: {what}");
-    let mc_sizes = [64usize, 65536, LARGE];
-    step("memcpy");
-    let mc_before: Vec<(f64, f64)> = mc_sizes.iter().map(|&s| memcpy(s, min_time)).collect();
 
     step("rperf send_lat / write_lat, 64 B");
     let send_lat = rperf(&["send_lat", "-s", "64", "-n", &q(100_000)])?;
@@ -346,29 +342,23 @@ fn run(a: &Args) -> Result<(), BoxError> {
     step("rperf send_bw / write_bw, 64 B (message rate)");
     let send_rate = rperf(&["send_bw", "-s", "64", "-n", &q(500_000)])?;
     let write_rate = rperf(&["write_bw", "-s", "64", "-n", &q(500_000)])?;
-    step("rperf write_bw / read_bw, 64 KiB and 1 MiB (median of three runs each)");
+    step("rperf write_bw / read_bw, 64 KiB and 1 MiB, each next to memcpy (three rounds)");
+    let mc_time = min_time / 2;
     let mut bw = Vec::new();
     for (size, n) in [(65536usize, 50_000u64), (LARGE, 5_000)] {
         let s = size.to_string();
-        let w = rperf_median(&["write_bw", "-s", &s, "-n", &q(n)])?;
-        let r = rperf_median(&["read_bw", "-s", &s, "-n", &q(n)])?;
+        let w = bw_row(&["write_bw", "-s", &s, "-n", &q(n)], size, mc_time)?;
+        let r = bw_row(&["read_bw", "-s", &s, "-n", &q(n)], size, mc_time)?;
         bw.push((size, w, r));
     }
     // The same with 4 KiB packets instead of the port's 1 KiB: the per-packet share.
-    let w4k = rperf_median(&["write_bw", "-s", "1048576", "-m", "4096", "-n", &q(5_000)])?;
-    step("memcpy again");
-    let mc_after: Vec<(f64, f64)> = mc_sizes.iter().map(|&s| memcpy(s, min_time)).collect();
-    let mcs = best_of(&mc_before, &mc_after);
-    let mc64 = mcs[0];
-    let mc: Vec<(f64, f64)> = bw
-        .iter()
-        .map(|(s, ..)| {
-            mc_sizes
-                .iter()
-                .position(|m| m == s)
-                .map_or((f64::NAN, f64::NAN), |i| mcs[i])
-        })
-        .collect();
+    let w4k = bw_row(
+        &["write_bw", "-s", "1048576", "-m", "4096", "-n", &q(5_000)],
+        LARGE,
+        mc_time,
+    )?;
+    step("memcpy, 64 B");
+    let mc64 = memcpy(64, min_time);
     step("TCP over loopback");
     let tcp_iters = if a.quick { 2_000 } else { 20_000 };
     let tcp_lat_sleep = tcp_pingpong(64, tcp_iters, false)?;
@@ -425,13 +415,13 @@ fn run(a: &Args) -> Result<(), BoxError> {
         );
     }
     let mut rows = Vec::new();
-    for (((size, w, r), m), tb) in bw.iter().zip(&mc).zip(&tcp_bw) {
+    for ((size, w, r), tb) in bw.iter().zip(&tcp_bw) {
         let label = if *size >= 1 << 20 {
             format!("{} MiB", size >> 20)
         } else {
             format!("{} KiB", size >> 10)
         };
-        for (name, line) in [("WRITE", w), ("READ", r)] {
+        for (name, (line, m)) in [("WRITE", w), ("READ", r)] {
             let x = f(line, "bw_avg_mb_s");
             let pct = 100.0 * x / m.0;
             let target = if name == "WRITE" && *size >= LARGE {
@@ -448,8 +438,9 @@ fn run(a: &Args) -> Result<(), BoxError> {
     for r in rows {
         let _ = writeln!(t, "{r}");
     }
-    if let Some(m) = mc.last() {
-        let x = f(&w4k, "bw_avg_mb_s");
+    {
+        let (line, m) = &w4k;
+        let x = f(line, "bw_avg_mb_s");
         let _ = writeln!(
             t,
             "| 1 MiB WRITE bandwidth, 4096 B MTU (`-m 4096`) | {x:.0} MB/s ({:.1}% of memcpy) | {:.0} MB/s | | |",

@@ -64,6 +64,23 @@ fn fabric_balanced(world: &nic_testbed::World) -> FabricStats {
 
 /// Asserts that `node`'s buffer holds `byte` everywhere outside `[from, to)`.
 #[track_caller]
+/// Neither node had a device error; both are torn down with these QPs.
+fn finish(a: Node, b: Node, qa: Vec<Qp>, qb: Vec<Qp>) {
+    a.no_device_errors();
+    b.no_device_errors();
+    a.teardown(qa);
+    b.teardown(qb);
+}
+
+/// Nothing more completes on the requester's CQ and both QPs are still in RTS.
+fn quiet_and_connected(world: &nic_testbed::World, a: &Node, b: &Node, qa: &Qp, qb: &Qp) {
+    assert!(drain(world, a, &a.cq, 50).is_empty());
+    assert_eq!(
+        (a.qp_state(qa), b.qp_state(qb)),
+        (QpState::Rts, QpState::Rts)
+    );
+}
+
 fn untouched_outside(node: &Node, from: usize, to: usize, byte: u8, what: &str) {
     let all = node.read(0, MEM);
     if let Some(i) = (0..MEM).find(|&i| (i < from || i >= to) && all[i] != byte) {
@@ -144,10 +161,7 @@ fn large_writes_cross_as_segments() {
     );
     let late = drain(&world, &b, &b.cq, 20);
     assert!(late.is_empty(), "{late:?}");
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// (b) A 64 KiB SEND goes as segments too; the responder takes them in packet by packet
@@ -198,10 +212,7 @@ fn multi_packet_send_falls_back_to_packets() {
     assert!(f.segments > seg0, "the SEND went as frames: {f:?}");
     assert_eq!(b.stats().rx_frames - rx0, 64);
     assert_eq!((b.stats().rx_dropped, b.stats().rx_duplicates), (0, 0));
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// (c) A multi-packet WRITE that runs past the end of the remote MR: the requester completes
@@ -245,10 +256,7 @@ fn write_past_the_remote_mr_is_a_remote_access_error() {
         "the WRITE did not go as a segment"
     );
     fabric_balanced(&world);
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// (d) A 32 KiB WRITE with immediate to a QP with no receive posted: RNR NAKs; with
@@ -322,10 +330,7 @@ fn write_with_imm_without_a_receive_is_rnr_naked() {
         Provider::destroy_qp(&a.dev, qa).unwrap();
         Provider::destroy_qp(&b.dev, qb).unwrap();
     }
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![]);
-    b.teardown(vec![]);
+    finish(a, b, vec![], vec![]);
 }
 
 /// (e) The ACK path is cut while a 256 KiB WRITE (more than the 128-PSN window) is under
@@ -382,10 +387,7 @@ fn lost_acks_make_duplicate_segments() {
     assert_eq!(b.qp_state(&qb), QpState::Rts);
     let f = fabric_balanced(&world);
     assert_eq!(world.fabric().in_flight(), 0, "{f:?}");
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// How the sender gives up on a QP with a segment still in flight.
@@ -489,10 +491,7 @@ fn a_segment_whose_sender_gave_up_is_not_placed() {
         }
         Provider::destroy_qp(&b.dev, qb).unwrap();
     }
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![]);
-    b.teardown(vec![]);
+    finish(a, b, vec![], vec![]);
 }
 
 /// (g) The 1 MiB WRITE on a fabric that loses 1% of the frames: no segment is carried (every
@@ -526,10 +525,7 @@ fn lossy_fabric_carries_frames_only() {
     world.fabric().set_faults(FaultConfig::NONE);
     let late = drain(&world, &a, &a.cq, 50);
     assert!(late.is_empty(), "{late:?}");
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// What a scenario of [`run_case`] left behind, on both sides.
@@ -672,10 +668,7 @@ fn run_case(case: u32, frames: bool) -> (Outcome, FabricStats) {
         assert_bytes(&a.read(MIB, RLEN), &pattern(0x4ead, RLEN), "READ");
     }
     let f = fabric_balanced(&world);
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
     (out, f)
 }
 
@@ -776,15 +769,8 @@ fn runs_across_the_psn_wrap() {
     assert_eq!((sb.seq_naks_sent, sb.rx_dropped), (0, 0), "{sb:?}");
     assert!(world.fabric().stats().segments > 0);
     fabric_balanced(&world);
-    assert!(drain(&world, &a, &a.cq, 50).is_empty());
-    assert_eq!(
-        (a.qp_state(&qa), b.qp_state(&qb)),
-        (QpState::Rts, QpState::Rts)
-    );
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    quiet_and_connected(&world, &a, &b, &qa, &qb);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// A 512 KiB WRITE begun as frames on a lossy path (so the responder holds a message in
@@ -827,15 +813,8 @@ fn a_message_begun_as_frames_ends_as_segments() {
     let f = fabric_balanced(&world);
     assert!(f.segments > 0, "the resent runs went as frames: {f:?}");
     assert!(a.stats().retransmits > 0);
-    assert!(drain(&world, &a, &a.cq, 50).is_empty());
-    assert_eq!(
-        (a.qp_state(&qa), b.qp_state(&qb)),
-        (QpState::Rts, QpState::Rts)
-    );
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    quiet_and_connected(&world, &a, &b, &qa, &qb);
+    finish(a, b, vec![qa], vec![qb]);
 }
 
 /// A READ posted right behind a 1 MiB WRITE of the same remote range (no wait between them)
@@ -869,8 +848,5 @@ fn a_read_behind_a_write_sees_its_data() {
     assert_bytes(&b.read(0x5000, MIB), &data, "WRITE");
     assert!(world.fabric().stats().segments > 0);
     fabric_balanced(&world);
-    a.no_device_errors();
-    b.no_device_errors();
-    a.teardown(vec![qa]);
-    b.teardown(vec![qb]);
+    finish(a, b, vec![qa], vec![qb]);
 }

@@ -145,6 +145,17 @@ impl SegmentPayload for DmaPayload {
     }
 }
 
+/// What became of a segment's payload placed into memory ([`Device::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Placed {
+    /// Every byte is in place.
+    Done,
+    /// The sender withdrew the payload (what was placed before stays).
+    Gone,
+    /// The target range faulted in this device's IOMMU (or is shorter than the payload).
+    Fault,
+}
+
 /// Packets `index .. index + count` of a `msg_pkts`-packet message, to be sent as one
 /// [`Segment`].
 #[derive(Clone, Copy, Debug)]
@@ -325,6 +336,34 @@ impl Device {
             self.net.stats.tx_dropped += n;
         }
         Ok(())
+    }
+
+    /// Places a segment's whole payload at offset `off` of `sgl`, each piece copied once,
+    /// from the sender's memory straight into ours.
+    pub(crate) fn place(&self, seg: &Segment, sgl: &Sgl, off: u64) -> Placed {
+        let mut at = 0u64;
+        for c in sgl.range(off, seg.len()) {
+            let base = at;
+            match self.mem.write_with(c.iova, c.len as usize, &mut |o, dst| {
+                seg.read(base + o as u64, dst).is_ok()
+            }) {
+                Ok(true) => at += c.len,
+                Ok(false) => return Placed::Gone,
+                Err(_) => return Placed::Fault,
+            }
+        }
+        if at == seg.len() {
+            Placed::Done
+        } else {
+            Placed::Fault
+        }
+    }
+
+    /// Counts a segment whose payload could not be read as dropped (every packet of it is
+    /// lost); `true`: the segment is dealt with.
+    pub(crate) fn segment_lost(&mut self, seg: &Segment) -> bool {
+        self.net.stats.rx_dropped += u64::from(seg.count());
+        true
     }
 
     /// Sends an encoded frame to `dst`: the internal loopback or the fabric.

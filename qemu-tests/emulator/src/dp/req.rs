@@ -18,7 +18,7 @@ use roce_wire::seg::{MessageOp, segment_opcode};
 use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
-use super::net::Run;
+use super::net::{Placed, Run};
 use super::wq::{Fetched, Local, SendWqe};
 use super::{QpInfo, STATE_RTS};
 use crate::objects::QP1;
@@ -63,6 +63,22 @@ pub(crate) struct SqState {
     pub rewound_at: Option<u32>,
     /// Packets sent since the last ack request.
     pub since_ack_req: u32,
+}
+
+impl SqState {
+    /// Everything before `una` is acknowledged (or answered): the retry counts start over,
+    /// a go-back-N is forgotten, and the retransmission timer runs from `now` while PSNs are
+    /// outstanding.
+    fn progressed(&mut self, una: u32, info: &QpInfo, now: u64, timeout: Option<u64>) {
+        self.una = una;
+        self.retry_left = info.retry_count;
+        self.rnr_left = info.rnr_retry;
+        self.rewound_at = None;
+        self.timer = match (self.una != self.psn_hi, timeout) {
+            (true, Some(t)) => Some(now.saturating_add(t)),
+            _ => None,
+        };
+    }
 }
 
 fn transport_of(st: u32) -> Transport {
@@ -692,15 +708,7 @@ impl Device {
             new_una = psn_add(last, 1);
         }
         if psn_diff(new_una, sq.una) > 0 {
-            sq.una = new_una;
-            sq.retry_left = info.retry_count;
-            sq.rnr_left = info.rnr_retry;
-            sq.rewound_at = None;
-            let outstanding = sq.una != sq.psn_hi;
-            sq.timer = match (outstanding, timeout) {
-                (true, Some(t)) => Some(now.saturating_add(t)),
-                _ => None,
-            };
+            sq.progressed(new_una, &info, now, timeout);
             resync_tx(sq);
         }
         if let Some(p) = lost {
@@ -858,14 +866,7 @@ impl Device {
         if w.rcvd >= w.npkts {
             w.done = true;
         }
-        sq.una = psn_add(psn, 1);
-        sq.retry_left = info.retry_count;
-        sq.rnr_left = info.rnr_retry;
-        sq.rewound_at = None;
-        sq.timer = match (sq.una != sq.psn_hi, timeout) {
-            (true, Some(t)) => Some(now.saturating_add(t)),
-            _ => None,
-        };
+        sq.progressed(psn_add(psn, 1), &info, now, timeout);
     }
 
     /// A segment of READ response packets for the requester of QP `qpn`: taken whole (one
@@ -912,24 +913,12 @@ impl Device {
             return false;
         }
         // One copy, from the responder's memory straight into the READ's buffer.
-        let mut at = 0u64;
-        for c in sgl.range(off, seg.len()) {
-            let base = at;
-            match self.mem.write_with(c.iova, c.len as usize, &mut |o, dst| {
-                seg.read(base + o as u64, dst).is_ok()
-            }) {
-                Ok(true) => at += c.len,
-                Ok(false) => {
-                    // The responder withdrew the data: the segment is lost.
-                    self.net.stats.rx_dropped += u64::from(seg.count());
-                    return true;
-                }
-                // A fault of our own memory: the per-packet path fails the WQE.
-                Err(_) => return false,
-            }
-        }
-        if at != seg.len() {
-            return false;
+        match self.place(seg, sgl, off) {
+            Placed::Done => {}
+            // The responder withdrew the data.
+            Placed::Gone => return self.segment_lost(seg),
+            // A fault of our own memory: the per-packet path fails the WQE.
+            Placed::Fault => return false,
         }
         // What the first packet's `ack_before` does (the WQE found is the oldest one not
         // done, so nothing before it is left to acknowledge or lose); the later packets'
@@ -948,14 +937,7 @@ impl Device {
         if w.rcvd >= w.npkts {
             w.done = true;
         }
-        sq.una = psn_add(last, 1);
-        sq.retry_left = info.retry_count;
-        sq.rnr_left = info.rnr_retry;
-        sq.rewound_at = None;
-        sq.timer = match (sq.una != sq.psn_hi, timeout) {
-            (true, Some(t)) => Some(now.saturating_add(t)),
-            _ => None,
-        };
+        sq.progressed(psn_add(last, 1), info, now, timeout);
         self.sq_complete(qpn);
         self.sq_tx(qpn);
         self.sq_complete(qpn);
@@ -1010,14 +992,7 @@ impl Device {
             return;
         }
         w.done = true;
-        sq.una = psn_add(psn, 1);
-        sq.retry_left = info.retry_count;
-        sq.rnr_left = info.rnr_retry;
-        sq.rewound_at = None;
-        sq.timer = match (sq.una != sq.psn_hi, timeout) {
-            (true, Some(t)) => Some(now.saturating_add(t)),
-            _ => None,
-        };
+        sq.progressed(psn_add(psn, 1), &info, now, timeout);
     }
 
     /// Retransmission timer and RNR wait of an RTS QP.

@@ -21,7 +21,7 @@ use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
 use super::mkey::{Sgl, access};
-use super::net::Run;
+use super::net::{Placed, Run};
 use super::srq::SrqTake;
 use super::wq::rq_geometry;
 use super::{QpInfo, STATE_ERR, STATE_RTR, STATE_RTS};
@@ -567,6 +567,33 @@ impl Device {
         Ok(1)
     }
 
+    /// A WRITE message of `len` bytes has all arrived: the message count moves on and an
+    /// immediate completes the receive WQE. `false` if the CQ could not take the completion
+    /// (the QP is then in a catastrophic error).
+    fn write_done(
+        &mut self,
+        qpn: u32,
+        info: &QpInfo,
+        len: u64,
+        imm: Option<u32>,
+        solicited: bool,
+    ) -> bool {
+        self.set_cur(qpn, None, true);
+        match imm {
+            Some(imm) => self.resp_cqe(
+                qpn,
+                info,
+                cqe::opcode::RESP_WR_IMM,
+                len as u32,
+                Some(imm),
+                solicited,
+                info.remote_qpn,
+                false,
+            ),
+            None => true,
+        }
+    }
+
     fn set_cur(&mut self, qpn: u32, cur: Option<InMsg>, msg_done: bool) {
         if let Some(qp) = self.obj.qps.get_mut(qpn) {
             let r = &mut qp.dp.resp;
@@ -634,19 +661,7 @@ impl Device {
             return Err(e);
         }
         if pos.ends_message() {
-            self.set_cur(qpn, None, true);
-            if let Some(imm) = imm
-                && !self.resp_cqe(
-                    qpn,
-                    info,
-                    cqe::opcode::RESP_WR_IMM,
-                    len as u32,
-                    Some(imm),
-                    pkt.bth.solicited,
-                    info.remote_qpn,
-                    false,
-                )
-            {
+            if !self.write_done(qpn, info, len, imm, pkt.bth.solicited) {
                 return Err(RespErr::Fatal);
             }
         } else {
@@ -1022,25 +1037,12 @@ impl Device {
             return false;
         }
         // One copy, from the sender's memory straight into the target.
-        let mut at = 0u64;
-        for c in sgl.range(off, seg.len()) {
-            let base = at;
-            let n = c.len as usize;
-            match self.mem.write_with(c.iova, n, &mut |o, dst| {
-                seg.read(base + o as u64, dst).is_ok()
-            }) {
-                Ok(true) => at += c.len,
-                Ok(false) => {
-                    // The sender withdrew the data: the segment is lost.
-                    self.net.stats.rx_dropped += u64::from(seg.count());
-                    return true;
-                }
-                // A fault of our own memory: the per-packet path fails the right packet.
-                Err(_) => return false,
-            }
-        }
-        if at != seg.len() {
-            return false;
+        match self.place(seg, sgl, off) {
+            Placed::Done => {}
+            // The sender withdrew the data.
+            Placed::Gone => return self.segment_lost(seg),
+            // A fault of our own memory: the per-packet path fails the right packet.
+            Placed::Fault => return false,
         }
         let sgl = match fresh {
             Some((sgl, _)) => sgl,
@@ -1055,20 +1057,8 @@ impl Device {
             r.epsn = psn_add(seg.last_psn(), 1);
         }
         if seg.ends_message() {
-            self.set_cur(qpn, None, true);
             // A CQ that cannot take the completion has put the QP in a catastrophic error.
-            if let Some(imm) = imm
-                && !self.resp_cqe(
-                    qpn,
-                    info,
-                    cqe::opcode::RESP_WR_IMM,
-                    len as u32,
-                    Some(imm.imm),
-                    seg.head().bth.solicited,
-                    info.remote_qpn,
-                    false,
-                )
-            {
+            if !self.write_done(qpn, info, len, imm.map(|i| i.imm), seg.head().bth.solicited) {
                 return true;
             }
         } else {

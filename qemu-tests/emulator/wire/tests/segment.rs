@@ -942,16 +942,18 @@ fn cut_path_and_no_route_drop_every_packet() {
     a.send_segment(m.segment(2, 4, false, &data)).unwrap();
     assert!(matches!(b.recv_any().unwrap(), Some(Received::Segment(s)) if s.count() == 4));
     // Nobody at C.
-    let to_c = Segment::new(
-        Packet {
-            dst_ip: C,
-            ..m.head(0, true)
-        },
-        m.shape(0, 12),
-        Arc::new(data.clone()),
-    )
-    .unwrap();
-    a.send_segment(to_c).unwrap();
+    let to_c = || {
+        Segment::new(
+            Packet {
+                dst_ip: C,
+                ..m.head(0, true)
+            },
+            m.shape(0, 12),
+            Arc::new(data.clone()),
+        )
+        .unwrap()
+    };
+    a.send_segment(to_c()).unwrap();
     let s = invariant(&fab);
     assert_eq!(s.dropped_no_route, 12);
     assert_eq!(
@@ -960,16 +962,7 @@ fn cut_path_and_no_route_drop_every_packet() {
     );
     // A port that goes away drops what was queued for it, packets and all.
     let c = fab.attach(C).unwrap();
-    let to_c = Segment::new(
-        Packet {
-            dst_ip: C,
-            ..m.head(0, true)
-        },
-        m.shape(0, 12),
-        Arc::new(data.clone()),
-    )
-    .unwrap();
-    a.send_segment(to_c).unwrap();
+    a.send_segment(to_c()).unwrap();
     assert_eq!(fab.in_flight(), 12);
     drop(c);
     let s = invariant(&fab);

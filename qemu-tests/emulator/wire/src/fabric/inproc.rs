@@ -260,11 +260,7 @@ impl State {
             self.stats.dropped_no_route += 1;
             return Ok(());
         }
-        let f = self
-            .path_faults
-            .get(&(src, dst))
-            .copied()
-            .unwrap_or(self.faults);
+        let f = self.faults_of(src, dst);
         if self.rng.chance(f.loss) {
             self.stats.dropped_loss += 1;
             return Ok(());
@@ -282,34 +278,33 @@ impl State {
         Ok(())
     }
 
-    /// Sends a segment: whole over a path that does nothing to single frames (no loss,
-    /// duplication, corruption, reordering or jitter; a fixed delay applies to it as a
-    /// whole), else cut into its frames, each of which then goes its own way.
+    /// The faults of the one-way path `src → dst`.
+    fn faults_of(&self, src: Ipv4Addr, dst: Ipv4Addr) -> FaultConfig {
+        self.path_faults
+            .get(&(src, dst))
+            .copied()
+            .unwrap_or(self.faults)
+    }
+
+    /// Sends a segment: whole over a path that is up, leads somewhere and does nothing to
+    /// single frames (no loss, duplication, corruption, reordering or jitter; a fixed delay
+    /// applies to it as a whole), else cut into its frames, each of which then goes its own
+    /// way (and is counted as frames are).
     fn send_segment(&mut self, port: Ipv4Addr, seg: Segment, now: u64) -> Result<(), FabricError> {
         let (src, dst) = (seg.head().src_ip, seg.head().dst_ip);
         if src != port {
             return Err(FabricError::SourceMismatch { port, frame: src });
         }
-        let n = u64::from(seg.count());
-        if self.cut.contains(&(src, dst)) {
-            self.stats.sent += n;
-            self.stats.dropped_cut += n;
-            return Ok(());
-        }
-        if !self.queues.contains_key(&dst) {
-            self.stats.sent += n;
-            self.stats.dropped_no_route += n;
-            return Ok(());
-        }
-        let f = self
-            .path_faults
-            .get(&(src, dst))
-            .copied()
-            .unwrap_or(self.faults);
+        let f = self.faults_of(src, dst);
         // A probability that is not a plain 0 (NaN counts as 0 but is not worth a case).
         let on = |p: f64| p != 0.0;
-        let whole =
-            !(on(f.loss) || on(f.duplicate) || on(f.corrupt) || on(f.reorder) || f.jitter_ns > 0);
+        let whole = !(on(f.loss)
+            || on(f.duplicate)
+            || on(f.corrupt)
+            || on(f.reorder)
+            || f.jitter_ns > 0
+            || self.cut.contains(&(src, dst))
+            || !self.queues.contains_key(&dst));
         if !whole {
             let mut frame = Vec::new();
             for j in 0..seg.count() {
@@ -320,7 +315,7 @@ impl State {
             }
             return Ok(());
         }
-        self.stats.sent += n;
+        self.stats.sent += u64::from(seg.count());
         self.stats.segments += 1;
         let due = now.saturating_add(f.delay_ns);
         self.queue(dst, due, Item::Segment(seg));
@@ -628,21 +623,32 @@ pub struct InProcessPort {
     addr: Ipv4Addr,
 }
 
-impl Port for InProcessPort {
-    fn addr(&self) -> Ipv4Addr {
-        self.addr
-    }
-
-    fn send(&self, frame: Vec<u8>) -> Result<(), FabricError> {
+impl InProcessPort {
+    /// Runs `send` under the state lock at the current time, then wakes waiting receivers
+    /// (only if there are any: a notification nobody waits for still costs a system call).
+    fn sending(
+        &self,
+        send: impl FnOnce(&mut State, Ipv4Addr, u64) -> Result<(), FabricError>,
+    ) -> Result<(), FabricError> {
         let mut st = self.shared.lock();
         let now = self.shared.clock.now();
-        st.send(self.addr, frame, now)?;
+        send(&mut st, self.addr, now)?;
         let wake = st.waiters > 0;
         drop(st);
         if wake {
             self.shared.arrived.notify_all();
         }
         Ok(())
+    }
+}
+
+impl Port for InProcessPort {
+    fn addr(&self) -> Ipv4Addr {
+        self.addr
+    }
+
+    fn send(&self, frame: Vec<u8>) -> Result<(), FabricError> {
+        self.sending(|st, addr, now| st.send(addr, frame, now))
     }
 
     fn recv(&self) -> Result<Option<Vec<u8>>, FabricError> {
@@ -655,15 +661,7 @@ impl Port for InProcessPort {
     }
 
     fn send_segment(&self, seg: Segment) -> Result<(), FabricError> {
-        let mut st = self.shared.lock();
-        let now = self.shared.clock.now();
-        st.send_segment(self.addr, seg, now)?;
-        let wake = st.waiters > 0;
-        drop(st);
-        if wake {
-            self.shared.arrived.notify_all();
-        }
-        Ok(())
+        self.sending(|st, addr, now| st.send_segment(addr, seg, now))
     }
 
     fn recv_any(&self) -> Result<Option<Received>, FabricError> {

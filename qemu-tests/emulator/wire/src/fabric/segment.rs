@@ -75,12 +75,7 @@ pub struct SegmentShape {
 #[derive(Clone)]
 pub struct Segment {
     head: Packet<()>,
-    msg: MessageOp,
-    index: u32,
-    msg_pkts: u32,
-    count: u32,
-    mtu: u32,
-    len: u64,
+    shape: SegmentShape,
     payload: Arc<dyn SegmentPayload>,
 }
 
@@ -91,12 +86,7 @@ impl core::fmt::Debug for Segment {
             .field("dst", &self.head.dst_ip)
             .field("dest_qp", &self.head.bth.dest_qp)
             .field("psn", &self.head.bth.psn)
-            .field("msg", &self.msg)
-            .field("index", &self.index)
-            .field("msg_pkts", &self.msg_pkts)
-            .field("count", &self.count)
-            .field("mtu", &self.mtu)
-            .field("len", &self.len)
+            .field("shape", &self.shape)
             .finish_non_exhaustive()
     }
 }
@@ -119,12 +109,12 @@ impl Segment {
         payload: Arc<dyn SegmentPayload>,
     ) -> Result<Segment, WireError> {
         let SegmentShape {
-            msg,
             index,
             msg_pkts,
             count,
             mtu,
             len,
+            ..
         } = shape;
         if count == 0
             || index.checked_add(count).is_none_or(|e| e > msg_pkts)
@@ -149,12 +139,7 @@ impl Segment {
         }
         let seg = Segment {
             head,
-            msg,
-            index,
-            msg_pkts,
-            count,
-            mtu,
-            len,
+            shape,
             payload,
         };
         // Every packet must have an opcode and the headers it needs: the first and the last
@@ -174,39 +159,44 @@ impl Segment {
         &self.head
     }
 
+    /// Which packets of which message it holds.
+    pub fn shape(&self) -> SegmentShape {
+        self.shape
+    }
+
     /// The message kind.
     pub fn msg(&self) -> MessageOp {
-        self.msg
+        self.shape.msg
     }
 
     /// Index in its message of the segment's first packet.
     pub fn index(&self) -> u32 {
-        self.index
+        self.shape.index
     }
 
     /// Packets of the whole message.
     pub fn msg_pkts(&self) -> u32 {
-        self.msg_pkts
+        self.shape.msg_pkts
     }
 
     /// Packets in the segment.
     pub fn count(&self) -> u32 {
-        self.count
+        self.shape.count
     }
 
     /// Payload bytes per packet (all but the message's last).
     pub fn mtu(&self) -> u32 {
-        self.mtu
+        self.shape.mtu
     }
 
     /// Payload bytes of the whole segment.
     pub fn len(&self) -> u64 {
-        self.len
+        self.shape.len
     }
 
     /// Whether the segment carries no payload (never: a segment has at least one byte).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.shape.len == 0
     }
 
     /// PSN of the first packet.
@@ -216,17 +206,17 @@ impl Segment {
 
     /// PSN of the last packet.
     pub fn last_psn(&self) -> u32 {
-        psn_add(self.head.bth.psn, self.count - 1)
+        psn_add(self.head.bth.psn, self.shape.count - 1)
     }
 
     /// Whether the segment holds the message's first packet.
     pub fn starts_message(&self) -> bool {
-        self.index == 0
+        self.shape.index == 0
     }
 
     /// Whether the segment holds the message's last packet.
     pub fn ends_message(&self) -> bool {
-        self.index + self.count == self.msg_pkts
+        self.shape.index + self.shape.count == self.shape.msg_pkts
     }
 
     /// Whether the segment's last packet asks for an acknowledgement.
@@ -242,18 +232,18 @@ impl Segment {
     /// Reads `dst.len()` payload bytes at `off` (bounds-checked against [`Segment::len`]).
     pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), PayloadGone> {
         match off.checked_add(dst.len() as u64) {
-            Some(end) if end <= self.len => self.payload.read(off, dst),
+            Some(end) if end <= self.shape.len => self.payload.read(off, dst),
             _ => Err(PayloadGone),
         }
     }
 
     /// Packet `j`'s headers, its payload's offset in the segment and its payload length.
     fn packet_headers(&self, j: u32) -> Option<(Packet<()>, u64, usize)> {
-        if j >= self.count {
+        if j >= self.shape.count {
             return None;
         }
-        let pos = Position::of(self.index + j, self.msg_pkts);
-        let op = segment_opcode(Transport::Rc, self.msg, pos)?;
+        let pos = Position::of(self.shape.index + j, self.shape.msg_pkts);
+        let op = segment_opcode(Transport::Rc, self.shape.msg, pos)?;
         let layout = op.ext_layout();
         let e = &self.head.ext;
         let ext = ExtHeaders {
@@ -271,9 +261,10 @@ impl Segment {
         p.bth.opcode = op;
         p.bth.psn = psn_add(self.head.bth.psn, j);
         p.bth.solicited = self.head.bth.solicited && pos.ends_message();
-        p.bth.ack_req = self.head.bth.ack_req && j + 1 == self.count;
-        let off = u64::from(j) * u64::from(self.mtu);
-        let plen = (self.len - off.min(self.len)).min(u64::from(self.mtu)) as usize;
+        p.bth.ack_req = self.head.bth.ack_req && j + 1 == self.shape.count;
+        let off = u64::from(j) * u64::from(self.shape.mtu);
+        let plen =
+            (self.shape.len - off.min(self.shape.len)).min(u64::from(self.shape.mtu)) as usize;
         // As a decoded frame has it.
         p.bth.pad_count = (plen.wrapping_neg() & 3) as u8;
         Some((p, off, plen))
@@ -320,7 +311,7 @@ impl Segment {
 
     /// Every packet's frame, in PSN order.
     pub fn frames(&self) -> Result<Vec<Vec<u8>>, PayloadGone> {
-        (0..self.count)
+        (0..self.shape.count)
             .map(|j| {
                 let mut f = Vec::new();
                 self.encode_packet(j, &mut f).unwrap_or(Err(PayloadGone))?;

@@ -143,13 +143,31 @@ impl Segment {
             payload,
         };
         // Every packet must have an opcode and the headers it needs: the first and the last
-        // cover every case (a middle packet has no extension header and a full MTU, and its
-        // PSN is masked to 24 bits like theirs).
+        // cover every case (a middle packet has no extension header and a full MTU).
+        let e = &seg.head.ext;
         for j in [0, count - 1] {
-            let (p, _, plen) = seg
-                .packet_headers(j)
+            let pos = Position::of(index + j, msg_pkts);
+            let op = segment_opcode(Transport::Rc, shape.msg, pos)
                 .ok_or(WireError::HeaderMismatch(seg.head.bth.opcode))?;
-            p.validate_for(plen)?;
+            let want = op.ext_layout();
+            if (want.reth && e.reth.is_none())
+                || (want.imm_dt && e.imm_dt.is_none())
+                || (want.ieth && e.ieth.is_none())
+                || (want.aeth && e.aeth.is_none())
+            {
+                return Err(WireError::HeaderMismatch(op));
+            }
+        }
+        // The fields `Packet::encode` range-checks (the PSN is checked above).
+        let bth = &seg.head.bth;
+        if bth.tver != 0 {
+            return Err(WireError::FieldOutOfRange(Field::Tver));
+        }
+        if bth.dest_qp > 0xff_ffff {
+            return Err(WireError::FieldOutOfRange(Field::DestQp));
+        }
+        if e.aeth.is_some_and(|a| a.msn > 0xff_ffff) {
+            return Err(WireError::FieldOutOfRange(Field::Msn));
         }
         Ok(seg)
     }

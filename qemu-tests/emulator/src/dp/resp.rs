@@ -932,11 +932,12 @@ impl Device {
     /// A segment of RC packets: taken whole when it is the run of RDMA WRITE packets the QP
     /// expects next (one PSN range, one key check, one copy from the sender's memory into
     /// the target) or the READ response packets its oldest READ expects next (see
-    /// [`Device::read_segment`]), or dropped whole as a duplicate when every WRITE packet of
-    /// it was executed before. `false` leaves it to be taken in packet by packet: every other
-    /// kind of segment, and every case in which some packet would not simply be accepted
-    /// (the per-packet path then fails the right packet with the right error, as for
-    /// frames).
+    /// [`Device::read_segment`]), or dropped whole as a duplicate when every packet of a
+    /// SEND or WRITE run was executed before (its payload is then never read: the sender may
+    /// have completed the WQE and reused the buffer). `false` leaves it to be taken in packet
+    /// by packet: every other kind of segment, and every case in which some packet would not
+    /// simply be accepted (the per-packet path then fails the right packet with the right
+    /// error, as for frames).
     pub(crate) fn rc_segment(&mut self, seg: &Segment) -> bool {
         let head = seg.head();
         let qpn = head.bth.dest_qp;
@@ -946,18 +947,12 @@ impl Device {
         if info.st != q::ST_RC || Self::peer_ip(&info) != Some(head.src_ip) {
             return false;
         }
-        match seg.msg() {
-            MessageOp::RdmaReadResponse => self.read_segment(qpn, &info, seg),
-            MessageOp::RdmaWrite | MessageOp::RdmaWriteWithImm if receives(info.state) => {
-                self.write_run(qpn, &info, seg)
-            }
-            _ => false,
+        if seg.msg() == MessageOp::RdmaReadResponse {
+            return self.read_segment(qpn, &info, seg);
         }
-    }
-
-    /// [`Device::rc_segment`] for a WRITE run.
-    fn write_run(&mut self, qpn: u32, info: &QpInfo, seg: &Segment) -> bool {
-        let head = seg.head();
+        if !receives(info.state) {
+            return false;
+        }
         let Some(epsn) = self.obj.qps.get(qpn).map(|q| q.dp.resp.epsn) else {
             return false;
         };
@@ -972,11 +967,15 @@ impl Device {
             }
             return true;
         }
-        if psn_diff(seg.first_psn(), epsn) != 0 || seg.mtu() != info.mtu {
+        let write = matches!(
+            seg.msg(),
+            MessageOp::RdmaWrite | MessageOp::RdmaWriteWithImm
+        );
+        if !write || psn_diff(seg.first_psn(), epsn) != 0 || seg.mtu() != info.mtu {
             return false;
         }
         let mut cur = self.obj.qps.get_mut(qpn).and_then(|q| q.dp.resp.cur.take());
-        let taken = self.write_segment(qpn, info, seg, &view, &mut cur);
+        let taken = self.write_segment(qpn, &info, seg, &view, &mut cur);
         if let Some(c) = cur
             && let Some(qp) = self.obj.qps.get_mut(qpn)
         {

@@ -4,6 +4,7 @@
 
 mod fabric;
 mod local;
+mod segments;
 mod ud;
 
 use std::net::Ipv4Addr;

@@ -8,7 +8,6 @@ use std::sync::{Arc, RwLock};
 
 use roce_wire::fabric::{PayloadGone, Port, Received, Segment, SegmentPayload, SegmentShape};
 use roce_wire::packet::{Packet, PacketView, Transport};
-use roce_wire::seg::MessageOp;
 
 use crate::state::GID_TABLE_LEN;
 use crate::{AddressSpace, Device, DeviceError, DmaFault};
@@ -156,17 +155,6 @@ pub(crate) enum Placed {
     Fault,
 }
 
-/// Packets `index .. index + count` of a `msg_pkts`-packet message, to be sent as one
-/// [`Segment`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Run {
-    pub msg: MessageOp,
-    pub index: u32,
-    pub msg_pkts: u32,
-    pub count: u32,
-    pub mtu: u32,
-}
-
 impl Net {
     /// An empty frame buffer (from the pool when it has one).
     fn take_buf(&mut self) -> Vec<u8> {
@@ -275,58 +263,38 @@ impl Device {
         }
     }
 
-    /// Sends the packets of `run` (headers from `pkt`, whose BTH is the first packet's and
-    /// whose `ext` holds every extension header of the run) as one segment, its payload the
-    /// `len` bytes at `off` of `sgl`, read when the receiver takes it in, under QP `qpn`'s
-    /// [`TxLease`]. The range must be readable now: a DMA fault sends nothing and is
+    /// Sends the packets `shape` names (headers from `pkt`, whose BTH is the first packet's
+    /// and whose `ext` holds every extension header of the run) as one segment, its payload
+    /// the `shape.len` bytes at `off` of `sgl`, read when the receiver takes it in, under QP
+    /// `qpn`'s [`TxLease`]. The range must be readable now: a DMA fault sends nothing and is
     /// returned (the WQE's error, as when reading into frames).
     pub(crate) fn emit_segment<P>(
         &mut self,
         qpn: u32,
         pkt: &Packet<P>,
-        run: Run,
+        shape: SegmentShape,
         sgl: &Sgl,
         off: u64,
-        len: u64,
     ) -> Result<(), DmaFault> {
         let mut part = Sgl::default();
-        for c in sgl.range(off, len) {
+        for c in sgl.range(off, shape.len) {
             if let Err(f) = self.mem.readable(c.iova, c.len) {
                 self.error(DeviceError::Dma(f));
                 return Err(f);
             }
             part.push(c);
         }
-        let n = u64::from(run.count);
+        let n = u64::from(shape.count);
         let lease = match self.obj.qps.get_mut(qpn) {
             Some(qp) => Arc::clone(&qp.dp.lease.get_or_insert_with(TxLease::new).0),
             None => return Ok(()),
-        };
-        let head = Packet {
-            src_ip: pkt.src_ip,
-            dst_ip: pkt.dst_ip,
-            udp_src_port: pkt.udp_src_port,
-            tos: pkt.tos,
-            ttl: pkt.ttl,
-            ip_id: pkt.ip_id,
-            bth: pkt.bth,
-            ext: pkt.ext,
-            payload: (),
         };
         let payload = Arc::new(DmaPayload {
             mem: Arc::clone(&self.mem),
             sgl: part,
             lease,
         });
-        let shape = SegmentShape {
-            msg: run.msg,
-            index: run.index,
-            msg_pkts: run.msg_pkts,
-            count: run.count,
-            mtu: run.mtu,
-            len,
-        };
-        let seg = Segment::new(head, shape, payload);
+        let seg = Segment::new(pkt.with_payload(()), shape, payload);
         self.net.stats.tx_frames += n;
         let sent = match (seg, &self.net.port) {
             (Ok(seg), Some(p)) => p.send_segment(seg).is_ok(),
@@ -428,14 +396,10 @@ impl Device {
         if self.rc_segment(seg) {
             return;
         }
-        self.rx_segment_packets(seg, 0);
-    }
-
-    /// Takes in packets `from..` of a segment one by one. A payload that cannot be read
-    /// (the sender withdrew it) loses the rest of the segment.
-    pub(crate) fn rx_segment_packets(&mut self, seg: &Segment, from: u32) {
+        // Packet by packet. A payload that cannot be read (the sender withdrew it) loses the
+        // rest of the segment.
         let mut buf = std::mem::take(&mut self.net.seg_buf);
-        for j in from..seg.count() {
+        for j in 0..seg.count() {
             match seg.packet(j, &mut buf) {
                 Some(Ok(pkt)) => {
                     let len = pkt.frame_len();

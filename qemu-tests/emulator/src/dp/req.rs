@@ -9,7 +9,7 @@ use firmware_interface::cqe::{self, Cqe64, ErrCqe, syndrome as cs};
 use firmware_interface::ctx::qpc as q;
 use firmware_interface::field::{Be16, Be32, Be64};
 use firmware_interface::wqe::opcode as wop;
-use roce_wire::fabric::Segment;
+use roce_wire::fabric::{Segment, SegmentShape};
 use roce_wire::packet::{
     AethKind, AtomicEth, Bth, Deth, ExtHeaders, GSI_QKEY, ImmDt, NakCode, OpKind, Packet,
     PacketView, Position, Reth, Transport,
@@ -18,7 +18,7 @@ use roce_wire::seg::{MessageOp, segment_opcode};
 use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
-use super::net::{Placed, Run};
+use super::net::Placed;
 use super::wq::{Fetched, Local, SendWqe};
 use super::{QpInfo, STATE_RTS};
 use crate::objects::QP1;
@@ -104,7 +104,7 @@ struct Plan {
     wqe: usize,
     /// More than one packet of the message, sent as one segment (`data` then covers them
     /// all, `bth` is the first one's and `ext` holds the headers of all of them).
-    run: Option<Run>,
+    run: Option<SegmentShape>,
 }
 
 impl Device {
@@ -389,14 +389,16 @@ impl Device {
                     } else {
                         1
                     };
-                    data = Some((off, (w.len - off.min(w.len)).min(mtu * u64::from(count))));
+                    let len = (w.len - off.min(w.len)).min(mtu * u64::from(count));
+                    data = Some((off, len));
                     if count > 1 {
-                        run = Some(Run {
+                        run = Some(SegmentShape {
                             msg,
                             index: k,
                             msg_pkts: w.npkts,
                             count,
                             mtu: info.mtu,
+                            len,
                         });
                     }
                     let pos = Position::of(k + count - 1, w.npkts);
@@ -510,7 +512,7 @@ impl Device {
                 // Read by DMA straight into the frame, or when the receiver takes the
                 // segment in.
                 let sent = match plan.run {
-                    Some(run) => self.emit_segment(qpn, &pkt, run, sgl, off, len),
+                    Some(shape) => self.emit_segment(qpn, &pkt, shape, sgl, off),
                     None => self.emit_sgl(&pkt, sgl, off, len as usize),
                 };
                 if sent.is_err() {

@@ -11,7 +11,7 @@ use firmware_interface::ctx::qpc as q;
 use firmware_interface::eqe::event;
 use firmware_interface::field::{Be16, Be32, Be64};
 use firmware_interface::wqe::UD_GRH_SIZE;
-use roce_wire::fabric::Segment;
+use roce_wire::fabric::{Segment, SegmentShape};
 use roce_wire::packet::{
     Aeth, AtomicAckEth, Bth, ExtHeaders, GSI_QKEY, IPPROTO_UDP, Ipv4Header, NakCode, OpKind,
     Opcode, Packet, PacketView, Position, Transport,
@@ -21,7 +21,7 @@ use roce_wire::transport::{psn_add, psn_diff};
 
 use super::cq::NewCqe;
 use super::mkey::{Sgl, access};
-use super::net::{Placed, Run};
+use super::net::Placed;
 use super::srq::SrqTake;
 use super::wq::rq_geometry;
 use super::{QpInfo, STATE_ERR, STATE_RTR, STATE_RTS};
@@ -779,15 +779,16 @@ impl Device {
                 ..ExtHeaders::NONE
             };
             let p = self.reply_packet(info, req, bth, ext, &[]);
-            let run = Run {
+            let shape = SegmentShape {
                 msg: MessageOp::RdmaReadResponse,
                 index: 0,
                 msg_pkts: n,
                 count: n,
                 mtu: info.mtu,
+                len,
             };
             return self
-                .emit_segment(req.bth.dest_qp, &p, run, sgl, 0, len)
+                .emit_segment(req.bth.dest_qp, &p, shape, sgl, 0)
                 .map_err(|_| RespErr::Operational);
         }
         for k in 0..n {

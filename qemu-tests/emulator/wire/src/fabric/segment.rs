@@ -302,17 +302,7 @@ impl Segment {
         if let Err(e) = self.payload.read(off, buf) {
             return Some(Err(e));
         }
-        Some(Ok(Packet {
-            src_ip: p.src_ip,
-            dst_ip: p.dst_ip,
-            udp_src_port: p.udp_src_port,
-            tos: p.tos,
-            ttl: p.ttl,
-            ip_id: p.ip_id,
-            bth: p.bth,
-            ext: p.ext,
-            payload: &buf[..],
-        }))
+        Some(Ok(p.with_payload(&buf[..])))
     }
 
     /// Encodes packet `j` as a whole frame (IPv4 … ICRC) into `out` (cleared first), the

@@ -488,6 +488,21 @@ impl<P> Packet<P> {
         self.ext = ext;
         self
     }
+
+    /// The same headers with payload `payload`.
+    pub fn with_payload<Q>(&self, payload: Q) -> Packet<Q> {
+        Packet {
+            src_ip: self.src_ip,
+            dst_ip: self.dst_ip,
+            udp_src_port: self.udp_src_port,
+            tos: self.tos,
+            ttl: self.ttl,
+            ip_id: self.ip_id,
+            bth: self.bth,
+            ext: self.ext,
+            payload,
+        }
+    }
 }
 
 impl Packet<Vec<u8>> {

@@ -681,17 +681,7 @@ impl<P> Packet<P> {
 impl<P: AsRef<[u8]>> Packet<P> {
     /// An owned copy.
     pub fn to_owned_packet(&self) -> Packet {
-        Packet {
-            src_ip: self.src_ip,
-            dst_ip: self.dst_ip,
-            udp_src_port: self.udp_src_port,
-            tos: self.tos,
-            ttl: self.ttl,
-            ip_id: self.ip_id,
-            bth: self.bth,
-            ext: self.ext,
-            payload: self.payload.as_ref().to_vec(),
-        }
+        self.with_payload(self.payload.as_ref().to_vec())
     }
 
     /// Pad bytes the payload needs: `(−len) & 3`.

@@ -441,8 +441,9 @@ fn compare(what: &str, got: &[u8], want: &[u8]) -> Result<(), String> {
 const SEND_LEN: usize = 256;
 const RDMA_LEN: usize = 16384;
 
-fn loopback(env: &Env) -> Result<(), String> {
-    let (cm, devid) = stack(env, 30)?;
+/// A listening endpoint at the image's address and CM port (with the scenarios' QP
+/// attributes for the connections it accepts), and that address and port as text.
+fn listener(cm: &Cm<Dev>, env: &Env) -> Result<(Id, String, String), String> {
     let ip = env.ip.to_string();
     let port = env.port.to_string();
     let passive = AddrInfo {
@@ -456,6 +457,12 @@ fn loopback(env: &Env) -> Result<(), String> {
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("listener create_ep: {e}"))?;
     listen.listen(0).map_err(|e| format!("listen: {e}"))?;
+    Ok((listen, ip, port))
+}
+
+fn loopback(env: &Env) -> Result<(), String> {
+    let (cm, devid) = stack(env, 30)?;
+    let (listen, ip, port) = listener(&cm, env)?;
     let hints = AddrInfo {
         ai_src_addr: Some(format!("{ip}:0").parse().map_err(|_| "src addr")?),
         ..AddrInfo::default()
@@ -611,19 +618,7 @@ fn server(env: &Env) -> Result<(), String> {
         .ok_or("server: peer_mac= missing or malformed")?;
     let (cm, devid) = stack(env, 60)?;
     cm.add_neighbor(peer, Neighbor { mac: peer_mac });
-    let ip = env.ip.to_string();
-    let port = env.port.to_string();
-    let passive = AddrInfo {
-        ai_flags: RaiFlags::PASSIVE,
-        ..AddrInfo::default()
-    };
-    let res = getaddrinfo(Some(&ip), Some(&port), Some(&passive))
-        .map_err(|e| format!("getaddrinfo: {e:?}"))?;
-    let mut a = qp_attr!();
-    let listen = cm
-        .create_ep(&res, None, Some(&mut a))
-        .map_err(|e| format!("create_ep: {e}"))?;
-    listen.listen(0).map_err(|e| format!("listen: {e}"))?;
+    let (listen, ip, port) = listener(&cm, env)?;
     kprintln!("UK: server listening on {ip}:{port}");
     let conn = listen
         .get_request()

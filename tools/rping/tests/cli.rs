@@ -1,13 +1,65 @@
 //! Runs the `rping` binary (embedded, and as server and client processes) and checks its
 //! output and exit status.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn rping(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rping"))
         .args(args)
         .output()
         .expect("run rping")
+}
+
+/// An `rping -s` process in the background.
+struct Server {
+    child: Child,
+    err: BufReader<ChildStderr>,
+}
+
+impl Server {
+    /// Starts `rping ARGS` and returns it with the first line it wrote to stderr (the
+    /// "listening on" line: once it is there, clients can connect).
+    fn start(args: &[&str]) -> (Server, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rping"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        err.read_line(&mut line).expect("server stderr");
+        (Server { child, err }, line)
+    }
+
+    /// Waits up to a minute for the server to exit (killing it after that, and failing) and
+    /// returns its status, its stdout and the rest of its stderr.
+    fn finish(mut self) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the server did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut sout = String::new();
+        self.child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_to_string(&mut sout)
+            .expect("server stdout");
+        let mut serr = String::new();
+        self.err.read_to_string(&mut serr).expect("server stderr");
+        (status, sout, serr)
+    }
 }
 
 #[test]
@@ -106,10 +158,6 @@ fn bad_options_exit_2() {
 /// port 47050): the client's pings are verified, the server reports each ping's data.
 #[test]
 fn server_and_client_as_two_processes() {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
-
     // (the server's -C is ignored, as rdma-core's: 9 would fail the test otherwise)
     let common = [
         "-S",
@@ -120,16 +168,11 @@ fn server_and_client_as_two_processes() {
         "--timeout",
         "20",
     ];
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_rping"))
-        .args(["-s", "-a", "127.0.7.20", "-C", "9"])
-        .args(common)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let mut err = BufReader::new(srv.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    err.read_line(&mut line).expect("server stderr");
+    let srv_args: Vec<&str> = ["-s", "-a", "127.0.7.20", "-C", "9"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let (srv, line) = Server::start(&srv_args);
     assert!(
         line.contains("listening on 127.0.7.20:7174 (fabric UDP port 47050)"),
         "{line}"
@@ -148,25 +191,7 @@ fn server_and_client_as_two_processes() {
         .args(common)
         .output()
         .expect("run the client");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = srv.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = srv.kill();
-            panic!("the server did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut sout = String::new();
-    srv.stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut sout)
-        .expect("server stdout");
-    let mut serr = String::new();
-    err.read_to_string(&mut serr).expect("server stderr");
+    let (status, sout, serr) = srv.finish();
     let cout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -224,20 +249,17 @@ fn a_client_without_a_server_times_out() {
 /// disconnects.
 #[test]
 fn server_and_client_on_an_ethernet_link() {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
-
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_rping"))
-        .args(["-s", "-a", "10.78.0.1", "--fabric", "eth:48080,48081"])
-        .args(["-v", "-V", "--timeout", "30"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let mut err = BufReader::new(srv.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    err.read_line(&mut line).expect("server stderr");
+    let (srv, line) = Server::start(&[
+        "-s",
+        "-a",
+        "10.78.0.1",
+        "--fabric",
+        "eth:48080,48081",
+        "-v",
+        "-V",
+        "--timeout",
+        "30",
+    ]);
     assert!(
         line.contains(
             "listening on 10.78.0.1:7174 (Ethernet link 127.0.0.1:48080 -> 127.0.0.1:48081, \
@@ -251,26 +273,7 @@ fn server_and_client_on_an_ethernet_link() {
         .args(["-C", "6", "-S", "3000", "-v", "-V", "-d", "--timeout", "30"])
         .output()
         .expect("run the client");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = srv.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = srv.kill();
-            let _ = srv.wait();
-            panic!("the server did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut sout = String::new();
-    srv.stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut sout)
-        .expect("server stdout");
-    let mut serr = String::new();
-    err.read_to_string(&mut serr).expect("server stderr");
+    let (status, sout, serr) = srv.finish();
     let cout = String::from_utf8_lossy(&out.stdout);
     let cerr = String::from_utf8_lossy(&out.stderr);
     assert!(

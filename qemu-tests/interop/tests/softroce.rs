@@ -330,6 +330,23 @@ fn host_mac_arg() -> String {
         .join(":")
 }
 
+/// A relay on ports `base..base + 4` and a guest running `rping -s` for `count` pings
+/// behind it (its socket netdev on `base` and `base + 1`), listening.
+fn relayed_guest_server(base: u16, count: u32, name: &str) -> (Relay, Guest) {
+    let relay = Relay::start(sa(base), sa(base + 1), sa(base + 2), sa(base + 3)).unwrap();
+    let mut g = Guest::boot(
+        image(),
+        &Mode::Server { count },
+        sa(base),
+        sa(base + 1),
+        &serial(name),
+    )
+    .unwrap();
+    g.wait_for("rping server listening", Duration::from_secs(90))
+        .unwrap();
+    (relay, g)
+}
+
 /// The guest runs `rping -s -v -V -C 10`; our `rping` binary connects from the host with its
 /// defaults (64-byte pings, as the guest's default buffer), through a relay that records the
 /// frames.
@@ -337,17 +354,7 @@ fn host_mac_arg() -> String {
 fn guest_rping_server_our_client() {
     let _g = lock();
     tools::rping_binary().unwrap_or_else(|e| panic!("{e}"));
-    let relay = Relay::start(sa(48030), sa(48031), sa(48032), sa(48033)).unwrap();
-    let mut g = Guest::boot(
-        image(),
-        &Mode::Server { count: 10 },
-        sa(48030),
-        sa(48031),
-        &serial("server"),
-    )
-    .unwrap();
-    g.wait_for("rping server listening", Duration::from_secs(90))
-        .unwrap();
+    let (relay, g) = relayed_guest_server(48030, 10, "server");
     let t0 = Instant::now();
     let ours = OurRping::spawn(&[
         "-c",
@@ -589,17 +596,7 @@ fn guest_client_to_unused_port_is_rejected() {
 fn retransmissions_across_rxe() {
     let _g = lock();
     tools::rping_binary().unwrap_or_else(|e| panic!("{e}"));
-    let relay = Relay::start(sa(48060), sa(48061), sa(48062), sa(48063)).unwrap();
-    let mut g = Guest::boot(
-        image(),
-        &Mode::Server { count: 5 },
-        sa(48060),
-        sa(48061),
-        &serial("retx"),
-    )
-    .unwrap();
-    g.wait_for("rping server listening", Duration::from_secs(90))
-        .unwrap();
+    let (relay, g) = relayed_guest_server(48060, 5, "retx");
     // (sent by our rping, opcode)
     let plan = [
         (true, Opcode::RcRdmaReadResponseOnly), // rxe's READ times out, retried

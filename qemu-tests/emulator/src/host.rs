@@ -440,6 +440,22 @@ mod tests {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
 
     /// A unique scratch file under /dev/shm, removed on drop.
+    /// A device over a 32 MiB shared BAR file and 1 MiB of guest RAM file (both removed
+    /// when the returned scratch files drop), and the guest's own mapping of the BAR.
+    fn untrapped(tag: &str) -> ([Scratch; 2], crate::Device, SharedMapping) {
+        let f = Scratch::new(tag);
+        let r = Scratch::new(&format!("{tag}ram"));
+        let bar = ShmBar::open(&f.0, Some(32 << 20)).unwrap();
+        let ram = GuestRam::open(&r.0, 1 << 20).unwrap();
+        let dev = crate::Device::with_bar(
+            crate::Profile::default(),
+            std::sync::Arc::new(ram),
+            Box::new(bar),
+        );
+        let guest = SharedMapping::open(&f.0, None, false).unwrap();
+        ([f, r], dev, guest)
+    }
+
     struct Scratch(std::path::PathBuf);
     impl Scratch {
         fn new(tag: &str) -> Scratch {
@@ -645,16 +661,7 @@ mod tests {
     #[test]
     fn an_untrapped_device_keeps_the_queue_address_words_as_written() {
         use firmware_interface::init_seg;
-        let f = Scratch::new("owned");
-        let r = Scratch::new("ownedram");
-        let bar = ShmBar::open(&f.0, Some(32 << 20)).unwrap();
-        let ram = GuestRam::open(&r.0, 1 << 20).unwrap();
-        let mut dev = crate::Device::with_bar(
-            crate::Profile::default(),
-            std::sync::Arc::new(ram),
-            Box::new(bar),
-        );
-        let guest = SharedMapping::open(&f.0, None, false).unwrap();
+        let (_files, mut dev, guest) = untrapped("owned");
         let (h, l) = (init_seg::CMDQ_ADDR_H, init_seg::CMDQ_ADDR_L_SZ);
         let rd = |off| {
             let mut w = [0u8; 4];
@@ -698,16 +705,7 @@ mod tests {
     #[test]
     fn the_device_runs_untrapped_over_a_shared_bar() {
         // The init segment as the device publishes it into the file.
-        let f = Scratch::new("dev");
-        let r = Scratch::new("devram");
-        let bar = ShmBar::open(&f.0, Some(32 << 20)).unwrap();
-        let ram = GuestRam::open(&r.0, 1 << 20).unwrap();
-        let mut dev = crate::Device::with_bar(
-            crate::Profile::default(),
-            std::sync::Arc::new(ram),
-            Box::new(bar),
-        );
-        let guest = SharedMapping::open(&f.0, None, false).unwrap();
+        let (_files, mut dev, guest) = untrapped("dev");
         let mut w = [0u8; 4];
         guest.read(4, &mut w);
         assert_eq!(u32::from_be_bytes(w) >> 16, 5, "cmdif revision");

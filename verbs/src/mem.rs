@@ -1,98 +1,7 @@
 //! Memory the device can reach, with an owner: the [`DmaMemory`] trait a provider (or a
 //! platform) implements for its DMA memory, and [`Buffer`], the shared handle users and
 //! memory regions hold.
-//!
-//! # Ownership
-//!
-//! A [`Buffer`] is a clone of an `Arc` over the memory: the memory is freed when the last
-//! handle is dropped. [`Provider::reg_mr`](crate::Provider::reg_mr) takes a handle, and the
-//! memory region keeps it until [`dereg_mr`](crate::Provider::dereg_mr) **succeeded**; a
-//! memory region dropped without a successful deregistration (a failed destroy that did not
-//! hand it back, or one never destroyed) leaks its handle, so the memory stays allocated for as
-//! long as the device might still write it. Safe code therefore cannot free memory the device
-//! may touch through a registration.
-//!
-//! # Races
-//!
-//! The CPU and the device (and several CPU threads, since `Buffer` is `Send + Sync` and
-//! cloneable) touch the same bytes. Every safe accessor of `Buffer` does each of its byte
-//! accesses as one relaxed [`AtomicU8`] load or store, and nothing else ever forms a Rust
-//! reference to the memory (the [`DmaMemory`] contract), so two threads reading and writing
-//! the same bytes is a race between atomics of the same size: defined, with each byte reading
-//! as some value written to it. Multi-byte values may tear (a word read while another thread
-//! writes it can mix old and new bytes); order them with a completion, a lock, or an
-//! ownership hand-over, as with the device. (Mixed-size atomic accesses that race are not
-//! defined in Rust's model, so the safe accessors never use wider atomics.)
-//!
-//! Byte-at-a-time copies are slow for bulk data. [`Buffer::read_unsync`] and
-//! [`Buffer::write_unsync`] copy with `memcpy` and are `unsafe`: nothing else (no other
-//! thread, no device DMA) may write the range while they read it, or touch it while they write
-//! it, e.g. after the completion of the receive that filled it and before the range is
-//! posted again.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use verbs::{Buffer, DmaMemory};
-//!
-//! /// Heap memory the "device" reaches at device address 0x10000 (an illustration: a real
-//! /// implementation is DMA-mapped memory from the provider, see `Provider::alloc_buf`).
-//! struct Heap(*mut u8, usize);
-//! // SAFETY: the allocation is owned by `Heap`, valid for `len` bytes until drop, and no
-//! // reference to it is ever formed; the "device" address is fixed.
-//! unsafe impl DmaMemory for Heap {
-//!     fn as_ptr(&self) -> *mut u8 { self.0 }
-//!     fn len(&self) -> usize { self.1 }
-//!     fn device_addr(&self) -> u64 { 0x10000 }
-//!     fn address_space(&self) -> usize { 1 }
-//! }
-//! impl Drop for Heap {
-//!     fn drop(&mut self) {
-//!         // SAFETY: the pointer came from `Box::into_raw` of a boxed slice of this length.
-//!         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.0, self.1)) });
-//!     }
-//! }
-//! // SAFETY: the pointer is owned; all access goes through `Buffer`'s atomic accessors.
-//! unsafe impl Send for Heap {}
-//! // SAFETY: as above.
-//! unsafe impl Sync for Heap {}
-//!
-//! let raw = Box::into_raw(vec![0u8; 8192].into_boxed_slice()) as *mut u8;
-//! let buf = Buffer::new(Heap(raw, 8192));
-//! buf.write(100, b"hello").unwrap();
-//! let mut out = [0u8; 5];
-//! buf.read(100, &mut out).unwrap();
-//! assert_eq!(&out, b"hello");
-//! assert_eq!(buf.read(8190, &mut out), Err(verbs::Error::InvalidArgument)); // past the end
-//! let tail = buf.slice(4096..8192).unwrap(); // the second page, as its own handle
-//! assert_eq!(tail.addr(), 0x10000 + 4096);
-//! let other = buf.clone();
-//! std::thread::spawn(move || other.write_u32(0, 7).unwrap()).join().unwrap();
-//! assert_eq!(buf.read_u32(0), Ok(7));
-//! ```
-//!
-//! Registering memory safely always goes through a [`Buffer`]; naming a raw device-address
-//! range is `unsafe` ([`Provider::reg_mr_raw`](crate::Provider::reg_mr_raw)):
-//!
-//! ```compile_fail,E0133
-//! fn register<P: verbs::Provider>(p: &P, pd: &P::Pd) {
-//!     let raw = verbs::MemRegion { addr: 0x1000, length: 4096, pages: &[] };
-//!     // error: call to unsafe function requires an unsafe block
-//!     let _ = p.reg_mr_raw(pd, &raw, verbs::AccessFlags::LOCAL_WRITE);
-//! }
-//! ```
-//!
-//! and so is wrapping a raw range in a `Buffer` ([`DmaMemory`] is an `unsafe trait`):
-//!
-//! ```compile_fail,E0200
-//! struct Raw;
-//! // error: the trait `DmaMemory` requires an `unsafe impl` declaration
-//! impl verbs::DmaMemory for Raw {
-//!     fn as_ptr(&self) -> *mut u8 { 0x1000 as *mut u8 }
-//!     fn len(&self) -> usize { 4096 }
-//!     fn device_addr(&self) -> u64 { 0x1000 }
-//!     fn address_space(&self) -> usize { 0 }
-//! }
-//! ```
+//! See [`Buffer`] for the ownership and race rules.
 
 use alloc::sync::Arc;
 use core::ops::Range;
@@ -155,11 +64,103 @@ pub unsafe trait DmaMemory: Send + Sync {
 }
 
 /// A shared handle to (a window of) device-reachable memory: cloneable, `Send + Sync`, with
-/// race-free CPU accessors (see the [module documentation](self)).
+/// race-free CPU accessors.
 ///
 /// Offsets of the accessors count from the start of the window; bad offsets and lengths are
 /// [`Error::InvalidArgument`]. The memory is freed when the last handle (including those held
 /// by memory regions) is dropped.
+///
+/// # Ownership
+///
+/// A [`Buffer`] is a clone of an `Arc` over the memory: the memory is freed when the last
+/// handle is dropped. [`Provider::reg_mr`](crate::Provider::reg_mr) takes a handle, and the
+/// memory region keeps it until [`dereg_mr`](crate::Provider::dereg_mr) **succeeded**; a
+/// memory region dropped without a successful deregistration (a failed destroy that did not
+/// hand it back, or one never destroyed) leaks its handle, so the memory stays allocated for as
+/// long as the device might still write it. Safe code therefore cannot free memory the device
+/// may touch through a registration.
+///
+/// # Races
+///
+/// The CPU and the device (and several CPU threads, since `Buffer` is `Send + Sync` and
+/// cloneable) touch the same bytes. Every safe accessor of `Buffer` does each of its byte
+/// accesses as one relaxed [`AtomicU8`] load or store, and nothing else ever forms a Rust
+/// reference to the memory (the [`DmaMemory`] contract), so two threads reading and writing
+/// the same bytes is a race between atomics of the same size: defined, with each byte reading
+/// as some value written to it. Multi-byte values may tear (a word read while another thread
+/// writes it can mix old and new bytes); order them with a completion, a lock, or an
+/// ownership hand-over, as with the device. (Mixed-size atomic accesses that race are not
+/// defined in Rust's model, so the safe accessors never use wider atomics.)
+///
+/// Byte-at-a-time copies are slow for bulk data. [`Buffer::read_unsync`] and
+/// [`Buffer::write_unsync`] copy with `memcpy` and are `unsafe`: nothing else (no other
+/// thread, no device DMA) may write the range while they read it, or touch it while they write
+/// it, e.g. after the completion of the receive that filled it and before the range is
+/// posted again.
+///
+/// ```
+/// use std::sync::Arc;
+/// use verbs::{Buffer, DmaMemory};
+///
+/// /// Heap memory the "device" reaches at device address 0x10000 (an illustration: a real
+/// /// implementation is DMA-mapped memory from the provider, see `Provider::alloc_buf`).
+/// struct Heap(*mut u8, usize);
+/// // SAFETY: the allocation is owned by `Heap`, valid for `len` bytes until drop, and no
+/// // reference to it is ever formed; the "device" address is fixed.
+/// unsafe impl DmaMemory for Heap {
+///     fn as_ptr(&self) -> *mut u8 { self.0 }
+///     fn len(&self) -> usize { self.1 }
+///     fn device_addr(&self) -> u64 { 0x10000 }
+///     fn address_space(&self) -> usize { 1 }
+/// }
+/// impl Drop for Heap {
+///     fn drop(&mut self) {
+///         // SAFETY: the pointer came from `Box::into_raw` of a boxed slice of this length.
+///         drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.0, self.1)) });
+///     }
+/// }
+/// // SAFETY: the pointer is owned; all access goes through `Buffer`'s atomic accessors.
+/// unsafe impl Send for Heap {}
+/// // SAFETY: as above.
+/// unsafe impl Sync for Heap {}
+///
+/// let raw = Box::into_raw(vec![0u8; 8192].into_boxed_slice()) as *mut u8;
+/// let buf = Buffer::new(Heap(raw, 8192));
+/// buf.write(100, b"hello").unwrap();
+/// let mut out = [0u8; 5];
+/// buf.read(100, &mut out).unwrap();
+/// assert_eq!(&out, b"hello");
+/// assert_eq!(buf.read(8190, &mut out), Err(verbs::Error::InvalidArgument)); // past the end
+/// let tail = buf.slice(4096..8192).unwrap(); // the second page, as its own handle
+/// assert_eq!(tail.addr(), 0x10000 + 4096);
+/// let other = buf.clone();
+/// std::thread::spawn(move || other.write_u32(0, 7).unwrap()).join().unwrap();
+/// assert_eq!(buf.read_u32(0), Ok(7));
+/// ```
+///
+/// Registering memory safely always goes through a [`Buffer`]; naming a raw device-address
+/// range is `unsafe` ([`Provider::reg_mr_raw`](crate::Provider::reg_mr_raw)):
+///
+/// ```compile_fail,E0133
+/// fn register<P: verbs::Provider>(p: &P, pd: &P::Pd) {
+///     let raw = verbs::MemRegion { addr: 0x1000, length: 4096, pages: &[] };
+///     // error: call to unsafe function requires an unsafe block
+///     let _ = p.reg_mr_raw(pd, &raw, verbs::AccessFlags::LOCAL_WRITE);
+/// }
+/// ```
+///
+/// and so is wrapping a raw range in a `Buffer` ([`DmaMemory`] is an `unsafe trait`):
+///
+/// ```compile_fail,E0200
+/// struct Raw;
+/// // error: the trait `DmaMemory` requires an `unsafe impl` declaration
+/// impl verbs::DmaMemory for Raw {
+///     fn as_ptr(&self) -> *mut u8 { 0x1000 as *mut u8 }
+///     fn len(&self) -> usize { 4096 }
+///     fn device_addr(&self) -> u64 { 0x1000 }
+///     fn address_space(&self) -> usize { 0 }
+/// }
+/// ```
 #[derive(Clone)]
 pub struct Buffer {
     mem: Arc<dyn DmaMemory>,
@@ -251,7 +252,7 @@ impl Buffer {
     }
 
     /// CPU address of the first byte of the window. Dereferencing it is up to the caller's
-    /// `unsafe` code, under the rules of the [module documentation](self).
+    /// `unsafe` code, under the rules above.
     pub fn as_ptr(&self) -> *mut u8 {
         // SAFETY: `off <= mem.len()`, so the pointer stays inside (or one past) the
         // allocation.

@@ -36,8 +36,7 @@ fn world() -> (Vec<Testbed>, Cm<EmuDevice>) {
         let mac = dev.mac().unwrap();
         dev.set_roce_gid(0, Gid::from_ipv4(tb.ip().octets()).0, mac)
             .unwrap();
-        let dma = dev.dma().clone();
-        cm.add_device(dev, dma, mac).map_err(|(e, _)| e).unwrap();
+        cm.add_device(dev, mac).map_err(|(e, _)| e).unwrap();
     }
     (tbs, cm)
 }

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::net::{SocketAddr, SocketAddrV4};
 use core::sync::atomic::Ordering;
 
-use nic_hal::{DmaAllocator, Platform};
+use nic_hal::Platform;
 use verbs::{Provider, QueuePair};
 
 use crate::Cm;
@@ -120,13 +120,9 @@ impl<P: Provider> Cm<P> {
     /// Q_Key 0x80010000, P_Key index 0), which carries its CM MADs to and from the peers'
     /// QP1 as librdmacm's do through the kernel's MAD layer; so the device must not have a
     /// GSI QP already (the device allows one per port: EAGAIN from the mlx5 provider). The
-    /// device is entered in the neighbour table. On failure the provider is handed back.
-    pub fn add_device(
-        &self,
-        provider: P,
-        dma: Arc<dyn DmaAllocator>,
-        mac: [u8; 6],
-    ) -> Result<DeviceId, (Error, P)> {
+    /// device is entered in the neighbour table. The MAD buffers come from the provider
+    /// ([`Provider::alloc_buf`]). On failure the provider is handed back.
+    pub fn add_device(&self, provider: P, mac: [u8; 6]) -> Result<DeviceId, (Error, P)> {
         let gid = match provider.query_gid(1, 0) {
             Ok(g) => g,
             Err(e) => return Err((e.into(), provider)),
@@ -139,7 +135,7 @@ impl<P: Provider> Cm<P> {
             Err(e) => return Err((e.into(), provider)),
         };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
-        let gsi = match Gsi::create(&provider, &dma, rs, ss) {
+        let gsi = match Gsi::create(&provider, rs, ss) {
             Ok(g) => g,
             Err(e) => return Err((e, provider)),
         };

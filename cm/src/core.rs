@@ -13,11 +13,11 @@ use alloc::vec::Vec;
 use core::net::{Ipv4Addr, SocketAddrV4};
 use core::sync::atomic::AtomicU32;
 
-use nic_hal::{DmaAllocator, DmaBuf, Platform};
+use nic_hal::Platform;
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr as VerbsQpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr,
-    Sge, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr as VerbsQpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::addr::PortSpace;
@@ -166,7 +166,8 @@ pub(crate) struct Gsi<P: Provider> {
     cq: P::Cq,
     pd: P::Pd,
     mr: P::Mr,
-    buf: DmaBuf,
+    /// The slots (the MR holds another handle to them).
+    buf: Buffer,
     recv_slots: u16,
     send_slots: u16,
     pub free_send: Vec<u16>,
@@ -651,33 +652,22 @@ pub(crate) fn cm_access(responder_resources: u8) -> AccessFlags {
 // ------------------------------------------------------------------ the device MAD QP
 
 impl<P: Provider> Gsi<P> {
-    pub(crate) fn create(
-        p: &P,
-        dma: &Arc<dyn DmaAllocator>,
-        recv_slots: u16,
-        send_slots: u16,
-    ) -> Result<Gsi<P>, Error> {
+    pub(crate) fn create(p: &P, recv_slots: u16, send_slots: u16) -> Result<Gsi<P>, Error> {
         let (recv_slots, send_slots) = (recv_slots.max(1), send_slots.max(1));
         let total = recv_slots as usize + send_slots as usize;
         let pd = p.alloc_pd()?;
         let made = (|| {
             let cq = p.create_cq(total as u32 + 1, 0, None)?;
-            let buf = match DmaBuf::new(dma, total * SLOT, 4096) {
+            let buf = match p.alloc_buf(total * SLOT) {
                 Ok(b) => b,
-                Err(_) => {
+                Err(e) => {
                     let _ = p.destroy_cq(cq);
-                    return Err(Error::NoMemory);
+                    return Err(e.into());
                 }
             };
-            let mr = match p.reg_mr(
-                &pd,
-                &MemRegion {
-                    addr: buf.iova(),
-                    length: buf.len() as u64,
-                    pages: &[],
-                },
-                AccessFlags::LOCAL_WRITE,
-            ) {
+            // (On the failure paths below, a failed `dereg_mr` leaves the memory with the
+            // MR, which keeps it: dropping `buf` then frees nothing the device can reach.)
+            let mr = match p.reg_mr(&pd, buf.clone(), AccessFlags::LOCAL_WRITE) {
                 Ok(m) => m,
                 Err(e) => {
                     let _ = p.destroy_cq(cq);
@@ -745,7 +735,7 @@ impl<P: Provider> Gsi<P> {
     }
 
     fn slot_addr(&self, slot: u32) -> u64 {
-        self.buf.iova() + slot as u64 * SLOT as u64
+        self.buf.addr() + slot as u64 * SLOT as u64
     }
 
     fn post_recv(&mut self, p: &P, slot: u16) -> Result<(), Error> {
@@ -896,11 +886,20 @@ impl<P: Provider> Gsi<P> {
         for (_, ah) in ahs {
             let _ = p.destroy_ah(ah);
         }
-        let _ = p.destroy_qp(qp);
+        // Teardown goes on whatever fails (there is no one to report to), but memory the
+        // device may still use is never freed.
+        let qp_gone = p.destroy_qp(qp).is_ok();
+        // A failed dereg keeps (or leaks) the MR's own handle to the slots.
         let _ = p.dereg_mr(mr);
         let _ = p.destroy_cq(cq);
         let _ = p.dealloc_pd(pd);
-        drop(buf);
+        if qp_gone {
+            drop(buf);
+        } else {
+            // The QP may still exist with receives posted into the slots (and sends reading
+            // them): leak the memory rather than free it under the device.
+            core::mem::forget(buf);
+        }
     }
 }
 

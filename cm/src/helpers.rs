@@ -2,7 +2,7 @@
 //! its QP, and completions from the CQs it created (spec `librdmacm.md` §A.22).
 
 use verbs::{
-    AccessFlags, MemRegion, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
+    AccessFlags, Buffer, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
     WorkCompletion, WrOpcode,
 };
 
@@ -26,26 +26,33 @@ fn sge_in<M: MemoryRegion>(mr: &M, addr: u64, length: u32) -> Result<[Sge; 1], E
 }
 
 impl<P: Provider> CmId<P> {
-    fn reg(&self, mem: &MemRegion<'_>, access: AccessFlags) -> Result<P::Mr, Error> {
+    fn reg(&self, mem: Buffer, access: AccessFlags) -> Result<P::Mr, Error> {
         self.with_verbs(|v| {
             let pd = v.pd.ok_or(Error::InvalidArgument)?;
             v.provider.reg_mr(pd, mem, access).map_err(Error::from)
         })?
     }
 
+    /// DMA memory of `len` bytes from the id's device ([`Provider::alloc_buf`]), to register
+    /// with [`reg_msgs`](Self::reg_msgs) and friends. EINVAL for an id bound to no device.
+    pub fn alloc_buf(&self, len: usize) -> Result<Buffer, Error> {
+        self.with_verbs(|v| v.provider.alloc_buf(len).map_err(Error::from))?
+    }
+
     /// `rdma_reg_msgs`: registers memory on the id's PD for sends and receives (local
-    /// write). EINVAL for an id bound to no device (librdmacm dereferences NULL).
-    pub fn reg_msgs(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+    /// write); the MR holds `mem` until it is deregistered. EINVAL for an id bound to no
+    /// device (librdmacm dereferences NULL).
+    pub fn reg_msgs(&self, mem: Buffer) -> Result<P::Mr, Error> {
         self.reg(mem, AccessFlags::LOCAL_WRITE)
     }
 
     /// `rdma_reg_read`: memory the peer may RDMA-read.
-    pub fn reg_read(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+    pub fn reg_read(&self, mem: Buffer) -> Result<P::Mr, Error> {
         self.reg(mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
     }
 
     /// `rdma_reg_write`: memory the peer may RDMA-write.
-    pub fn reg_write(&self, mem: &MemRegion<'_>) -> Result<P::Mr, Error> {
+    pub fn reg_write(&self, mem: Buffer) -> Result<P::Mr, Error> {
         self.reg(mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
     }
 
@@ -294,6 +301,9 @@ mod tests {
         }
         fn length(&self) -> u64 {
             0x100
+        }
+        fn buffer(&self) -> Option<&Buffer> {
+            None
         }
     }
 

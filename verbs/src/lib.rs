@@ -1,6 +1,8 @@
 //! The verbs API (libibverbs semantics with Rust types) and the provider trait that device
 //! drivers implement.
 //!
+//! * [`Buffer`] and [`DmaMemory`]: memory the device can reach, with an owner (a memory
+//!   region holds its buffer until deregistration succeeded) and race-free CPU accessors;
 //! * [`Provider`]: PD, MR, CQ (with completion channels), QP, SRQ, AH, post/poll, events — what
 //!   `ibv_*` offers, with owned objects and `Result`s;
 //! * attribute and work-request types with libibverbs' numeric values ([`WcStatus`],
@@ -23,8 +25,11 @@
 //! ```
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
 mod error;
 mod flags;
+mod mem;
 mod modify;
 mod provider;
 mod types;
@@ -32,6 +37,7 @@ mod wr;
 
 pub use error::{DestroyError, Error, PostError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
+pub use mem::{Buffer, DMA_PAGE_SIZE, DmaMemory};
 pub use modify::{TransitionParams, check_modify, transition_params};
 pub use provider::{CompletionQueue, MemoryRegion, Provider, QueuePair, SharedReceiveQueue};
 pub use types::{

@@ -2,6 +2,7 @@
 
 use crate::error::{DestroyError, Error, PostError};
 use crate::flags::{AccessFlags, QpAttrMask};
+use crate::mem::Buffer;
 use crate::types::{
     AhAttr, DeviceAttr, Gid, MemRegion, PortAttr, QpAttr, QpCap, QpInitAttr, QpState, QpType,
     SrqAttr,
@@ -18,6 +19,10 @@ pub trait MemoryRegion {
     fn addr(&self) -> u64;
     /// Length in bytes.
     fn length(&self) -> u64;
+    /// The memory it covers, when registered with [`Provider::reg_mr`] (`None` for a raw
+    /// registration): write into registered memory through it. The region holds this handle
+    /// until it is deregistered successfully.
+    fn buffer(&self) -> Option<&Buffer>;
 }
 
 /// A completion queue.
@@ -91,15 +96,40 @@ pub trait Provider {
     /// Frees a protection domain (`ibv_dealloc_pd`); EBUSY while objects use it.
     fn dealloc_pd(&self, pd: Self::Pd) -> Result<(), DestroyError<Self::Pd>>;
 
-    /// Registers memory (`ibv_reg_mr`), named by device address (see [`MemRegion`]). The
-    /// memory must stay allocated and mapped until [`dereg_mr`](Self::dereg_mr) returned.
-    fn reg_mr(
+    /// Allocates `len` bytes (not 0) of zeroed, page-aligned memory the device can reach, from
+    /// the device's own DMA allocator: the memory to register with [`reg_mr`](Self::reg_mr).
+    /// ENOMEM when none is left, EINVAL for a length of 0.
+    fn alloc_buf(&self, len: usize) -> Result<Buffer, Error>;
+
+    /// Registers memory (`ibv_reg_mr`): the window `mem` (use [`Buffer::slice`] to register a
+    /// part). The memory region holds the handle until [`dereg_mr`](Self::dereg_mr)
+    /// succeeded, and leaks it if it is dropped without that (so the memory is never freed
+    /// while the device may still use it). EINVAL for an empty window, for memory of a device
+    /// address space the device does not translate through ([`Buffer::address_space`]), or
+    /// for access flags the provider does not know.
+    fn reg_mr(&self, pd: &Self::Pd, mem: Buffer, access: AccessFlags) -> Result<Self::Mr, Error>;
+
+    /// Registers a raw range of device addresses (see [`MemRegion`]); the memory region holds
+    /// no [`Buffer`] ([`MemoryRegion::buffer`] is `None`).
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the memory the range names (in the device's address space) and keeps it
+    /// allocated, mapped for the device and otherwise unused (nothing else is given those
+    /// bytes) until [`dereg_mr`](Self::dereg_mr) of the region returned `Ok`, or forever if no
+    /// deregistration succeeds (a failed one, or a region dropped without one). CPU accesses to
+    /// the memory meanwhile race with the device's; they follow the rules of [`Buffer`]'s
+    /// accessors (atomic byte accesses, or plain copies that race with nothing).
+    unsafe fn reg_mr_raw(
         &self,
         pd: &Self::Pd,
         mem: &MemRegion<'_>,
         access: AccessFlags,
     ) -> Result<Self::Mr, Error>;
-    /// Deregisters memory (`ibv_dereg_mr`); after success the device no longer touches it.
+
+    /// Deregisters memory (`ibv_dereg_mr`); after success the device no longer touches it and
+    /// the region's [`Buffer`] handle is dropped. On failure, a region handed back in
+    /// [`DestroyError::object`] keeps its memory; one not handed back leaks it.
     fn dereg_mr(&self, mr: Self::Mr) -> Result<(), DestroyError<Self::Mr>>;
 
     /// Creates a completion channel (`ibv_create_comp_channel`).

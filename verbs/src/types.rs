@@ -182,15 +182,15 @@ pub struct AhAttr {
     pub dmac: [u8; 6],
 }
 
-/// Memory to register, by device address.
+/// A raw range of device addresses to register (`Provider::reg_mr_raw`, which is `unsafe`:
+/// safe code registers a [`Buffer`](crate::Buffer), which the memory region then owns).
 ///
 /// A process without a kernel has nothing to pin and translate a virtual address range: the
-/// memory an MR covers is memory the caller got from the platform's DMA allocator (a
-/// `nic_hal::DmaBuf`, or any region whose device addresses it knows). `addr` is the address
-/// SGEs and remote peers use for it (usually the buffer's IOVA); `pages` lists the device
-/// addresses of the 4 KiB pages covering `[addr, addr + length)`, the first being the page that
-/// holds `addr`. An empty `pages` means the range is device-contiguous at `addr` itself (what a
-/// `DmaBuf` is: register it with `addr = buf.iova()`).
+/// memory an MR covers is memory the caller got from the platform's DMA allocator. `addr` is
+/// the address SGEs and remote peers use for it (usually the buffer's IOVA); `pages` lists the
+/// device addresses of the 4 KiB pages covering `[addr, addr + length)`, the first being the
+/// page that holds `addr`. An empty `pages` means the range is device-contiguous at `addr`
+/// itself. [`Buffer::region`](crate::Buffer::region) describes a buffer this way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemRegion<'a> {
     /// First address covered, as work requests name it.

@@ -12,6 +12,43 @@
 //!
 //! and the named barriers of [`barrier`], which follow rdma-core's `udma_barrier.h`.
 //!
+//! # Aliasing model of DMA memory
+//!
+//! DMA memory is shared between the CPU (possibly several threads) and the device, which
+//! reads and writes it whenever it likes. Rust's rules make a plain access that races with
+//! another access undefined behaviour, and a Rust reference (`&[u8]`, `&mut [u8]`) to memory
+//! that changes underneath it is undefined behaviour too. So:
+//!
+//! 1. **No references.** Nobody forms a Rust reference to DMA memory (an allocator neither,
+//!    while a region is handed out). It is reached through raw pointers (`DmaBuf::va`,
+//!    `DmaRegion::va`) or through the accessors of [`DmaBuf`].
+//! 2. **Safe accessors are atomic bytes.** Every safe accessor of `DmaBuf` (`read`, `write`,
+//!    `fill`, `read_u8`, `write_be32`, ...) is bounds-checked and performs each byte access as
+//!    one relaxed `AtomicU8` load or store. Any number of threads and the device may race on
+//!    the same bytes: the races are between atomics of one size, which Rust defines, so safe
+//!    code cannot cause undefined behaviour through them (a multi-byte value read while
+//!    someone writes it may mix old and new bytes; ordering comes from ownership hand-overs,
+//!    barriers and locks, not from the accessors). They never use wider atomics, because
+//!    racing atomic accesses of different sizes are not defined.
+//! 3. **Fast copies are `unsafe`.** `DmaBuf::read_unsync` / `write_unsync` copy with
+//!    `memcpy`; their caller promises that nothing writes the range during a read and nothing
+//!    touches it during a write: no other thread, and no DMA in flight (the completion of the
+//!    operation that filled it was seen, and it was not handed to the device again).
+//!    `DmaBuf::atomic_u32` hands out a 32-bit atomic and is `unsafe` for the same reason: the
+//!    caller keeps CPU accesses of other sizes to that word from racing with it.
+//! 4. **Driver rings** (work queues, completion queues, doorbell records) are accessed by the
+//!    driver through raw pointers with volatile or atomic word accesses, by the one owner of
+//!    the queue (a QP is posted to through `&mut`, a CQ is polled under its lock), ordered
+//!    against the device with the [`barrier`]s; they are never exposed to users.
+//! 5. **Ownership.** A `DmaBuf` frees its region on drop; memory the device may still use
+//!    (a ring whose destroy command failed, memory registered with a key that was not
+//!    destroyed) is leaked instead (`core::mem::forget`), never freed.
+//!
+//! The device itself is not Rust code: its DMA is outside the language's model, like another
+//! process writing shared memory, and rules 1-3 make the CPU's side of it sound. (An
+//! in-process device model standing in for hardware reaches the memory through
+//! [`HeapDma::translate`]; it is test scaffolding that plays the device's part.)
+//!
 //! ```
 //! use std::sync::Arc;
 //! use nic_hal::{DmaAllocator, DmaBuf, HeapDma};

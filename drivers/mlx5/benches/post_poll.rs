@@ -19,7 +19,7 @@ use firmware_interface::cqe::{Cqe64, opcode as cop};
 use firmware_interface::wqe::opcode as wop;
 use firmware_interface::{Be16, Be32};
 use mlx5::fake::{FastPathRig, SinkDevice};
-use nic_hal::DmaBuf;
+use verbs::Buffer;
 use verbs::{Provider, RemoteOp, SendFlags, SendWr, Sge, WorkCompletion, WrOpcode};
 
 type Dev = SinkDevice;
@@ -29,7 +29,7 @@ struct Rig {
     dev: Dev,
     cq: mlx5::Cq,
     qp: mlx5::Qp,
-    _mem: DmaBuf,
+    _mem: Buffer,
     /// Device-side CQ producer position.
     pi: u32,
 }
@@ -78,10 +78,9 @@ impl Rig {
                 ..Cqe64::zeroed()
             };
             let idx = self.pi & ((1 << log) - 1);
-            self.cq
-                .buffer()
-                .write(idx as usize * 64, &c.to_bytes())
-                .unwrap();
+            // SAFETY: this thread is the only one polling the CQ, and it does not poll now.
+            let ring = unsafe { self.cq.buffer() };
+            ring.write(idx as usize * 64, &c.to_bytes()).unwrap();
             self.pi += 1;
         }
     }

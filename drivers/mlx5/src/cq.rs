@@ -235,13 +235,24 @@ impl Cq {
         self.core.uar
     }
 
-    /// The CQE ring.
-    pub fn buffer(&self) -> &DmaBuf {
+    /// The CQE ring (for tests that play the device).
+    ///
+    /// # Safety
+    ///
+    /// While the reference is used, no other thread polls or arms this CQ: the driver reads
+    /// the ring with plain (volatile) word accesses, which the buffer's accessors would race
+    /// with.
+    pub unsafe fn buffer(&self) -> &DmaBuf {
         &self.core.buf
     }
 
-    /// The doorbell record (`dbr::CQ_SET_CI`, `dbr::CQ_ARM`).
-    pub fn doorbell_record(&self) -> &DmaBuf {
+    /// The doorbell record (`dbr::CQ_SET_CI`, `dbr::CQ_ARM`; for tests that play the device).
+    ///
+    /// # Safety
+    ///
+    /// While the reference is used, no other thread polls or arms this CQ: the driver stores
+    /// the record's words as 32-bit atomics, which byte accesses must not race with.
+    pub unsafe fn doorbell_record(&self) -> &DmaBuf {
         &self.core.dbrec
     }
 

@@ -7,13 +7,38 @@ use firmware_interface::cqe::{self, Cqe64, ErrCqe, opcode as cop, syndrome as sy
 use firmware_interface::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg};
 use firmware_interface::{Be16, Be32, eqe};
 use verbs::{
-    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventType, Gid, MemRegion, PostError,
-    QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventType, Gid, PostError, QpAttr,
+    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::fake::*;
 use crate::*;
+
+/// The CQ's ring, for the test to play the device.
+pub(crate) fn cq_ring(cq: &Cq) -> &nic_hal::DmaBuf {
+    // SAFETY: the tests poll and arm each CQ from the thread that plays its device, never
+    // while they use this reference.
+    unsafe { cq.buffer() }
+}
+
+/// The CQ's doorbell record (see [`cq_ring`]).
+pub(crate) fn cq_rec(cq: &Cq) -> &nic_hal::DmaBuf {
+    // SAFETY: as in `cq_ring`.
+    unsafe { cq.doorbell_record() }
+}
+
+/// The SRQ's ring (see [`cq_ring`]).
+pub(crate) fn srq_ring(srq: &Srq) -> &nic_hal::DmaBuf {
+    // SAFETY: the tests post to each SRQ from the one thread that also reads its ring.
+    unsafe { srq.buffer() }
+}
+
+/// The SRQ's doorbell record (see [`srq_ring`]).
+pub(crate) fn srq_rec(srq: &Srq) -> &nic_hal::DmaBuf {
+    // SAFETY: as in `srq_ring`.
+    unsafe { srq.doorbell_record() }
+}
 
 // ------------------------------------------------------------------------------------------
 // The rig
@@ -106,8 +131,7 @@ impl Rig {
         let log = self.cq.log_size();
         let idx = self.pi & ((1 << log) - 1);
         c.op_own = (c.op_own & 0xfe) | ((self.pi >> log) & 1) as u8;
-        self.cq
-            .buffer()
+        cq_ring(&self.cq)
             .write(idx as usize * 64, &c.to_bytes())
             .unwrap();
         self.pi += 1;
@@ -930,7 +954,7 @@ fn owner_bit_over_several_passes_and_the_consumer_index_record() {
             }
             got += wc.len();
             // the record follows every batch
-            let ci = r.cq.doorbell_record().read_be32(0).unwrap();
+            let ci = cq_rec(&r.cq).read_be32(0).unwrap();
             assert_eq!(ci, r.cq.consumer_index() & 0xff_ffff);
         }
         assert_eq!(got, 16);
@@ -952,7 +976,7 @@ fn an_entry_of_the_wrong_pass_is_not_consumed() {
     assert!(r.poll(4).unwrap().is_empty());
     assert_eq!(r.cq.consumer_index(), 0);
     // no consumer-index update when nothing was polled
-    assert_eq!(r.cq.doorbell_record().read_be32(0).unwrap(), 0);
+    assert_eq!(cq_rec(&r.cq).read_be32(0).unwrap(), 0);
 }
 
 #[test]
@@ -1308,7 +1332,7 @@ fn cqe_of_a_queue_on_another_cq_is_refused() {
     );
     let qpn = qp.qpn();
     let c = resp(cop::RESP_SEND, qpn, 0, 1);
-    scq.buffer().write(0, &c.to_bytes()).unwrap();
+    cq_ring(&scq).write(0, &c.to_bytes()).unwrap();
     let e = scq.poll(&mut [WorkCompletion::default(); 1]).unwrap_err();
     assert_eq!(
         bad(e),
@@ -1318,7 +1342,7 @@ fn cqe_of_a_queue_on_another_cq_is_refused() {
         }
     );
     let c = req(qpn, 0, 0);
-    rcq.buffer().write(0, &c.to_bytes()).unwrap();
+    cq_ring(&rcq).write(0, &c.to_bytes()).unwrap();
     let e = rcq.poll(&mut [WorkCompletion::default(); 1]).unwrap_err();
     assert_eq!(
         bad(e),
@@ -1411,7 +1435,7 @@ fn arm_record_doorbell_and_completion_events() {
     let uar = cq.uar() as usize;
     b.fw().mmio.clear();
     dev.req_notify_cq(&cq, false).unwrap();
-    let v = cq.doorbell_record().read_be32(4).unwrap();
+    let v = cq_rec(&cq).read_be32(4).unwrap();
     assert_eq!(v, 0); // sn 0, REQ_NOT, ci 0
     let w = b.fw().mmio.clone();
     assert_eq!(w.len(), 1);
@@ -1434,7 +1458,7 @@ fn arm_record_doorbell_and_completion_events() {
 
     // re-arm for solicited only: sn 1, cmd 1 << 24, the current ci
     dev.req_notify_cq(&cq, true).unwrap();
-    let v = cq.doorbell_record().read_be32(4).unwrap();
+    let v = cq_rec(&cq).read_be32(4).unwrap();
     assert_eq!(v, (1 << 28) | (1 << 24));
     let w = b.fw().mmio.clone();
     assert_eq!(&w.last().unwrap().1[..4], &v.to_be_bytes());
@@ -1509,35 +1533,40 @@ fn provider_end_to_end_over_the_fake() {
     let b = bench();
     let dev = b.probe().unwrap();
     let pd = Provider::alloc_pd(&dev).unwrap();
-    let mem = nic_hal::DmaBuf::new(dev.dma(), 3 * 4096, 4096).unwrap();
+    let mem = Provider::alloc_buf(&dev, 3 * 4096).unwrap();
+    assert_eq!(mem.len(), 3 * 4096);
+    assert_eq!(mem.addr() % 4096, 0);
     let mr = dev
         .reg_mr(
             &pd,
-            &MemRegion {
-                addr: mem.iova() + 100,
-                length: 8192,
-                pages: &[],
-            },
+            mem.slice(100..100 + 8192).unwrap(),
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
-    assert_eq!((mr.addr(), mr.length()), (mem.iova() + 100, 8192));
+    assert_eq!((mr.addr(), mr.length()), (mem.addr() + 100, 8192));
     assert_eq!(mr.lkey(), mr.rkey());
+    // the MR holds (a window of) the memory: writes through it are the user's writes
+    let held = mr.buffer().unwrap();
+    assert!(held.same_memory(&mem));
+    held.write(0, b"via the mr").unwrap();
+    assert_eq!(&mem.read_array::<10>(100).unwrap(), b"via the mr");
     // the contiguous range became its three pages
     let inp = b.fw().inputs[&firmware_interface::opcode::CREATE_MKEY].clone();
-    assert_eq!(be64(&inp, 0x110), mem.iova());
-    assert_eq!(be64(&inp, 0x120), mem.iova() + 8192);
-    assert!(
-        dev.reg_mr(
-            &pd,
-            &MemRegion {
-                addr: 0,
-                length: 4096,
-                pages: &[]
-            },
-            AccessFlags::from_bits_retain(1 << 9)
-        )
-        .is_err()
+    assert_eq!(be64(&inp, 0x110), mem.addr());
+    assert_eq!(be64(&inp, 0x120), mem.addr() + 8192);
+    assert_eq!(
+        dev.reg_mr(&pd, mem.clone(), AccessFlags::from_bits_retain(1 << 9))
+            .unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    assert_eq!(
+        dev.reg_mr(&pd, mem.slice(5..5).unwrap(), AccessFlags::LOCAL_WRITE)
+            .unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    assert_eq!(
+        Provider::alloc_buf(&dev, 0).unwrap_err(),
+        verbs::Error::InvalidArgument
     );
 
     let mut ch = Provider::create_comp_channel(&dev).unwrap();
@@ -1676,7 +1705,7 @@ fn provider_end_to_end_over_the_fake() {
 
     // post and poll through the trait
     let sge = [Sge {
-        addr: mem.iova() + 100,
+        addr: mem.addr() + 100,
         length: 64,
         lkey: mr.lkey(),
     }];
@@ -1691,10 +1720,10 @@ fn provider_end_to_end_over_the_fake() {
     .unwrap();
     Provider::post_send(&dev, &mut qp, &[signaled(66, &sge)]).unwrap();
     let qpn = qp.qpn();
-    cq.buffer()
+    cq_ring(&cq)
         .write(0, &req(qpn, 0, wqe::opcode::SEND).to_bytes())
         .unwrap();
-    cq.buffer()
+    cq_ring(&cq)
         .write(64, &resp(cop::RESP_SEND, qpn, 0, 64).to_bytes())
         .unwrap();
     let mut wc = [WorkCompletion::default(); 4];
@@ -1722,6 +1751,102 @@ fn provider_end_to_end_over_the_fake() {
     Provider::destroy_comp_channel(&dev, ch).unwrap();
     Provider::dereg_mr(&dev, mr).unwrap();
     Provider::dealloc_pd(&dev, pd).unwrap();
+}
+
+#[test]
+fn registered_memory_outlives_a_failed_deregistration() {
+    use firmware_interface::{cmd_status, mbox_out, opcode};
+    use verbs::{MemoryRegion, Provider};
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let live = b.heap.live_buffers();
+    let mem = Provider::alloc_buf(&dev, 8192).unwrap();
+    let iova = mem.addr();
+    let mr = dev
+        .reg_mr(&pd, mem.clone(), AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    // the user lets go of its handle: the MR keeps the memory
+    drop(mem);
+    assert_eq!(b.heap.live_buffers(), live + 1);
+
+    // the firmware refuses DESTROY_MKEY: the MR comes back, with its memory
+    b.hook(on(
+        opcode::DESTROY_MKEY,
+        Reply::ok(out_with(16, |o| {
+            mbox_out::STATUS.set(o, cmd_status::BAD_RES_STATE as u32);
+        })),
+    ));
+    let e = Provider::dereg_mr(&dev, mr).unwrap_err();
+    assert_eq!(e.error, verbs::Error::InvalidArgument);
+    let mr = e.object.expect("a refused destroy hands the MR back");
+    assert_eq!(mr.buffer().unwrap().addr(), iova);
+    assert_eq!(b.heap.live_buffers(), live + 1);
+
+    // the command times out: the key may be live, the MR is gone, the memory is leaked
+    b.hook(on(
+        opcode::DESTROY_MKEY,
+        Reply {
+            hang: true,
+            ..Default::default()
+        },
+    ));
+    let e = Provider::dereg_mr(&dev, mr).unwrap_err();
+    assert_eq!(e.error, verbs::Error::TimedOut);
+    assert!(e.object.is_none());
+    drop(e);
+    // no handle is left anywhere, yet the block is still allocated (not freed, not reused)...
+    assert_eq!(b.heap.live_buffers(), live + 1);
+    let other = Provider::alloc_buf(&dev, 8192).unwrap();
+    assert_ne!(other.addr(), iova);
+    // ...so the device's late DMA through the key lands in memory nobody else owns
+    b.fw().write(iova + 4096, &[0xee; 64]);
+    assert_eq!(b.fw().read(iova + 4096, 64), vec![0xee; 64]);
+    assert_eq!(other.read_u8(0), Ok(0));
+}
+
+#[test]
+fn an_mr_dropped_without_deregistration_leaks_its_memory() {
+    use verbs::Provider;
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let live = b.heap.live_buffers();
+    let mem = Provider::alloc_buf(&dev, 4096).unwrap();
+    let mr = dev.reg_mr(&pd, mem, AccessFlags::LOCAL_WRITE).unwrap();
+    drop(mr);
+    assert_eq!(
+        b.heap.live_buffers(),
+        live + 1,
+        "the key is live: memory kept"
+    );
+
+    // deregistered: the memory goes with the last handle
+    let mem = Provider::alloc_buf(&dev, 4096).unwrap();
+    let mr = dev
+        .reg_mr(&pd, mem.clone(), AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    Provider::dereg_mr(&dev, mr).unwrap();
+    assert_eq!(b.heap.live_buffers(), live + 2);
+    drop(mem);
+    assert_eq!(b.heap.live_buffers(), live + 1);
+}
+
+#[test]
+fn memory_of_another_device_address_space_is_refused() {
+    use verbs::Provider;
+    let (b1, b2) = (bench(), bench());
+    let (d1, d2) = (b1.probe().unwrap(), b2.probe().unwrap());
+    let pd = Provider::alloc_pd(&d1).unwrap();
+    let foreign = Provider::alloc_buf(&d2, 4096).unwrap();
+    assert_eq!(
+        d1.reg_mr(&pd, foreign, AccessFlags::LOCAL_WRITE)
+            .unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    let own = Provider::alloc_buf(&d1, 4096).unwrap();
+    let mr = d1.reg_mr(&pd, own, AccessFlags::LOCAL_WRITE).unwrap();
+    Provider::dereg_mr(&d1, mr).unwrap();
 }
 
 #[test]
@@ -2264,7 +2389,7 @@ fn srq_ring_and_completions_by_wqe_index() {
         .unwrap();
     // 4 WQEs of 32 bytes (next segment + one data segment), linked 0 → 1 → 2 → 3 → 0
     // next_wqe_index: bytes 2..4 of the WQE (the high half of its first word)
-    let next_of = |srq: &Srq, i: usize| (srq.buffer().read_be32(i * 32).unwrap() & 0xffff) as u16;
+    let next_of = |srq: &Srq, i: usize| (srq_ring(srq).read_be32(i * 32).unwrap() & 0xffff) as u16;
     assert_eq!(
         (0..4).map(|i| next_of(&srq, i)).collect::<Vec<_>>(),
         [1, 2, 3, 0]
@@ -2319,11 +2444,11 @@ fn srq_ring_and_completions_by_wqe_index() {
         r.dev.post_srq_recv(&srq, &wrs),
         Err((Error::QueueFull, 3))
     ));
-    assert_eq!(srq.doorbell_record().read_be32(0).unwrap(), 3);
+    assert_eq!(srq_rec(&srq).read_be32(0).unwrap(), 3);
     assert_eq!(srq.outstanding(), 3);
     for i in 0..3 {
         let mut b = [0u8; 16];
-        srq.buffer().read(i * 32 + 16, &mut b).unwrap();
+        srq_ring(&srq).read(i * 32 + 16, &mut b).unwrap();
         let d = DataSeg::from_bytes(&b);
         assert_eq!(
             (d.byte_count.get(), d.lkey.get(), d.addr.get()),
@@ -2375,7 +2500,7 @@ fn srq_ring_and_completions_by_wqe_index() {
     assert_eq!(r.poll(4).unwrap()[0].wr_id, 102);
     // three free again: posted at 3, 1, 0 (the list's order)
     r.dev.post_srq_recv(&srq, &wrs[..3]).unwrap();
-    assert_eq!(srq.doorbell_record().read_be32(0).unwrap(), 6);
+    assert_eq!(srq_rec(&srq).read_be32(0).unwrap(), 6);
     r.cqe(resp(cop::RESP_SEND, qpn, 3, 1));
     r.cqe(resp(cop::RESP_SEND, qpn, 1, 1));
     r.cqe(resp(cop::RESP_SEND, qpn, 0, 1));

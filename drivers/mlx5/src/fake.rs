@@ -27,10 +27,10 @@ use firmware_interface::cmds::*;
 use firmware_interface::ctx::{cmd_hca_cap as cap, qpc, roce_cap};
 use firmware_interface::init_seg::{self, health};
 use firmware_interface::{Field, eqe, mbox_in, op_mod, opcode};
-use nic_hal::{DmaAllocator, DmaBuf, HeapDma, Platform, RegisterIo};
+use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, Sge,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
+    QpState, QpType, Sge,
 };
 
 use crate::{Config, Device, Error};
@@ -677,7 +677,9 @@ pub fn out_with(len: usize, f: impl FnOnce(&mut [u8])) -> Vec<u8> {
 #[derive(Clone)]
 pub struct SinkRegs {
     inner: FakeRegs,
-    sink: Arc<[u64; 512]>,
+    /// Where doorbells go: atomics, since clones of the registers (one per thread, say) share
+    /// it and a plain store through a shared pointer would be a data race.
+    sink: Arc<[AtomicU64; 512]>,
 }
 
 impl RegisterIo for SinkRegs {
@@ -692,10 +694,8 @@ impl RegisterIo for SinkRegs {
     #[inline]
     fn write64(&self, offset: usize, value: u64) {
         if offset >= 0x2000 {
-            let p = self.sink.as_ptr() as *mut u64;
-            // SAFETY: index masked into the 512-word sink, which lives as long as `self`; the
-            // store stands for an MMIO store and nothing reads the sink.
-            unsafe { p.add((offset / 8) & 511).write_volatile(value) };
+            // A relaxed atomic store is one plain store instruction, as an MMIO store costs.
+            self.sink[(offset / 8) & 511].store(value, Ordering::Relaxed);
         } else {
             self.inner.write64(offset, value)
         }
@@ -722,7 +722,7 @@ pub struct FastPathRig {
     /// Its PD.
     pub pd: crate::Pd,
     /// The registered memory.
-    pub mem: DmaBuf,
+    pub mem: verbs::Buffer,
     /// The registration of `mem` (local and remote write).
     pub mr: crate::Mr,
     /// The QP's send and receive CQ (256 entries).
@@ -737,7 +737,7 @@ impl FastPathRig {
         let b = bench();
         let regs = SinkRegs {
             inner: b.regs.clone(),
-            sink: Arc::new([0; 512]),
+            sink: Arc::new(core::array::from_fn(|_| AtomicU64::new(0))),
         };
         let heap: Arc<dyn DmaAllocator> = b.heap.clone();
         let config = Config {
@@ -746,15 +746,11 @@ impl FastPathRig {
         };
         let dev = SinkDevice::probe(regs, heap, b.clock.clone(), config).expect("probe");
         let pd = Provider::alloc_pd(&dev).unwrap();
-        let mem = DmaBuf::new(dev.dma(), 16 * 1024, 4096).unwrap();
+        let mem = Provider::alloc_buf(&dev, 16 * 1024).unwrap();
         let mr = dev
             .reg_mr(
                 &pd,
-                &MemRegion {
-                    addr: mem.iova(),
-                    length: 16 * 1024,
-                    pages: &[],
-                },
+                mem.clone(),
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             )
             .unwrap();
@@ -823,7 +819,7 @@ impl FastPathRig {
 
     /// 16 SGEs of 1 KiB over the registered region.
     pub fn sges(&self) -> [Sge; 16] {
-        let (base, lkey) = (self.mem.iova(), self.mr.lkey());
+        let (base, lkey) = (self.mem.addr(), self.mr.lkey());
         core::array::from_fn(|i| Sge {
             addr: base + i as u64 * 1024,
             length: 1024,

@@ -13,7 +13,8 @@
 //! addresses against the pages given, EQE ownership and types). A bad value is an
 //! [`Error::BadOutput`], never a panic or an out-of-bounds access. DMA memory the device may
 //! still use is never handed back to the allocator: an object dropped without its destroy
-//! command, or whose destroy failed, leaks its rings on purpose.
+//! command, or whose destroy failed, leaks its rings on purpose, and a memory region does the
+//! same with the [`verbs::Buffer`] it was registered over.
 //!
 //! Bring-up follows rdma-core's `mlx5_vfio.c` (spec §4.2): see [`Device::probe`]; teardown runs
 //! in reverse, see [`Device::shutdown`].
@@ -77,23 +78,22 @@
 //!
 //! ```
 //! use verbs::{
-//!     AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, Sge,
+//!     AccessFlags, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, Sge,
 //!     WorkCompletion,
 //! };
 //! let bench = mlx5::fake::bench(); // a fake device for the example
 //! let dev = bench.probe().unwrap();
 //! let pd = Provider::alloc_pd(&dev).unwrap();
-//! let buf = nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap();
-//! let mr = dev
-//!     .reg_mr(&pd, &MemRegion { addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE)
-//!     .unwrap();
+//! // DMA memory from the device's allocator; the MR holds it until deregistration succeeds
+//! let buf = dev.alloc_buf(4096).unwrap();
+//! let mr = dev.reg_mr(&pd, buf.clone(), AccessFlags::LOCAL_WRITE).unwrap();
 //! let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
 //! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
 //! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false };
 //! let (mut qp, actual) = Provider::create_qp(&dev, &pd, &init).unwrap();
 //! assert!(actual.max_send_wr >= 16);
 //! // Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first).
-//! let sge = [Sge { addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
+//! let sge = [Sge { addr: buf.addr(), length: 4096, lkey: mr.lkey() }];
 //! # use verbs::{QpAttr, QpAttrMask as M, QpState};
 //! # let a = QpAttr { qp_state: QpState::Init, port_num: 1, ..QpAttr::default() };
 //! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS).unwrap();

@@ -49,6 +49,48 @@ impl core::fmt::Debug for Shared {
     }
 }
 
+/// A user buffer ([`verbs::Buffer`]) over a [`DmaBuf`] from the device's allocator: what
+/// [`Provider::alloc_buf`](verbs::Provider::alloc_buf) returns.
+pub(crate) struct UserMem {
+    buf: DmaBuf,
+}
+
+impl UserMem {
+    /// Allocates `len` zeroed, page-aligned bytes from `dma`.
+    pub(crate) fn alloc(dma: &Arc<dyn DmaAllocator>, len: usize) -> Result<UserMem, Error> {
+        Ok(UserMem {
+            buf: DmaBuf::new(dma, len, 4096)?,
+        })
+    }
+}
+
+/// The device address space of memory from `dma`: the allocator object's address (it maps
+/// the memory for the device, so two devices reach the same bytes at the same addresses
+/// exactly when they share it).
+pub(crate) fn address_space(dma: &Arc<dyn DmaAllocator>) -> usize {
+    Arc::as_ptr(dma) as *const u8 as usize
+}
+
+// SAFETY: the DmaBuf owns `len` bytes at `va`, valid until it is dropped (which frees them,
+// on any thread: the allocator is Send + Sync); the allocator made them reachable by the
+// device at `iova..iova + len`, contiguously, in its own address space; no reference to
+// the memory is formed (the DmaBuf's accessors are atomic and `UserMem` uses none of them);
+// every method returns fixed values.
+unsafe impl verbs::DmaMemory for UserMem {
+    fn as_ptr(&self) -> *mut u8 {
+        self.buf.va()
+    }
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+    fn device_addr(&self) -> u64 {
+        self.buf.iova()
+    }
+    fn address_space(&self) -> usize {
+        address_space(self.buf.allocator())
+    }
+}
+
 /// Writes the BE64 address of each 4 KB page of `buf` into `out` from byte `at` (a PAS list,
 /// spec §5.0). Returns `false` if `out` is too short.
 pub(crate) fn write_pas(buf: &DmaBuf, out: &mut [u8], at: usize) -> bool {

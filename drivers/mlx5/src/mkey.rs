@@ -51,7 +51,7 @@ impl core::ops::BitOrAssign for MkeyAccess {
 }
 
 /// A memory key. The memory it maps belongs to the caller and must stay valid (and
-/// DMA-mapped) until [`Device::destroy_mkey`] returned.
+/// DMA-mapped) until [`Device::destroy_mkey`] returned `Ok`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mkey {
     index: u32,
@@ -117,7 +117,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Registers `len` bytes at I/O virtual address `iova` in PD `pd`, translated through
     /// `pages`: the device addresses of the 4 KB pages covering `[iova, iova + len)`, the first
     /// being the page that holds `iova` (MTT mode, `log_page_size` 12).
-    pub fn create_mkey(
+    ///
+    /// # Safety
+    ///
+    /// The pages are memory the caller owns, mapped for the device, and they stay allocated,
+    /// mapped and given to nobody else until [`destroy_mkey`](Self::destroy_mkey) of the key
+    /// returned `Ok` (forever if it never does): the device may read and write them through
+    /// the key until then. (The verbs provider's safe `reg_mr` keeps the memory's
+    /// [`verbs::Buffer`] for that long.)
+    pub unsafe fn create_mkey(
         &self,
         pd: u32,
         iova: u64,

@@ -3,7 +3,7 @@
 //! | verbs | mlx5 |
 //! |---|---|
 //! | `Pd` | [`Pd`] (ALLOC_PD) |
-//! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::MemRegion`]) |
+//! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::Buffer`] it holds, or of a raw [`verbs::MemRegion`]) |
 //! | `Cq` | [`Cq`] (64-byte CQEs, `2^n ≥ cqe + 1` entries) |
 //! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used; on an SRQ: no RQ) |
 //! | `Srq` | [`Srq`] (CREATE_SRQ: a linked ring of `2^n > max_wr` WQEs) |
@@ -23,9 +23,9 @@ use firmware_interface::ctx::{nic_vport_context, qpc, roce_addr_layout};
 use firmware_interface::{cmds::query_roce_address_out, opcode};
 use nic_hal::{Platform, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, AsyncEvent, CqEvent, DestroyError, DeviceAttr, Gid, LinkLayer, MemRegion,
-    PortAttr, PortState, PostError, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr,
-    SendWr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, Buffer, CqEvent, DestroyError, DeviceAttr, Gid, LinkLayer,
+    MemRegion, PortAttr, PortState, PostError, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType,
+    RecvWr, SendWr, WorkCompletion,
 };
 
 use crate::ah::{Ah, roce_udp_sport};
@@ -55,15 +55,30 @@ impl Pd {
 }
 
 /// A registered memory region.
+///
+/// It holds the [`Buffer`] it was registered over until [`dereg_mr`](verbs::Provider::dereg_mr)
+/// succeeded. Dropped any other way (never deregistered, or a failed deregistration that did
+/// not hand it back) it leaks the buffer: the device may still reach the memory through the
+/// key, so the memory must never be freed and reused.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Mr {
     mkey: Mkey,
+    mem: Option<Buffer>,
 }
 
 impl Mr {
     /// The memory key.
     pub fn mkey(&self) -> &Mkey {
         &self.mkey
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        if let Some(b) = self.mem.take() {
+            // The key may still be live in the device: keep the memory forever.
+            core::mem::forget(b);
+        }
     }
 }
 
@@ -79,6 +94,9 @@ impl verbs::MemoryRegion for Mr {
     }
     fn length(&self) -> u64 {
         self.mkey.len()
+    }
+    fn buffer(&self) -> Option<&Buffer> {
+        self.mem.as_ref()
     }
 }
 
@@ -409,7 +427,23 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         })
     }
 
-    fn reg_mr(
+    fn alloc_buf(&self, len: usize) -> Result<Buffer, verbs::Error> {
+        Ok(Buffer::new(crate::mem::UserMem::alloc(self.dma(), len)?))
+    }
+
+    fn reg_mr(&self, pd: &Pd, mem: Buffer, access: AccessFlags) -> Result<Mr, verbs::Error> {
+        if mem.address_space() != crate::mem::address_space(self.dma()) {
+            return Err(verbs::Error::InvalidArgument);
+        }
+        // SAFETY: the Mr holds `mem` until `dereg_mr` succeeded, and leaks it otherwise (its
+        // Drop), so the memory stays allocated and mapped (`DmaMemory`'s contract) for as
+        // long as the key may be live; it is in this device's address space (checked above).
+        let mut mr = unsafe { self.reg_mr_raw(pd, &mem.region(), access)? };
+        mr.mem = Some(mem);
+        Ok(mr)
+    }
+
+    unsafe fn reg_mr_raw(
         &self,
         pd: &Pd,
         mem: &MemRegion<'_>,
@@ -442,15 +476,26 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         } else {
             mem.pages
         };
-        let mkey = self.create_mkey(pd.pdn, mem.addr, mem.length, a, pages)?;
-        Ok(Mr { mkey })
+        // SAFETY: the caller's contract (`reg_mr_raw`'s) is `create_mkey`'s: the memory stays
+        // valid until `dereg_mr` (= `destroy_mkey`) succeeded.
+        let mkey = unsafe { self.create_mkey(pd.pdn, mem.addr, mem.length, a, pages)? };
+        Ok(Mr { mkey, mem: None })
     }
 
-    fn dereg_mr(&self, mr: Mr) -> Result<(), DestroyError<Mr>> {
-        self.destroy_mkey(mr.mkey).map_err(|e| {
-            let keep = !crate::device_may_hold(&e);
-            destroy_err(e, keep.then_some(mr))
-        })
+    fn dereg_mr(&self, mut mr: Mr) -> Result<(), DestroyError<Mr>> {
+        match self.destroy_mkey(mr.mkey) {
+            Ok(()) => {
+                // The device no longer reaches the memory: its handle may go.
+                drop(mr.mem.take());
+                Ok(())
+            }
+            Err(e) => {
+                // Handed back: the Mr keeps its memory. Not handed back: dropping it leaks the
+                // memory (`Mr`'s Drop).
+                let keep = !crate::device_may_hold(&e);
+                Err(destroy_err(e, keep.then_some(mr)))
+            }
+        }
     }
 
     fn create_comp_channel(&self) -> Result<CompChannel, verbs::Error> {

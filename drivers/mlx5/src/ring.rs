@@ -280,8 +280,13 @@ impl DbRec {
     ///
     /// The DbRec must not be used after `buf` is freed (as for [`Ring::new`]).
     pub(crate) unsafe fn new(buf: &DmaBuf) -> Option<DbRec> {
-        buf.atomic_u32(4).ok()?;
-        let w0 = buf.atomic_u32(0).ok()?;
+        // SAFETY: the record's words are touched by the CPU only through the DbRec (32-bit
+        // atomics) or, by code holding the queue exclusively (`&mut`), through the buffer's
+        // accessors, which then race with no DbRec access.
+        let w0 = unsafe {
+            buf.atomic_u32(4).ok()?;
+            buf.atomic_u32(0).ok()?
+        };
         Some(DbRec {
             words: NonNull::from(w0),
         })

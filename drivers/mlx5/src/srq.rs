@@ -150,13 +150,25 @@ impl Srq {
     }
 
     /// The WQE ring (`2^n` WQEs of a power-of-two stride, each a next segment and data
-    /// segments).
-    pub fn buffer(&self) -> &nic_hal::DmaBuf {
+    /// segments; for tests that play the device).
+    ///
+    /// # Safety
+    ///
+    /// While the reference is used, no other thread posts to this SRQ or polls a CQ of a QP
+    /// attached to it: the driver writes and reads the ring with plain (volatile) accesses,
+    /// which the buffer's accessors would race with.
+    pub unsafe fn buffer(&self) -> &nic_hal::DmaBuf {
         &self.core.buf
     }
 
-    /// The doorbell record (word 0: work requests posted, 16 bits).
-    pub fn doorbell_record(&self) -> &nic_hal::DmaBuf {
+    /// The doorbell record (word 0: work requests posted, 16 bits; for tests that play the
+    /// device).
+    ///
+    /// # Safety
+    ///
+    /// While the reference is used, no other thread posts to this SRQ: the driver stores the
+    /// record's words as 32-bit atomics, which byte accesses must not race with.
+    pub unsafe fn doorbell_record(&self) -> &nic_hal::DmaBuf {
         &self.core.dbrec
     }
 

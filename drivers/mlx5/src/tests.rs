@@ -7,6 +7,7 @@ use firmware_interface::ctx::{cmd_hca_cap as cap, qpc};
 use firmware_interface::{Field, eqe, mbox_in, op_mod, opcode};
 use nic_hal::Platform;
 
+use crate::dp_tests::{cq_rec, cq_ring};
 use crate::fake::*;
 use crate::*;
 
@@ -764,7 +765,7 @@ fn cq_buffers_are_initialised_and_described() {
     let cq = dev.create_cq(7, dev.driver_eqn().unwrap()).unwrap();
     assert_eq!(cq.entries(), 128);
     for i in 0..128 {
-        assert_eq!(cq.buffer().read_u8(i * 64 + 63).unwrap(), 0xf0);
+        assert_eq!(cq_ring(&cq).read_u8(i * 64 + 63).unwrap(), 0xf0);
     }
     let inp = b.fw().inputs[&opcode::CREATE_CQ].clone();
     let ctx = create_cq_in::CQ_CONTEXT.byte_off();
@@ -772,13 +773,10 @@ fn cq_buffers_are_initialised_and_described() {
     assert_eq!(cqc::LOG_CQ_SIZE.at(ctx).get(&inp), 7);
     assert_eq!(cqc::UAR_PAGE.at(ctx).get(&inp), dev.driver_uar().unwrap());
     assert_eq!(cqc::C_EQN_OR_APU_ELEMENT.at(ctx).get(&inp), cq.eqn());
-    assert_eq!(
-        cqc::DBR_ADDR.at(ctx).get64(&inp),
-        cq.doorbell_record().iova()
-    );
+    assert_eq!(cqc::DBR_ADDR.at(ctx).get64(&inp), cq_rec(&cq).iova());
     assert_eq!(inp.len(), 0x110 + 2 * 8);
-    assert_eq!(be64(&inp, 0x110), cq.buffer().iova());
-    assert_eq!(be64(&inp, 0x118), cq.buffer().iova() + 4096);
+    assert_eq!(be64(&inp, 0x110), cq_ring(&cq).iova());
+    assert_eq!(be64(&inp, 0x118), cq_ring(&cq).iova() + 4096);
     assert_eq!(dev.create_cq(17, 0).unwrap_err(), Error::InvalidArgument);
     dev.destroy_cq(cq).unwrap();
 }
@@ -790,9 +788,10 @@ fn mkey_key_is_index_and_variant() {
     let pd = dev.driver_pd().unwrap();
     let pages = [0x10_0000u64, 0x20_0000, 0x30_0000];
     let access = MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE | MkeyAccess::REMOTE_READ;
-    let mk = dev
-        .create_mkey(pd, 0x7000_0800, 8192, access, &pages)
-        .unwrap();
+    // (Every create_mkey here: the fake device never reads or writes memory through memory
+    // keys, so the made-up page addresses are never dereferenced.)
+    // SAFETY: as just said.
+    let mk = unsafe { dev.create_mkey(pd, 0x7000_0800, 8192, access, &pages) }.unwrap();
     assert_eq!(mk.key() >> 8, mk.index());
     let inp = b.fw().inputs[&opcode::CREATE_MKEY].clone();
     use firmware_interface::ctx::mkc;
@@ -810,9 +809,8 @@ fn mkey_key_is_index_and_variant() {
     assert_eq!(mkc::A.at(c).get(&inp), 0);
     assert_eq!(inp.len(), 0x110 + 4 * 8);
     assert_eq!(be64(&inp, 0x120), 0x30_0000);
-    let mk2 = dev
-        .create_mkey(pd, 0, 4096, MkeyAccess::LOCAL_READ, &pages[..1])
-        .unwrap();
+    // SAFETY: as above.
+    let mk2 = unsafe { dev.create_mkey(pd, 0, 4096, MkeyAccess::LOCAL_READ, &pages[..1]) }.unwrap();
     assert_ne!(mk.key() & 0xff, mk2.key() & 0xff);
     // variant 0 is never used: index 1 | variant 0 would be 0x100, the scatter terminator
     assert_ne!(mk.key() & 0xff, 0);
@@ -820,15 +818,18 @@ fn mkey_key_is_index_and_variant() {
 
     // three pages are needed for 8 KB starting mid-page
     assert_eq!(
-        dev.create_mkey(pd, 0x800, 8192, access, &pages[..2]),
+        // SAFETY: as above.
+        unsafe { dev.create_mkey(pd, 0x800, 8192, access, &pages[..2]) },
         Err(Error::InvalidArgument)
     );
     assert_eq!(
-        dev.create_mkey(pd, 0, 4096, MkeyAccess::REMOTE_WRITE, &pages[..1]),
+        // SAFETY: as above.
+        unsafe { dev.create_mkey(pd, 0, 4096, MkeyAccess::REMOTE_WRITE, &pages[..1]) },
         Err(Error::InvalidArgument)
     );
     assert_eq!(
-        dev.create_mkey(pd, 0, 4096, access, &[0x1234]),
+        // SAFETY: as above.
+        unsafe { dev.create_mkey(pd, 0, 4096, access, &[0x1234]) },
         Err(Error::InvalidArgument)
     );
     dev.destroy_mkey(mk).unwrap();

@@ -12,11 +12,10 @@ use firmware_interface::cqe::{Cqe64, opcode as cop};
 use firmware_interface::wqe::opcode as wop;
 use firmware_interface::{Be16, Be32};
 use mlx5::fake::{Clock, FakeRegs, bench, test_config};
-use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
+use nic_hal::{DmaAllocator, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcStatus,
-    WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 
 thread_local! {
@@ -101,8 +100,9 @@ impl CqWriter {
     fn put(&mut self, cq: &mlx5::Cq, mut c: Cqe64) {
         let idx = self.pi & ((1 << self.log) - 1);
         c.op_own |= ((self.pi >> self.log) & 1) as u8;
-        cq.buffer()
-            .write(idx as usize * 64, &c.to_bytes())
+        // SAFETY: the test polls the CQ from this thread only, and not during this write.
+        let ring = unsafe { cq.buffer() };
+        ring.write(idx as usize * 64, &c.to_bytes())
             .expect("CQE write");
         self.pi += 1;
     }
@@ -131,15 +131,11 @@ fn post_send_post_recv_poll_cq_do_not_allocate() {
         .expect("probe");
 
     let pd = Provider::alloc_pd(&dev).unwrap();
-    let mem = DmaBuf::new(dev.dma(), 64 * 1024, 4096).unwrap();
+    let mem = Provider::alloc_buf(&dev, 64 * 1024).unwrap();
     let mr = dev
         .reg_mr(
             &pd,
-            &MemRegion {
-                addr: mem.iova(),
-                length: 64 * 1024,
-                pages: &[],
-            },
+            mem.clone(),
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
@@ -210,7 +206,7 @@ fn post_send_post_recv_poll_cq_do_not_allocate() {
     let qpn = qp.qpn();
     let lkey = mr.lkey();
     let sge: [Sge; 16] = std::array::from_fn(|i| Sge {
-        addr: mem.iova() + i as u64 * 1024,
+        addr: mem.addr() + i as u64 * 1024,
         length: 1024,
         lkey,
     });
@@ -219,7 +215,7 @@ fn post_send_post_recv_poll_cq_do_not_allocate() {
         opcode: WrOpcode::RdmaWrite,
         sg_list: std::slice::from_ref(&sge[i]),
         remote: RemoteOp::Rdma {
-            remote_addr: mem.iova(),
+            remote_addr: mem.addr(),
             rkey: mr.rkey(),
         },
         ..SendWr::default()

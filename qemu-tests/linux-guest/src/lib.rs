@@ -15,11 +15,9 @@
 //! Every mismatch is an error naming the first differing byte. Both ends return a
 //! [`Report`] of what they checked.
 
-use std::sync::Arc;
-
 use cm::{AddrInfo, Cm, CmId, ConnParam, QpInitAttr, RaiFlags, getaddrinfo};
-use nic_hal::{DmaAllocator, DmaBuf, Platform};
-use verbs::{MemRegion, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
+use nic_hal::Platform;
+use verbs::{Buffer, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
 
 /// Bytes of a message buffer (one SEND / receive).
 pub const MSG_LEN: usize = 512;
@@ -190,32 +188,28 @@ pub fn qp_attr<C, S>() -> QpInitAttr<C, S> {
 }
 
 /// A memory registration call (`CmId::reg_read` and friends).
-type RegFn<'a, M> = &'a dyn Fn(&MemRegion<'_>) -> Result<M, cm::Error>;
+type RegFn<'a, M> = &'a dyn Fn(Buffer) -> Result<M, cm::Error>;
 
 /// DMA memory and its registration (freed with [`Buf::free`]).
 struct Buf<M> {
-    mem: DmaBuf,
+    mem: Buffer,
     mr: M,
     extra: Option<M>,
 }
 
 impl<M: MemoryRegion> Buf<M> {
-    fn new(
-        dma: &Arc<dyn DmaAllocator>,
+    fn new<P: Provider<Mr = M>>(
+        id: &CmId<P>,
         len: usize,
-        reg: impl Fn(&MemRegion<'_>) -> Result<M, cm::Error>,
+        reg: impl Fn(Buffer) -> Result<M, cm::Error>,
         second: Option<RegFn<'_, M>>,
     ) -> Result<Buf<M>, String> {
-        let mem = DmaBuf::new(dma, len, 4096)
-            .map_err(|e| format!("DMA allocation of {len} bytes: {e:?}"))?;
-        let region = MemRegion {
-            addr: mem.iova(),
-            length: len as u64,
-            pages: &[],
-        };
-        let mr = reg(&region).map_err(|e| format!("reg_mr: {e}"))?;
+        let mem = id
+            .alloc_buf(len)
+            .map_err(|e| format!("DMA allocation of {len} bytes: {e}"))?;
+        let mr = reg(mem.clone()).map_err(|e| format!("reg_mr: {e}"))?;
         let extra = match second {
-            Some(r) => Some(r(&region).map_err(|e| format!("reg_mr: {e}"))?),
+            Some(r) => Some(r(mem.clone()).map_err(|e| format!("reg_mr: {e}"))?),
             None => None,
         };
         Ok(Buf { mem, mr, extra })
@@ -339,18 +333,14 @@ pub fn client_ep<P: Provider>(
 
 /// The server end: takes one connection request from `listen`, accepts it, runs the
 /// exchange, disconnects and destroys the connection's id.
-pub fn serve<P: Provider>(
-    listen: &CmId<P>,
-    dma: &Arc<dyn DmaAllocator>,
-    ex: &Exchange,
-) -> Result<Report, String> {
+pub fn serve<P: Provider>(listen: &CmId<P>, ex: &Exchange) -> Result<Report, String> {
     let conn = listen
         .get_request()
         .map_err(|e| format!("get_request: {e}"))?;
     let r = (|| {
-        let recv = Buf::new(dma, MSG_LEN, |m| conn.reg_msgs(m), None)?;
-        let send = Buf::new(dma, MSG_LEN, |m| conn.reg_msgs(m), None)?;
-        let rdma = Buf::new(dma, ex.rdma_len, |m| conn.reg_msgs(m), None)?;
+        let recv = Buf::new(&conn, MSG_LEN, |m| conn.reg_msgs(m), None)?;
+        let send = Buf::new(&conn, MSG_LEN, |m| conn.reg_msgs(m), None)?;
+        let rdma = Buf::new(&conn, ex.rdma_len, |m| conn.reg_msgs(m), None)?;
         let r = (|| {
             conn.post_recv(1, recv.mr.addr(), MSG_LEN as u32, &recv.mr)
                 .map_err(|e| format!("post_recv: {e}"))?;
@@ -425,15 +415,11 @@ fn serve_loop<P: Provider>(
 
 /// The client end: connects `id`, runs the exchange, disconnects. The id stays for the
 /// caller to destroy.
-pub fn run_client<P: Provider>(
-    id: &CmId<P>,
-    dma: &Arc<dyn DmaAllocator>,
-    ex: &Exchange,
-) -> Result<Report, String> {
-    let recv = Buf::new(dma, MSG_LEN, |m| id.reg_msgs(m), None)?;
-    let send = Buf::new(dma, MSG_LEN, |m| id.reg_msgs(m), None)?;
-    let wr = |m: &MemRegion<'_>| id.reg_write(m);
-    let rdma = Buf::new(dma, ex.rdma_len, |m| id.reg_read(m), Some(&wr))?;
+pub fn run_client<P: Provider>(id: &CmId<P>, ex: &Exchange) -> Result<Report, String> {
+    let recv = Buf::new(id, MSG_LEN, |m| id.reg_msgs(m), None)?;
+    let send = Buf::new(id, MSG_LEN, |m| id.reg_msgs(m), None)?;
+    let wr = |m: Buffer| id.reg_write(m);
+    let rdma = Buf::new(id, ex.rdma_len, |m| id.reg_read(m), Some(&wr))?;
     let r = (|| {
         id.post_recv(1, recv.mr.addr(), MSG_LEN as u32, &recv.mr)
             .map_err(|e| format!("post_recv: {e}"))?;

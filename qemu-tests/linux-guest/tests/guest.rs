@@ -427,9 +427,8 @@ fn guest_against_a_host_peer_on_the_udp_fabric_both_ways() {
             ..CmConfig::default()
         },
     );
-    let dma = nic.allocator();
     let devid = cm
-        .add_device(dev, dma.clone(), mac)
+        .add_device(dev, mac)
         .map_err(|(e, _)| e)
         .expect("add_device");
     cm.add_neighbor(guest_ip, Neighbor { mac: EMU_MAC });
@@ -439,7 +438,7 @@ fn guest_against_a_host_peer_on_the_udp_fabric_both_ways() {
     let qemu_done = AtomicBool::new(false);
     let (served, connected, log) = std::thread::scope(|s| {
         let host = s.spawn(|| {
-            let served = serve(&l, &dma, &ex);
+            let served = serve(&l, &ex);
             let connected = if wait_for_line(
                 &shm.log,
                 &format!("server: listening on {guest_ip}:{port}"),
@@ -448,7 +447,7 @@ fn guest_against_a_host_peer_on_the_udp_fabric_both_ways() {
             ) {
                 let id = client_ep(&cm, &host_ip.to_string(), &guest_ip.to_string(), port)
                     .expect("client endpoint");
-                let r = run_client(&id, &dma, &ex);
+                let r = run_client(&id, &ex);
                 id.destroy_ep();
                 r
             } else {

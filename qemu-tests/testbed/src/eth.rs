@@ -184,7 +184,7 @@ impl EthNic {
         };
         let dma = driver.dma().clone();
         let cm = Cm::new(clock, cfg);
-        let dev_id = match cm.add_device(driver, dma.clone(), mac) {
+        let dev_id = match cm.add_device(driver, mac) {
             Ok(id) => id,
             Err((e, driver)) => {
                 let _ = driver.shutdown();

@@ -22,7 +22,7 @@ fn server_and_client_in_one_thread() {
     let ch = s.cm.create_event_channel().unwrap();
     client.migrate_id(Some(&ch)).unwrap();
     assert!(!client.is_sync());
-    let cbuf = buf(&s.client, &client, 4096);
+    let cbuf = buf(&client, 4096);
     client
         .post_recv(1, cbuf.addr() + 2048, 16, &cbuf.mr)
         .unwrap();
@@ -59,7 +59,7 @@ fn server_and_client_in_one_thread() {
         "a QP from the listener's saved attributes"
     );
 
-    let sbuf = buf(&s.server, &conn, 4096);
+    let sbuf = buf(&conn, 4096);
     conn.post_recv(7, sbuf.addr(), 16, &sbuf.mr).unwrap();
     conn.accept(None).expect("accept");
 

@@ -95,3 +95,61 @@ fn cm_mads_travel_on_qp1() {
     drop((conn, client, listen, ch));
     s.teardown();
 }
+
+/// Removing a device destroys its QP1; when the device refuses that, the QP may still hold
+/// receives posted into the MAD slots (and sends reading them), so the slots stay allocated
+/// (a late DMA into them lands in memory nobody else was given) instead of going back to
+/// the allocator. When the destroy succeeds, they are freed.
+#[test]
+fn a_failed_qp1_destroy_leaks_the_mad_slots() {
+    use cm::{Cm, CmConfig};
+    use nic_emulator::{FailCommand, Profile};
+    use nic_testbed::World;
+    // 7 + 2 slots of 512 bytes: a length no other buffer of the driver has
+    const SLOTS_LEN: usize = 9 * 512;
+    for fail in [false, true] {
+        let world = World::new(43);
+        let tb = world.nic(SERVER.parse().unwrap(), Profile::default());
+        let cm = Cm::new(
+            tb.platform(),
+            CmConfig {
+                mad_recv_slots: 7,
+                mad_send_slots: 2,
+                ..cfg()
+            },
+        );
+        let (dev, mac) = probe(&tb);
+        let id = cm.add_device(dev, mac).map_err(|(e, _)| e).unwrap();
+        let slots = || -> Vec<(u64, usize)> {
+            let all = tb.dma.regions();
+            all.into_iter().filter(|&(_, l)| l == SLOTS_LEN).collect()
+        };
+        let before = slots();
+        assert_eq!(before.len(), 1, "one slot buffer");
+        if fail {
+            tb.device().faults().fail_command = Some(FailCommand {
+                opcode: opcode::DESTROY_QP,
+                status: cmd_status::BAD_RES_STATE,
+                syndrome: 0x42,
+                times: Some(1),
+            });
+        }
+        let dev = cm.remove_device(id).unwrap();
+        let after = slots();
+        if fail {
+            assert_eq!(after, before, "the slots are kept");
+            let (iova, len) = after[0];
+            assert!(
+                tb.dma.translate(iova, len).is_some(),
+                "still mapped: the device's late DMA lands in them"
+            );
+            // another allocation does not get them
+            let fresh = Provider::alloc_buf(&dev, SLOTS_LEN).unwrap();
+            assert_ne!(fresh.addr(), iova);
+            assert_eq!(slots().len(), 2);
+        } else {
+            assert!(after.is_empty(), "freed: {after:?}");
+            dev.shutdown().unwrap();
+        }
+    }
+}

@@ -19,7 +19,7 @@ fn server_and_client_in_two_threads() {
     std::thread::scope(|sc| {
         let server = sc.spawn(|| {
             let conn = listen.get_request().expect("get_request");
-            let sbuf = buf(&s.server, &conn, 4096);
+            let sbuf = buf(&conn, 4096);
             conn.post_recv(7, sbuf.addr(), 16, &sbuf.mr).unwrap();
             conn.accept(None).expect("accept");
             let wc = conn.get_recv_comp().unwrap();
@@ -42,7 +42,7 @@ fn server_and_client_in_two_threads() {
             conn.destroy_ep();
         });
 
-        let cbuf = buf(&s.client, &client, 4096);
+        let cbuf = buf(&client, 4096);
         client
             .post_recv(1, cbuf.addr() + 2048, 16, &cbuf.mr)
             .unwrap();

@@ -63,7 +63,7 @@ fn sidr_resolves_the_service_and_a_datagram_follows() {
     };
     assert_eq!(ud.private_data.len(), 180);
     assert_eq!(&ud.private_data[..8], b"ud hello");
-    let rbuf = buf(&s.server, &conn, 4096);
+    let rbuf = buf(&conn, 4096);
     conn.post_recv(5, rbuf.addr(), 40 + 64, &rbuf.mr).unwrap();
     conn.accept(Some(&ConnParam {
         private_data: b"welcome",
@@ -85,7 +85,7 @@ fn sidr_resolves_the_service_and_a_datagram_follows() {
         .with_verbs(|v| Provider::create_ah(v.provider, v.pd.unwrap(), &ud.ah_attr))
         .unwrap()
         .unwrap();
-    let sbuf = buf(&s.client, &client, 4096);
+    let sbuf = buf(&client, 4096);
     sbuf.mem.write(0, b"a datagram!").unwrap();
     client
         .post_ud_send(

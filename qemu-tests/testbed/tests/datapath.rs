@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use mlx5::{Ah, Cq, Mr, Pd, Qp};
 use nic_emulator::Profile;
-use nic_hal::DmaBuf;
 use nic_testbed::{EmuDevice, Testbed, World};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// One NIC's driver and the objects a test needs.
@@ -22,7 +21,7 @@ struct Node {
     dev: EmuDevice,
     pd: Pd,
     cq: Cq,
-    mem: DmaBuf,
+    mem: Buffer,
     mr: Mr,
     gid: Gid,
     mac: [u8; 6],
@@ -37,15 +36,11 @@ fn node(tb: Testbed, config: mlx5::Config) -> Node {
     dev.set_roce_gid(0, gid.0, mac).unwrap();
     let pd = Provider::alloc_pd(&dev).unwrap();
     let cq = Provider::create_cq(&dev, 255, 1, None).unwrap();
-    let mem = DmaBuf::new(dev.dma(), MEM, 4096).unwrap();
+    let mem = Provider::alloc_buf(&dev, MEM).unwrap();
     let mr = dev
         .reg_mr(
             &pd,
-            &MemRegion {
-                addr: mem.iova(),
-                length: MEM as u64,
-                pages: &[],
-            },
+            mem.clone(),
             AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -90,7 +85,7 @@ impl Node {
 
     fn sge(&self, off: u64, len: u32) -> Sge {
         Sge {
-            addr: self.mem.iova() + off,
+            addr: self.mem.addr() + off,
             length: len,
             lkey: self.mr.lkey(),
         }
@@ -259,7 +254,7 @@ fn rc_loopback_send_write_read_atomics() {
         &[
             SendWr {
                 remote: RemoteOp::Rdma {
-                    remote_addr: n.mem.iova() + 12288,
+                    remote_addr: n.mem.addr() + 12288,
                     rkey: n.mr.rkey(),
                 },
                 ..wr(1, WrOpcode::RdmaWrite, &wsg)
@@ -267,7 +262,7 @@ fn rc_loopback_send_write_read_atomics() {
             SendWr {
                 flags: SendFlags::SIGNALED,
                 remote: RemoteOp::Rdma {
-                    remote_addr: n.mem.iova() + 12288,
+                    remote_addr: n.mem.addr() + 12288,
                     rkey: n.mr.rkey(),
                 },
                 ..wr(2, WrOpcode::RdmaRead, &dsg)
@@ -290,7 +285,7 @@ fn rc_loopback_send_write_read_atomics() {
     n.write(20480, &5u64.to_be_bytes());
     let r1 = [n.sge(24576, 8)];
     let r2 = [n.sge(24584, 8)];
-    let target = n.mem.iova() + 20480;
+    let target = n.mem.addr() + 20480;
     Provider::post_send(
         &n.dev,
         &mut a,
@@ -370,7 +365,7 @@ fn rc_loopback_send_write_read_atomics() {
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
             inline_data: &payload,
             remote: RemoteOp::Rdma {
-                remote_addr: n.mem.iova() + 32768,
+                remote_addr: n.mem.addr() + 32768,
                 rkey: n.mr.rkey(),
             },
             ..wr(6, WrOpcode::RdmaWrite, &[])
@@ -407,7 +402,7 @@ fn rc_errors_complete_with_status_and_flush() {
     let bad = SendWr {
         flags: SendFlags::SIGNALED,
         remote: RemoteOp::Rdma {
-            remote_addr: n.mem.iova(),
+            remote_addr: n.mem.addr(),
             rkey: n.mr.rkey() ^ 0x7700,
         },
         ..wr(1, WrOpcode::RdmaWrite, &sg)
@@ -607,7 +602,7 @@ fn completion_channel_events() {
         &mut a,
         &[SendWr {
             remote: RemoteOp::Rdma {
-                remote_addr: n.mem.iova() + 64,
+                remote_addr: n.mem.addr() + 64,
                 rkey: n.mr.rkey(),
             },
             ..wr(1, WrOpcode::RdmaWrite, &sg)
@@ -633,7 +628,7 @@ fn completion_channel_events() {
         &mut a,
         &[SendWr {
             remote: RemoteOp::Rdma {
-                remote_addr: n.mem.iova() + 64,
+                remote_addr: n.mem.addr() + 64,
                 rkey: n.mr.rkey(),
             },
             ..wr(2, WrOpcode::RdmaWrite, &sg)
@@ -660,7 +655,7 @@ fn teardown_releases_everything() {
         &mut a,
         &[SendWr {
             remote: RemoteOp::Rdma {
-                remote_addr: n.mem.iova() + 64,
+                remote_addr: n.mem.addr() + 64,
                 rkey: n.mr.rkey(),
             },
             ..wr(1, WrOpcode::RdmaWrite, &sg)

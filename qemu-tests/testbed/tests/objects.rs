@@ -22,12 +22,12 @@ fn objects_live_and_die_with_their_commands() {
     let rcq = dev.create_cq(6, eqn).unwrap();
     assert_ne!(scq.cqn(), rcq.cqn());
 
-    let mem = DmaBuf::new(dev.dma(), 3 * 4096, 4096).unwrap();
+    // Freed by hand below, only once the key is destroyed (a failing test leaks it).
+    let mem = std::mem::ManuallyDrop::new(DmaBuf::new(dev.dma(), 3 * 4096, 4096).unwrap());
     let pages: Vec<u64> = (0..3).map(|i| mem.iova() + i * 4096).collect();
     let access = MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE | MkeyAccess::REMOTE_READ;
-    let mr = dev
-        .create_mkey(pd, mem.iova(), 3 * 4096, access, &pages)
-        .unwrap();
+    // SAFETY: `mem` is freed only after `destroy_mkey` succeeded.
+    let mr = unsafe { dev.create_mkey(pd, mem.iova(), 3 * 4096, access, &pages) }.unwrap();
     assert_eq!(mr.key() >> 8, mr.index());
     assert_eq!(mr.lkey(), mr.rkey());
 
@@ -82,7 +82,7 @@ fn objects_live_and_die_with_their_commands() {
     dev.dealloc_uar(uar).unwrap();
     dev.dealloc_pd(pd).unwrap();
     assert_eq!(tb.live(), base);
-    drop(mem);
+    drop(std::mem::ManuallyDrop::into_inner(mem));
     dev.shutdown().unwrap();
     assert_eq!(tb.live(), Live::default());
     assert_eq!(tb.dma.live_buffers(), 0);

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use mlx5::{Ah, Mr, Qp};
 use verbs::{
-    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, MemRegion, MemoryRegion, Provider,
-    QpState, QpType, RemoteOp, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, MemoryRegion, Provider, QpState, QpType,
+    RemoteOp, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
 
 const MEM: usize = 256 * 1024;
@@ -42,17 +42,7 @@ fn fresh(a: &Node, b: &Node, b_access: AccessFlags) -> (Qp, Qp) {
 
 /// Registers an MR on `pd` over `[off, off + len)` of its buffer with `access`.
 fn sub_mr(n: &Node, pd: &mlx5::Pd, off: usize, len: usize, access: AccessFlags) -> Mr {
-    Provider::reg_mr(
-        &n.dev,
-        pd,
-        &MemRegion {
-            addr: n.addr(off),
-            length: len as u64,
-            pages: &[],
-        },
-        access,
-    )
-    .unwrap()
+    Provider::reg_mr(&n.dev, pd, n.mem.slice(off..off + len).unwrap(), access).unwrap()
 }
 
 /// Posts on A: a signalled good SEND, the `bad` request (signalled), then an unsignalled RDMA

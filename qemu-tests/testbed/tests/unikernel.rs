@@ -40,9 +40,9 @@ use std::time::{Duration, Instant};
 
 use cm::{AddrInfo, Cm, CmConfig, ConnParam, Neighbor, getaddrinfo};
 use nic_emulator::host::SharedMapping;
-use nic_hal::{DmaAllocator, DmaBuf, DmaError, DmaRegion, MmioBar};
+use nic_hal::{DmaAllocator, DmaError, DmaRegion, MmioBar};
 use nic_testbed::udp::{RealTime, UdpNic};
-use verbs::{Gid, MemRegion, MemoryRegion, SendFlags, WcOpcode, WcStatus};
+use verbs::{Gid, MemoryRegion, SendFlags, WcOpcode, WcStatus};
 
 /// Guest RAM (MiB).
 const RAM_MB: u64 = 128;
@@ -694,7 +694,6 @@ fn unikernel_server_with_a_host_client() {
     let mac = dev.mac().unwrap();
     dev.set_roce_gid(0, Gid::from_ipv4(host_ip.octets()).0, mac)
         .unwrap();
-    let dma = dev.dma().clone();
     let cm = Cm::new(
         nic.platform(),
         CmConfig {
@@ -702,10 +701,7 @@ fn unikernel_server_with_a_host_client() {
             ..CmConfig::default()
         },
     );
-    let devid = cm
-        .add_device(dev, dma.clone(), mac)
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let devid = cm.add_device(dev, mac).map_err(|(e, _)| e).unwrap();
     let guest_mac = nic_emulator::Profile::default().mac;
     cm.add_neighbor(guest_ip, Neighbor { mac: guest_mac });
 
@@ -771,13 +767,11 @@ fn unikernel_server_with_a_host_client() {
             let (waddr, wkey, raddr, rkey, len) =
                 (u64at(0), u32at(8), u64at(12), u32at(20), u32at(24) as usize);
             assert_eq!(len, 16384);
-            let mem = DmaBuf::new(&dma, 2 * len + 64, 4096).unwrap();
+            let mem = id
+                .alloc_buf(2 * len + 64)
+                .map_err(|e| format!("alloc_buf: {e}"))?;
             let mr = id
-                .reg_msgs(&MemRegion {
-                    addr: mem.iova(),
-                    length: (2 * len + 64) as u64,
-                    pages: &[],
-                })
+                .reg_msgs(mem.clone())
                 .map_err(|e| format!("reg_msgs: {e}"))?;
             let base = mr.addr();
             // READ the guest's buffer

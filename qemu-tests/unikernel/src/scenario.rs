@@ -31,7 +31,7 @@ use cm::{
 };
 use firmware_interface::pci as fpci;
 use nic_hal::{DmaAllocator, DmaBuf, MmioBar};
-use verbs::{Gid, MemRegion, MemoryRegion, QpCap, SendFlags, WcOpcode, WcStatus};
+use verbs::{Buffer, Gid, MemoryRegion, QpCap, SendFlags, WcOpcode, WcStatus};
 
 use crate::bootinfo::{self, BootInfo, E820_RAM};
 use crate::hal::{PhysDma, TscClock, calibrate_tsc};
@@ -318,7 +318,7 @@ fn stack(env: &Env, wait_s: u64) -> Result<(Cm<Dev>, cm::DeviceId), String> {
         },
     );
     let id = cm
-        .add_device(dev, env.dma_dyn(), mac)
+        .add_device(dev, mac)
         .map_err(|(e, _)| format!("add_device: {e}"))?;
     Ok((cm, id))
 }
@@ -357,23 +357,19 @@ macro_rules! qp_attr {
 
 /// Registered DMA memory.
 struct Buf {
-    mem: DmaBuf,
+    mem: Buffer,
     mr: mlx5::Mr,
 }
 
 impl Buf {
+    /// `len` bytes of `id`'s device's memory, registered by `reg`.
     fn new(
-        env: &Env,
+        id: &Id,
         len: usize,
-        reg: impl FnOnce(&MemRegion<'_>) -> Result<mlx5::Mr, cm::Error>,
+        reg: impl FnOnce(Buffer) -> Result<mlx5::Mr, cm::Error>,
     ) -> Result<Buf, String> {
-        let mem = DmaBuf::new(&env.dma_dyn(), len, 4096).map_err(|e| format!("dma: {e:?}"))?;
-        let mr = reg(&MemRegion {
-            addr: mem.iova(),
-            length: len as u64,
-            pages: &[],
-        })
-        .map_err(|e| format!("reg_mr: {e}"))?;
+        let mem = id.alloc_buf(len).map_err(|e| format!("dma: {e}"))?;
+        let mr = reg(mem.clone()).map_err(|e| format!("reg_mr: {e}"))?;
         Ok(Buf { mem, mr })
     }
 
@@ -494,10 +490,10 @@ fn loopback(env: &Env) -> Result<(), String> {
     let conn = listen
         .get_request()
         .map_err(|e| format!("get_request: {e}"))?;
-    let srecv = Buf::new(env, SEND_LEN, |m| conn.reg_msgs(m))?;
-    let swrite = Buf::new(env, RDMA_LEN, |m| conn.reg_write(m))?;
-    let sread = Buf::new(env, RDMA_LEN, |m| conn.reg_read(m))?;
-    let cbuf = Buf::new(env, SEND_LEN + 2 * RDMA_LEN, |m| client.reg_msgs(m))?;
+    let srecv = Buf::new(&conn, SEND_LEN, |m| conn.reg_msgs(m))?;
+    let swrite = Buf::new(&conn, RDMA_LEN, |m| conn.reg_write(m))?;
+    let sread = Buf::new(&conn, RDMA_LEN, |m| conn.reg_read(m))?;
+    let cbuf = Buf::new(&client, SEND_LEN + 2 * RDMA_LEN, |m| client.reg_msgs(m))?;
     let sread_data = pattern(3, RDMA_LEN);
     sread.write(0, &sread_data)?;
     conn.post_recv(1, srecv.addr(), SEND_LEN as u32, &srecv.mr)
@@ -624,9 +620,9 @@ fn server(env: &Env) -> Result<(), String> {
         .get_request()
         .map_err(|e| format!("get_request: {e}"))?;
     kprintln!("UK: connect request from {:?}", conn.dst_addr());
-    let note = Buf::new(env, SEND_LEN, |m| conn.reg_msgs(m))?;
-    let wbuf = Buf::new(env, RDMA_LEN, |m| conn.reg_write(m))?;
-    let rbuf = Buf::new(env, RDMA_LEN, |m| conn.reg_read(m))?;
+    let note = Buf::new(&conn, SEND_LEN, |m| conn.reg_msgs(m))?;
+    let wbuf = Buf::new(&conn, RDMA_LEN, |m| conn.reg_write(m))?;
+    let rbuf = Buf::new(&conn, RDMA_LEN, |m| conn.reg_read(m))?;
     rbuf.write(0, &pattern(5, RDMA_LEN))?;
     conn.post_recv(1, note.addr(), SEND_LEN as u32, &note.mr)
         .map_err(|e| format!("post_recv: {e}"))?;

@@ -211,9 +211,11 @@ pub fn measure<E: Port, P: Pace, A: Peer<E>>(
 /// Compares the first `used` DST slots of `c` with the peer's SRC slots its READs fetched.
 fn verify_reads<E: Port>(c: &E, size: usize, used: usize) -> std::result::Result<(), String> {
     for slot in 0..used {
-        let got = c
-            .read(c.dst_off(slot, size), size)
-            .map_err(|e| e.to_string())?;
+        // SAFETY: called once every READ posted completed (the loop above waited for all of
+        // them): the device wrote the DST slots and is done with them, the peer does not write
+        // them in a READ test, and nothing is posted while this runs.
+        let got =
+            unsafe { c.read_completed(c.dst_off(slot, size), size) }.map_err(|e| e.to_string())?;
         compare(
             &got,
             &c.peer_pattern(size, slot),

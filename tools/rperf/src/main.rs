@@ -240,7 +240,7 @@ impl Exec for Embedded {
                 qpn: Some(e.qpn()),
                 psn: Some(e.psn),
                 rkey: e.mr.rkey(),
-                vaddr: e.buf.mem.iova(),
+                vaddr: e.buf.mem.addr(),
                 gid: e.gid,
             };
             let bi = BannerInfo {

@@ -5,7 +5,6 @@
 //! [`crate::serve`](mod@crate::serve) are generic over both, so each is written once and compiled per mode
 //! (no dynamic dispatch in the hot loops).
 
-use nic_hal::DmaBuf;
 use verbs::{RemoteOp, SendFlags, SendWr, Sge, WorkCompletion, WrOpcode};
 
 use crate::setup::{Error, Result, slot_pattern};
@@ -76,7 +75,7 @@ impl Request {
 /// One end's registered buffer `[SRC | DST | ...]`, what SRC holds, and the peer's buffer.
 pub struct Buffer {
     /// The memory.
-    pub mem: DmaBuf,
+    pub mem: verbs::Buffer,
     /// Its lkey.
     pub lkey: u32,
     /// Its rkey.
@@ -94,7 +93,7 @@ pub struct Buffer {
 impl Buffer {
     /// `mem`, registered with `lkey` and `rkey`, with `region` bytes of SRC; the pattern seed
     /// `who`; the peer not known yet.
-    pub fn new(mem: DmaBuf, lkey: u32, rkey: u32, region: usize, who: u8) -> Buffer {
+    pub fn new(mem: verbs::Buffer, lkey: u32, rkey: u32, region: usize, who: u8) -> Buffer {
         Buffer {
             mem,
             lkey,
@@ -112,7 +111,7 @@ impl Buffer {
     /// What the peer needs to target this buffer.
     pub fn as_peer(&self) -> PeerBuf {
         PeerBuf {
-            addr: self.mem.iova(),
+            addr: self.mem.addr(),
             rkey: self.rkey,
             region: self.region,
             who: self.who,
@@ -122,7 +121,7 @@ impl Buffer {
     /// An SGE over `len` bytes at buffer offset `off`.
     pub fn sge(&self, off: usize, len: usize) -> Sge {
         Sge {
-            addr: self.mem.iova() + off as u64,
+            addr: self.mem.addr() + off as u64,
             length: len as u32,
             lkey: self.lkey,
         }
@@ -232,6 +231,24 @@ pub trait Port {
             what: "read the buffer",
             err,
         })
+    }
+
+    /// Reads `len` bytes at buffer offset `off` with a plain copy (fast; for checking data
+    /// after the transfers that wrote it).
+    ///
+    /// # Safety
+    ///
+    /// Nothing writes the range meanwhile: the completions of every operation that can write
+    /// it (receives, READs, the peer's WRITEs, as the exchange orders them) were seen, so the
+    /// device is done with it, and none is posted again before this returns.
+    unsafe fn read_completed(&self, off: usize, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0; len];
+        // SAFETY: the caller's contract is `read_unsync`'s.
+        unsafe { self.buf().mem.read_unsync(off, &mut v) }.map_err(|err| Error::Dma {
+            what: "read the buffer",
+            err,
+        })?;
+        Ok(v)
     }
 
     /// Reads `len` bytes at buffer offset `off`.

@@ -27,11 +27,11 @@ use cm::{
     getaddrinfo,
 };
 use nic_emulator::Profile;
-use nic_hal::{DmaAllocator, DmaBuf, RegisterIo};
+use nic_hal::{DmaAllocator, RegisterIo};
 use nic_testbed::{RealTime, UdpNic};
 use verbs::{
-    AccessFlags, Gid, MemRegion, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode,
-    WorkCompletion, WrOpcode,
+    AccessFlags, Gid, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::bw::{self, BwConfig, BwRun};
@@ -104,8 +104,6 @@ pub type RtDevice<R> = mlx5::Device<R, RealTime>;
 pub struct Local<R: RegisterIo> {
     /// The manager (which owns the device).
     pub cm: Cm<RtDevice<R>>,
-    /// The device's DMA memory.
-    pub dma: Arc<dyn DmaAllocator>,
     /// Firmware version, for the banner.
     pub fw: (u16, u16, u16),
     /// The port's active MTU in bytes.
@@ -117,7 +115,7 @@ pub struct Local<R: RegisterIo> {
 impl<R: RegisterIo + 'static> Local<R> {
     /// Probes `regs`/`dma` as an mlx5 device with address `ip`, adds it to a new manager.
     pub fn new(regs: R, dma: Arc<dyn DmaAllocator>, ip: Ipv4Addr, net: &Net) -> Result<Self> {
-        let dev = mlx5::Device::probe(regs, dma.clone(), RealTime::new(), mlx5::Config::default())
+        let dev = mlx5::Device::probe(regs, dma, RealTime::new(), mlx5::Config::default())
             .map_err(|err| Error::Driver {
                 what: "probe the NIC",
                 err,
@@ -147,7 +145,7 @@ impl<R: RegisterIo + 'static> Local<R> {
                 ..CmConfig::default()
             },
         );
-        cm.add_device(dev, dma.clone(), mac)
+        cm.add_device(dev, mac)
             .map_err(|(e, _)| cm_err("add the device to the CM")(e))?;
         let [a, b, c, _] = ip.octets();
         for h in 1..=254 {
@@ -156,13 +154,7 @@ impl<R: RegisterIo + 'static> Local<R> {
                 cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
             }
         }
-        Ok(Local {
-            cm,
-            dma,
-            fw,
-            mtu,
-            ip,
-        })
+        Ok(Local { cm, fw, mtu, ip })
     }
 }
 
@@ -356,23 +348,18 @@ pub struct Conn<P: Provider> {
 
 impl<P: Provider> Conn<P> {
     /// Allocates and registers the buffer on the id's PD.
-    fn new(id: CmId<P>, dma: &Arc<dyn DmaAllocator>, region: usize, who: u8) -> Result<Self> {
-        let mem = DmaBuf::new(dma, 2 * region + CTRL, 4096).map_err(|err| Error::Dma {
-            what: "allocate the buffer",
-            err,
-        })?;
+    fn new(id: CmId<P>, region: usize, who: u8) -> Result<Self> {
+        let mem = id
+            .with_verbs(|v| v.provider.alloc_buf(2 * region + CTRL))
+            .map_err(cm_err("allocate the buffer"))?
+            .map_err(|err| Error::Dma {
+                what: "allocate the buffer",
+                err,
+            })?;
         let mr = id
             .with_verbs(|v| {
                 let pd = v.pd.ok_or(verbs::Error::InvalidArgument)?;
-                v.provider.reg_mr(
-                    pd,
-                    &MemRegion {
-                        addr: mem.iova(),
-                        length: mem.len() as u64,
-                        pages: &[],
-                    },
-                    ALL_ACCESS,
-                )
+                v.provider.reg_mr(pd, mem.clone(), ALL_ACCESS)
             })
             .map_err(cm_err("reg_mr"))?
             .map_err(|err| Error::Verbs {
@@ -606,7 +593,7 @@ pub fn client<R: RegisterIo + 'static>(
         .cm
         .create_ep(&res, None, Some(&mut attr))
         .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
-    let mut c = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
+    let mut c = Conn::new(id, region, local.ip.octets()[3])?;
     let use_inline = test.inline_at(cfg.inline, size);
     let req = Req {
         test,
@@ -617,7 +604,7 @@ pub fn client<R: RegisterIo + 'static>(
         tx_depth: cfg.tx_depth,
         rx_depth: cfg.rx_depth,
         region: region as u32,
-        addr: c.buf.mem.iova(),
+        addr: c.buf.mem.addr(),
         rkey: c.buf.rkey,
         inline: cfg.inline,
     }
@@ -669,7 +656,7 @@ pub fn client<R: RegisterIo + 'static>(
             who: rep.who,
         };
         on_connected(&Addresses {
-            local: (c.id.qp_num().unwrap_or(0), c.buf.rkey, c.buf.mem.iova()),
+            local: (c.id.qp_num().unwrap_or(0), c.buf.rkey, c.buf.mem.addr()),
             remote: (rep.rkey, rep.addr),
         })?;
         let mut far = Far {
@@ -875,7 +862,7 @@ pub fn serve_one<R: RegisterIo + 'static>(
         reject_with(&id, "the server cannot create a QP of this size");
         return Err(cm_err("create_qp")(e).into());
     }
-    let mut s = Conn::new(id, &local.dma, region, local.ip.octets()[3])?;
+    let mut s = Conn::new(id, region, local.ip.octets()[3])?;
     s.buf.peer = PeerBuf {
         addr: req.addr,
         rkey: req.rkey,
@@ -897,7 +884,7 @@ pub fn serve_one<R: RegisterIo + 'static>(
         }
         let rep = Rep {
             who: s.buf.who,
-            addr: s.buf.mem.iova(),
+            addr: s.buf.mem.addr(),
             rkey: s.buf.rkey,
             region: region as u32,
         }

@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 
 use mlx5::{Cq, Mr, Pd, Qp};
 use nic_emulator::{Live, Profile};
-use nic_hal::{DmaBuf, DmaError};
 use nic_testbed::{EmuDevice, Testbed, World};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, PostError, Provider, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask as M,
+    QpCap, QpInitAttr, QpType, RecvWr, Sge, WcStatus, WorkCompletion,
 };
 
 use crate::cli::Test;
@@ -67,7 +66,7 @@ pub enum Error {
         /// The operation.
         what: &'static str,
         /// The error.
-        err: DmaError,
+        err: verbs::Error,
     },
     /// A work completion with an error status, or one that is not what was posted.
     Completion {
@@ -117,10 +116,6 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 fn verbs_err(what: &'static str) -> impl FnOnce(verbs::Error) -> Error {
     move |err| Error::Verbs { what, err }
-}
-
-fn dma_err(what: &'static str) -> impl FnOnce(DmaError) -> Error {
-    move |err| Error::Dma { what, err }
 }
 
 /// The error of a refused post.
@@ -200,18 +195,12 @@ impl End {
         let pd = Provider::alloc_pd(&dev).map_err(verbs_err("alloc_pd"))?;
         let cqe = (cfg.sq + cfg.rq + 16).next_power_of_two();
         let cq = Provider::create_cq(&dev, cqe, 0, None).map_err(verbs_err("create_cq"))?;
-        let mem = DmaBuf::new(dev.dma(), 2 * region, 4096).map_err(dma_err("allocate buffer"))?;
-        let mr = Provider::reg_mr(
-            &dev,
-            &pd,
-            &MemRegion {
-                addr: mem.iova(),
-                length: mem.len() as u64,
-                pages: &[],
-            },
-            ALL_ACCESS,
-        )
-        .map_err(verbs_err("reg_mr"))?;
+        let mem = Provider::alloc_buf(&dev, 2 * region).map_err(|err| Error::Dma {
+            what: "allocate buffer",
+            err,
+        })?;
+        let mr =
+            Provider::reg_mr(&dev, &pd, mem.clone(), ALL_ACCESS).map_err(verbs_err("reg_mr"))?;
         let want = QpCap {
             max_send_wr: cfg.sq,
             max_recv_wr: cfg.rq,

@@ -44,15 +44,14 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cm::{AddrInfo, Cm, CmConfig, CmId, Neighbor, QpInitAttr, RaiFlags, getaddrinfo};
 use nic_emulator::Profile;
 use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
-use nic_hal::{DmaAllocator, DmaBuf, Platform, RegisterIo};
+use nic_hal::{Platform, RegisterIo};
 use nic_testbed::{EmuDevice, EthNic, UdpDevice, UdpNic, World};
-use verbs::{Gid, MemRegion, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
+use verbs::{Buffer, Gid, MemoryRegion, Provider, QpCap, SendFlags, WcOpcode, WcStatus};
 
 /// The devices rping runs on: the mlx5 driver over any register backend and platform.
 trait Dev: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq, Srq = mlx5::Srq> {}
@@ -394,23 +393,18 @@ fn decode_info(m: &[u8; INFO_LEN]) -> (u64, u32, u32) {
 
 /// Memory on one NIC plus its registration.
 struct Buf {
-    mem: DmaBuf,
+    mem: Buffer,
     mr: mlx5::Mr,
 }
 
 impl Buf {
-    fn new(
-        dma: &Arc<dyn DmaAllocator>,
+    fn new<P: Dev>(
+        id: &CmId<P>,
         len: usize,
-        reg: impl FnOnce(&MemRegion<'_>) -> Result<mlx5::Mr, cm::Error>,
+        reg: impl FnOnce(Buffer) -> Result<mlx5::Mr, cm::Error>,
     ) -> Result<Buf, String> {
-        let mem = DmaBuf::new(dma, len, 4096).map_err(|e| format!("dma alloc: {e:?}"))?;
-        let mr = reg(&MemRegion {
-            addr: mem.iova(),
-            length: len as u64,
-            pages: &[],
-        })
-        .map_err(|e| format!("reg_mr: {e:?}"))?;
+        let mem = id.alloc_buf(len).map_err(|e| format!("dma alloc: {e:?}"))?;
+        let mr = reg(mem.clone()).map_err(|e| format!("reg_mr: {e:?}"))?;
         Ok(Buf { mem, mr })
     }
 
@@ -626,18 +620,14 @@ fn server_pings<P: Dev>(
 
 /// The server thread: get_request, buffers, accept, pings until the client disconnects,
 /// disconnect.
-fn server<P: Dev>(
-    listen: &CmId<P>,
-    dma: &Arc<dyn DmaAllocator>,
-    o: &Options,
-) -> Result<Served, String> {
+fn server<P: Dev>(listen: &CmId<P>, o: &Options) -> Result<Served, String> {
     let conn = listen
         .get_request()
         .map_err(|e| format!("server: get_request: {e:?}"))?;
     let r = (|| {
-        let recv = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
-        let send = Buf::new(dma, INFO_LEN, |m| conn.reg_msgs(m))?;
-        let rdma = Buf::new(dma, RPING_BUFSIZE, |m| conn.reg_msgs(m))?;
+        let recv = Buf::new(&conn, INFO_LEN, |m| conn.reg_msgs(m))?;
+        let send = Buf::new(&conn, INFO_LEN, |m| conn.reg_msgs(m))?;
+        let rdma = Buf::new(&conn, RPING_BUFSIZE, |m| conn.reg_msgs(m))?;
         let mut accepted = false;
         let r = (|| {
             conn.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
@@ -727,15 +717,11 @@ fn client_pings<P: Dev>(
 }
 
 /// The client thread: buffers, connect, pings, disconnect.
-fn client<P: Dev>(
-    id: &CmId<P>,
-    dma: &Arc<dyn DmaAllocator>,
-    o: &Options,
-) -> Result<Pinged, String> {
-    let recv = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
-    let send = Buf::new(dma, INFO_LEN, |m| id.reg_msgs(m))?;
-    let start = Buf::new(dma, o.size, |m| id.reg_read(m))?;
-    let sink = Buf::new(dma, o.size, |m| id.reg_write(m))?;
+fn client<P: Dev>(id: &CmId<P>, o: &Options) -> Result<Pinged, String> {
+    let recv = Buf::new(id, INFO_LEN, |m| id.reg_msgs(m))?;
+    let send = Buf::new(id, INFO_LEN, |m| id.reg_msgs(m))?;
+    let start = Buf::new(id, o.size, |m| id.reg_read(m))?;
+    let sink = Buf::new(id, o.size, |m| id.reg_write(m))?;
     let r = (|| {
         id.post_recv(1, recv.addr(), INFO_LEN as u32, &recv.mr)
             .map_err(|e| format!("client: post_recv: {e:?}"))?;
@@ -752,7 +738,7 @@ fn client<P: Dev>(
 }
 
 /// One emulated NIC probed, given its RoCE GID and added to the connection manager.
-fn add_nic(cm: &Cm<EmuDevice>, tb: &nic_testbed::Testbed) -> Result<Arc<dyn DmaAllocator>, String> {
+fn add_nic(cm: &Cm<EmuDevice>, tb: &nic_testbed::Testbed) -> Result<(), String> {
     let dev = tb
         .probe(mlx5::Config::default())
         .map_err(|e| format!("probe: {e:?}"))?;
@@ -764,14 +750,13 @@ fn add_device<R: RegisterIo, Pl: Platform>(
     cm: &Cm<mlx5::Device<R, Pl>>,
     dev: mlx5::Device<R, Pl>,
     ip: Ipv4Addr,
-) -> Result<Arc<dyn DmaAllocator>, String> {
+) -> Result<(), String> {
     let mac = dev.mac().map_err(|e| format!("mac: {e:?}"))?;
     dev.set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
         .map_err(|e| format!("set gid: {e:?}"))?;
-    let dma = dev.dma().clone();
-    cm.add_device(dev, dma.clone(), mac)
+    cm.add_device(dev, mac)
         .map_err(|(e, _)| format!("add_device: {e:?}"))?;
-    Ok(dma)
+    Ok(())
 }
 
 /// Embedded mode: both ends in this process.
@@ -787,8 +772,8 @@ fn embedded(o: &Options) -> Result<Pinged, String> {
             ..CmConfig::default()
         },
     );
-    let cdma = add_nic(&cm, &ctb)?;
-    let sdma = add_nic(&cm, &stb)?;
+    add_nic(&cm, &ctb)?;
+    add_nic(&cm, &stb)?;
     let port = o.port.to_string();
 
     let passive = AddrInfo {
@@ -820,8 +805,8 @@ fn embedded(o: &Options) -> Result<Pinged, String> {
             .create_ep(&res, None, Some(&mut a))
             .map_err(|e| format!("client: create_ep: {e:?}"))?;
         let r = std::thread::scope(|sc| {
-            let srv = sc.spawn(|| server(&listen, &sdma, o));
-            let c = client(&id, &cdma, o);
+            let srv = sc.spawn(|| server(&listen, o));
+            let c = client(&id, o);
             let s = srv
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
@@ -866,7 +851,6 @@ fn cm_config(o: &Options) -> CmConfig {
 /// connection manager whose neighbour table knows the NICs of `ip`'s /24.
 struct UdpEnd {
     cm: Cm<UdpDevice>,
-    dma: Arc<dyn DmaAllocator>,
     // Last: the poller stops after the manager's objects are gone.
     _nic: UdpNic,
 }
@@ -885,7 +869,7 @@ fn udp_end(ip: Ipv4Addr, fabric_port: u16, o: &Options) -> Result<UdpEnd, String
     let dev = nic
         .probe(mlx5::Config::default())
         .map_err(|e| format!("probe: {e:?}"))?;
-    let dma = add_device(&cm, dev, ip)?;
+    add_device(&cm, dev, ip)?;
     let [a, b, c, _] = ip.octets();
     for h in 1..=254 {
         let n = Ipv4Addr::new(a, b, c, h);
@@ -893,7 +877,7 @@ fn udp_end(ip: Ipv4Addr, fabric_port: u16, o: &Options) -> Result<UdpEnd, String
             cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
         }
     }
-    Ok(UdpEnd { cm, dma, _nic: nic })
+    Ok(UdpEnd { cm, _nic: nic })
 }
 
 /// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire.
@@ -923,12 +907,7 @@ fn where_(o: &Options, ip: Ipv4Addr) -> String {
 }
 
 /// Listens on the NIC at `ip` of `cm` and serves one connection.
-fn serve_on<P: Dev>(
-    cm: &Cm<P>,
-    dma: &Arc<dyn DmaAllocator>,
-    ip: Ipv4Addr,
-    o: &Options,
-) -> Result<Served, String> {
+fn serve_on<P: Dev>(cm: &Cm<P>, ip: Ipv4Addr, o: &Options) -> Result<Served, String> {
     let passive = AddrInfo {
         ai_flags: RaiFlags::PASSIVE,
         ..AddrInfo::default()
@@ -948,7 +927,7 @@ fn serve_on<P: Dev>(
         .map_err(|e| format!("server: listen: {e:?}"))
         .and_then(|()| {
             eprintln!("rping: server: listening on {}", where_(o, ip));
-            server(&listen, dma, o)
+            server(&listen, o)
         });
     listen.destroy_ep();
     r
@@ -957,7 +936,6 @@ fn serve_on<P: Dev>(
 /// Connects from the NIC at `src` of `cm` to the server at `dst` and pings.
 fn connect_on<P: Dev>(
     cm: &Cm<P>,
-    dma: &Arc<dyn DmaAllocator>,
     src: Ipv4Addr,
     dst: Ipv4Addr,
     o: &Options,
@@ -976,7 +954,7 @@ fn connect_on<P: Dev>(
     let id = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("client: create_ep: {e:?}"))?;
-    let r = client(&id, dma, o);
+    let r = client(&id, o);
     id.destroy_ep();
     r
 }
@@ -1006,11 +984,11 @@ fn serve(o: &Options) -> Result<Served, String> {
     match o.fabric {
         Fabric::Udp(p) => {
             let end = udp_end(ip, p, o)?;
-            serve_on(&end.cm, &end.dma, ip, o)
+            serve_on(&end.cm, ip, o)
         }
         Fabric::Eth { local, remote } => {
             let nic = eth_end(ip, local, remote, o)?;
-            let r = serve_on(&nic.cm, &nic.dma, ip, o);
+            let r = serve_on(&nic.cm, ip, o);
             eth_shutdown(nic, o);
             r
         }
@@ -1027,11 +1005,11 @@ fn connect(o: &Options) -> Result<Pinged, String> {
     match o.fabric {
         Fabric::Udp(p) => {
             let end = udp_end(src, p, o)?;
-            connect_on(&end.cm, &end.dma, src, dst, o)
+            connect_on(&end.cm, src, dst, o)
         }
         Fabric::Eth { local, remote } => {
             let nic = eth_end(src, local, remote, o)?;
-            let r = resolve(&nic, dst, o).and_then(|()| connect_on(&nic.cm, &nic.dma, src, dst, o));
+            let r = resolve(&nic, dst, o).and_then(|()| connect_on(&nic.cm, src, dst, o));
             eth_shutdown(nic, o);
             r
         }

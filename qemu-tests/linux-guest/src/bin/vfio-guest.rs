@@ -321,7 +321,7 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
         },
     );
     let devid = cm
-        .add_device(nic, alloc.clone(), mac)
+        .add_device(nic, mac)
         .map_err(|(e, _)| format!("cm add_device: {e}"))?;
     if let Some(p) = o.peer {
         cm.add_neighbor(p, Neighbor { mac: o.peer_mac });
@@ -339,8 +339,8 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
                 let id = client_ep(&cm, &ip, &ip, o.port)?;
                 step(t0, "loopback: listening, connecting to self");
                 let r = std::thread::scope(|s| {
-                    let srv = s.spawn(|| serve(&l, &alloc, &ex));
-                    let c = run_client(&id, &alloc, &ex);
+                    let srv = s.spawn(|| serve(&l, &ex));
+                    let c = run_client(&id, &ex);
                     let sr = srv
                         .join()
                         .unwrap_or_else(|_| Err("server thread panicked".into()));
@@ -364,7 +364,7 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
         "server" => {
             let l = listen(&cm, &ip, o.port)?;
             step(t0, &format!("server: listening on {ip}:{}", o.port));
-            let r = serve(&l, &alloc, &ex);
+            let r = serve(&l, &ex);
             l.destroy_ep();
             r
         }
@@ -372,7 +372,7 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
             let peer = o.peer.map(|p| p.to_string()).unwrap_or_default();
             let id = client_ep(&cm, &ip, &peer, o.port)?;
             step(t0, &format!("client: connecting to {peer}:{}", o.port));
-            let r = run_client(&id, &alloc, &ex);
+            let r = run_client(&id, &ex);
             id.destroy_ep();
             r
         }

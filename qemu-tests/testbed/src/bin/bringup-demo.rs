@@ -47,10 +47,13 @@ fn run() -> Result<(), String> {
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
     let eqn = dev.driver_eqn().map_err(e("driver_eqn"))?;
     let cq = dev.create_cq(8, eqn).map_err(e("create_cq"))?;
-    let mem = DmaBuf::new(dev.dma(), 64 << 10, 4096).map_err(|x| format!("dma: {x:?}"))?;
+    // Freed by hand below, only once the key is destroyed (an early return leaks it).
+    let mem = std::mem::ManuallyDrop::new(
+        DmaBuf::new(dev.dma(), 64 << 10, 4096).map_err(|x| format!("dma: {x:?}"))?,
+    );
     let pages: Vec<u64> = (0..16).map(|i| mem.iova() + i * 4096).collect();
-    let mr = dev
-        .create_mkey(pd, mem.iova(), 64 << 10, MkeyAccess::LOCAL_WRITE, &pages)
+    // SAFETY: `mem` is freed only after `destroy_mkey` succeeded (never, on any error).
+    let mr = unsafe { dev.create_mkey(pd, mem.iova(), 64 << 10, MkeyAccess::LOCAL_WRITE, &pages) }
         .map_err(e("create_mkey"))?;
     let mut qp = dev
         .create_qp(&QpCreate {
@@ -92,7 +95,7 @@ fn run() -> Result<(), String> {
     dev.destroy_mkey(mr).map_err(e("destroy_mkey"))?;
     dev.destroy_cq(cq).map_err(e("destroy_cq"))?;
     dev.dealloc_pd(pd).map_err(e("dealloc_pd"))?;
-    drop(mem);
+    drop(std::mem::ManuallyDrop::into_inner(mem));
     let t_objects = t1.elapsed();
 
     let t2 = Instant::now();

@@ -35,12 +35,12 @@ use std::time::{Duration, Instant};
 
 use mlx5::{Ah, Cq, Mr, Pd, Qp};
 use nic_emulator::Profile;
-use nic_hal::{DmaBuf, Platform};
+use nic_hal::Platform;
 use nic_testbed::udp::{UdpDevice, UdpNic};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Receive buffers kept posted (the peer has at most one SEND in flight).
@@ -307,7 +307,7 @@ struct Node {
     pd: Pd,
     cq: Cq,
     qp: Qp,
-    mem: DmaBuf,
+    mem: Buffer,
     mr: Mr,
     lay: Layout,
     /// Completions polled but not consumed yet.
@@ -323,7 +323,7 @@ fn verr(what: &str) -> impl Fn(verbs::Error) -> String + '_ {
 impl Node {
     fn sge(&self, off: usize, len: usize) -> Sge {
         Sge {
-            addr: self.mem.iova() + off as u64,
+            addr: self.mem.addr() + off as u64,
             length: len as u32,
             lkey: self.mr.lkey(),
         }
@@ -523,15 +523,11 @@ fn setup(nic: &UdpNic, args: &Args) -> Res<Node> {
         iters: args.iters,
         max_len: args.max_len,
     };
-    let mem = DmaBuf::new(dev.dma(), lay.total(), 4096).map_err(|e| format!("dma: {e:?}"))?;
+    let mem = Provider::alloc_buf(&dev, lay.total()).map_err(verr("alloc_buf"))?;
     let mr = dev
         .reg_mr(
             &pd,
-            &MemRegion {
-                addr: mem.iova(),
-                length: lay.total() as u64,
-                pages: &[],
-            },
+            mem.clone(),
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
         )
         .map_err(verr("reg_mr"))?;
@@ -640,8 +636,8 @@ fn run(args: &Args, pipe: &mut Pipe) -> Res<String> {
         gid: Gid::from_ipv4(ip).0,
         mac: n.dev.mac().map_err(|e| format!("mac: {e:?}"))?,
         rkey: n.mr.rkey(),
-        waddr: n.mem.iova() + n.lay.write_area(0) as u64,
-        raddr: n.mem.iova() + n.lay.read_area(0) as u64,
+        waddr: n.mem.addr() + n.lay.write_area(0) as u64,
+        raddr: n.mem.addr() + n.lay.read_area(0) as u64,
         slot: n.lay.slot,
         iters: args.iters,
         max_len: args.max_len,

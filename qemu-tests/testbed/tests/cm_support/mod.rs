@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use cm::{AddrInfo, Cm, CmConfig, DeviceId, QpInitAttr, RaiFlags, getaddrinfo};
 use nic_emulator::{Live, Profile};
-use nic_hal::{DmaAllocator, DmaBuf};
 use nic_testbed::{EmuDevice, Testbed, World};
-use verbs::{Gid, MemRegion, MemoryRegion, QpCap};
+use verbs::{Buffer, Gid, MemoryRegion, QpCap};
 
 pub type Id = cm::CmId<EmuDevice>;
 
@@ -19,7 +18,6 @@ pub const PORT: &str = "7471";
 /// One NIC as the connection manager sees it.
 pub struct Nic {
     pub tb: Testbed,
-    pub dma: Arc<dyn DmaAllocator>,
     pub dev: DeviceId,
 }
 
@@ -49,12 +47,8 @@ pub fn cfg() -> CmConfig {
 
 pub fn add(cm: &Cm<EmuDevice>, tb: Testbed) -> Nic {
     let (dev, mac) = probe(&tb);
-    let dma = dev.dma().clone();
-    let id = cm
-        .add_device(dev, dma.clone(), mac)
-        .map_err(|(e, _)| e)
-        .unwrap();
-    Nic { tb, dma, dev: id }
+    let id = cm.add_device(dev, mac).map_err(|(e, _)| e).unwrap();
+    Nic { tb, dev: id }
 }
 
 pub fn setup(seed: u64) -> Setup {
@@ -153,19 +147,14 @@ pub fn active(s: &Setup) -> Id {
 }
 
 pub struct Buf {
-    pub mem: DmaBuf,
+    pub mem: Buffer,
     pub mr: mlx5::Mr,
 }
 
-pub fn buf(n: &Nic, id: &Id, len: usize) -> Buf {
-    let mem = DmaBuf::new(&n.dma, len, 4096).unwrap();
-    let mr = id
-        .reg_msgs(&MemRegion {
-            addr: mem.iova(),
-            length: len as u64,
-            pages: &[],
-        })
-        .unwrap();
+/// `len` bytes of the id's device's memory, registered for messages.
+pub fn buf(id: &Id, len: usize) -> Buf {
+    let mem = id.alloc_buf(len).unwrap();
+    let mr = id.reg_msgs(mem.clone()).unwrap();
     Buf { mem, mr }
 }
 

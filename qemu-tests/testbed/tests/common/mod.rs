@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use mlx5::{Ah, Cq, Mr, Pd, Qp};
 use nic_emulator::{Live, Profile};
-use nic_hal::DmaBuf;
 use nic_testbed::{EmuDevice, Testbed, World};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemRegion, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WorkCompletion, WrOpcode,
 };
 
 /// Port address of the first NIC.
@@ -33,7 +32,7 @@ pub struct Node {
     pub dev: EmuDevice,
     pub pd: Pd,
     pub cq: Cq,
-    pub mem: DmaBuf,
+    pub mem: Buffer,
     pub mr: Mr,
     pub gid: Gid,
     pub mac: [u8; 6],
@@ -56,18 +55,8 @@ pub fn node(tb: Testbed, mem: usize, cqe: u32) -> Node {
     dev.set_roce_gid(0, gid.0, mac).unwrap();
     let pd = Provider::alloc_pd(&dev).unwrap();
     let cq = Provider::create_cq(&dev, cqe, 1, None).unwrap();
-    let buf = DmaBuf::new(dev.dma(), mem, 4096).unwrap();
-    let mr = dev
-        .reg_mr(
-            &pd,
-            &MemRegion {
-                addr: buf.iova(),
-                length: mem as u64,
-                pages: &[],
-            },
-            ALL_ACCESS,
-        )
-        .unwrap();
+    let buf = Provider::alloc_buf(&dev, mem).unwrap();
+    let mr = dev.reg_mr(&pd, buf.clone(), ALL_ACCESS).unwrap();
     Node {
         tb,
         dev,
@@ -252,7 +241,7 @@ impl Node {
 
     /// The device address of byte `off` of the buffer.
     pub fn addr(&self, off: usize) -> u64 {
-        self.mem.iova() + off as u64
+        self.mem.addr() + off as u64
     }
 
     /// An SGE for `len` bytes at `off` of the buffer.

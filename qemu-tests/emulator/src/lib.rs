@@ -30,8 +30,9 @@
 //!
 //! Not modelled yet: XRC, UMR/KLM keys, memory windows, SEND with invalidate,
 //! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
-//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), the ATOMIC
-//! capability page contents, IPv6 GIDs on the wire, APM, congestion control (CNPs).
+//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
+//! wire, APM, congestion control (CNPs). The ATOMIC capability page offers 8-byte CAS/FAA and
+//! host-endian atomic responses (`atomic_req_8B_endianness_mode`, which SET_HCA_CAP checks).
 //!
 //! Two ways to drive it: trapped ([`Device::mmio_read`] / [`Device::mmio_write`] run whatever
 //! the access triggers, inline — a send doorbell runs the SQ and everything that loops back on

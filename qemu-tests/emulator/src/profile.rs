@@ -64,6 +64,9 @@ pub struct Profile {
     /// Unit of the RNR NAK timer table, whose entries are multiples of 10 µs: the wait for
     /// code `c` is `table[c] / 10 µs × rnr_timer_unit_ns` (10 000 = real time).
     pub rnr_timer_unit_ns: u64,
+    /// The atomic capability page offers host-endian atomic responses
+    /// (`supported_atomic_req_8B_endianness_mode_1`).
+    pub atomic_host_endianness: bool,
 }
 
 impl Default for Profile {
@@ -96,6 +99,7 @@ impl Default for Profile {
             ipv4: None,
             ack_timeout_unit_ns: 4096,
             rnr_timer_unit_ns: 10_000,
+            atomic_host_endianness: true,
         }
     }
 }

@@ -383,8 +383,9 @@ fn atomic(
         &fetched,
         "atomic result",
     );
-    // The device computes on big-endian operands (the PRM default).
-    let fetched = u64::from_be_bytes(fetched.try_into().unwrap());
+    // The responder computes on big-endian operands; the driver negotiated host-endian
+    // atomic responses (as Linux does), so the original value lands in host order.
+    let fetched = u64::from_ne_bytes(fetched.try_into().unwrap());
     let after = u64::from_be_bytes(b.read(remote_off, 8).try_into().unwrap());
     (fetched, after)
 }
@@ -451,7 +452,7 @@ fn atomics_compare_swap_and_fetch_add() {
     let mut expect = 0u64;
     for (i, w) in s.iter().enumerate() {
         assert_eq!((w.wr_id, w.status), (100 + i as u64, WcStatus::Success));
-        let got = u64::from_be_bytes(t.a.read(res + i * 8, 8).try_into().unwrap());
+        let got = u64::from_ne_bytes(t.a.read(res + i * 8, 8).try_into().unwrap());
         assert_eq!(got, expect, "fetch-add {i}");
         expect += 1 << i;
     }

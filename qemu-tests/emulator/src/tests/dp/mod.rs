@@ -304,8 +304,13 @@ impl Node {
     }
 
     pub(crate) fn with(ip: [u8; 4], prof: Profile) -> Node {
+        Node::with_atomic_mode(ip, prof, None)
+    }
+
+    /// [`Node::with`], the atomic response mode set at bring-up when given.
+    pub(crate) fn with_atomic_mode(ip: [u8; 4], prof: Profile, atomic_mode: Option<u32>) -> Node {
         let mut h = H::with(prof);
-        h.init();
+        h.init_with(atomic_mode);
         set_gid(&mut h, 0, &gid_entry(ip)).expect(0, 0);
         let uar = h.alloc_uar();
         let mask = ASYNC_EVENTS.iter().fold(0, |m, e| m | event::mask(*e));

@@ -509,6 +509,14 @@ fn ud_datagram_segment_from_the_ah() {
     let mut r = rig_with(ServiceType::Ud, 3, 4, 2, false);
     let qpn = r.qp.qpn();
     assert_eq!(r.qp.qkey(), 0x1234_5678);
+    // As Linux's mlx5_ib: a UD QP reaches RTR with a 4096-byte MTU and 2^12-byte messages.
+    let rtr = r.b.fw().inputs[&firmware_interface::opcode::INIT2RTR_QP].clone();
+    let qb = firmware_interface::cmds::init2rtr_qp_in::QPC.byte_off();
+    use firmware_interface::ctx::qpc;
+    assert_eq!(
+        (qpc::MTU.at(qb).get(&rtr), qpc::LOG_MSG_MAX.at(qb).get(&rtr)),
+        (qpc::MTU_4096, 12)
+    );
     let attr = AhAttr {
         dgid: Gid::from_ipv4([10, 1, 2, 3]),
         flow_label: 0x1_2345,

@@ -259,7 +259,7 @@ pub struct QpModify {
     pub qkey: u32,
     /// Remote access (RC).
     pub access: QpAccess,
-    /// Path MTU (RC).
+    /// Path MTU (RC; datagram QPs get Linux's fixed values: UD 4096, GSI 256).
     pub mtu: Mtu,
     /// Remote QPN (RC, 24 bits).
     pub remote_qpn: u32,
@@ -613,6 +613,17 @@ fn ceil_log2(n: u8) -> u32 {
     }
 }
 
+/// The path MTU code and `log_msg_max` of a datagram QP, as Linux's mlx5_ib sets them: GSI
+/// (QP1) 256 bytes / 2^8, UD 4096 bytes / 2^12 (a UD message is one packet). `None` for
+/// connected QPs (their MTU comes from [`QpModify::mtu`]).
+pub(crate) fn datagram_mtu(service: ServiceType) -> Option<(u32, u32)> {
+    match service {
+        ServiceType::Gsi => Some((qpc::MTU_256, 8)),
+        ServiceType::Ud => Some((qpc::MTU_4096, 12)),
+        ServiceType::Rc => None,
+    }
+}
+
 /// Writes `v` into QPC field `f` of a modify/create message.
 fn q(buf: &mut [u8], f: Field, v: u32) {
     f.at(rst2init_qp_in::QPC.byte_off()).set(buf, v);
@@ -956,6 +967,16 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         q(&mut inp, qpc::CQN_RCV, qp.recv_cqn);
         pp(&mut inp, ads::VHCA_PORT_NUM, a.port as u32);
         pp(&mut inp, ads::PKEY_INDEX, a.pkey_index as u32);
+        if let Some((mtu, log_msg_max)) = datagram_mtu(qp.service) {
+            // As Linux's `__mlx5_ib_modify_qp`, in every transition's context; the device
+            // takes them at INIT2RTR (and refuses a datagram QP without an MTU there).
+            q(&mut inp, qpc::MTU, mtu);
+            q(
+                &mut inp,
+                qpc::LOG_MSG_MAX,
+                log_msg_max.min(caps.log_max_msg as u32),
+            );
+        }
         let access = |inp: &mut [u8]| {
             q(
                 inp,

@@ -858,7 +858,8 @@ fn ud_send_recv_with_grh() {
             check_region(&b, DST, rhi, &rl, &got, &what);
         }
     }
-    // A UD message longer than the largest MTU: a local length error, and the QP goes to ERR.
+    // A UD message longer than the largest MTU (and than the 2^12-byte `log_msg_max` the
+    // driver sets, as Linux does): a local length error, and the QP goes to ERR.
     let big = 4097;
     let sg = [a.sge(SRC, big)];
     a.post_send(
@@ -883,7 +884,19 @@ fn ud_send_recv_with_grh() {
     let late = drain(&world, &b, &b.cq, 20);
     assert!(late.is_empty(), "{late:?}");
     assert_eq!(b.stats().rx_no_wqe, 0);
-    a.no_device_errors();
+    // The device checks the message against `log_msg_max` when it reads the WQE, and records
+    // the over-long WQE.
+    assert!(
+        matches!(
+            a.tb.device().errors(),
+            [nic_emulator::DeviceError::BadWqe {
+                fault: nic_emulator::WqeFault::TooLong(4097),
+                ..
+            }]
+        ),
+        "{:?}",
+        a.tb.device().errors()
+    );
     b.no_device_errors();
     Provider::destroy_ah(&a.dev, ah).unwrap();
     a.teardown(vec![ua]);

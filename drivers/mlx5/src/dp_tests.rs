@@ -1547,6 +1547,29 @@ fn provider_end_to_end_over_the_fake() {
         )
         .is_err()
     );
+    // A contiguous range of more pages than one mkey translates (up to nearly 2^64 bytes) is
+    // EINVAL before any page list is built; so is one whose end wraps.
+    for (addr, length) in [
+        (0x1000, 1u64 << 50),
+        (0, u64::MAX),
+        (0x1000, u64::MAX - 0x1000),
+        (u64::MAX - 4095, 8192),
+    ] {
+        assert_eq!(
+            dev.reg_mr(
+                &pd,
+                &MemRegion {
+                    addr,
+                    length,
+                    pages: &[]
+                },
+                AccessFlags::LOCAL_WRITE
+            )
+            .map(|m| m.length()),
+            Err(verbs::Error::InvalidArgument),
+            "{addr:#x} + {length:#x}"
+        );
+    }
 
     let mut ch = Provider::create_comp_channel(&dev).unwrap();
     let cq = Provider::create_cq(&dev, 10, 7, Some(&ch)).unwrap();

@@ -139,7 +139,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     ///    in one 4 KB page), allocate the command page, write `cmdq_addr_h` then
     ///    `cmdq_addr_l_sz`, barrier, wait for `initializing` again;
     /// 3. ENABLE_HCA; QUERY_ISSI → SET_ISSI(1) when supported (BAD_OP: stay at ISSI 0);
-    /// 4. boot pages (QUERY_PAGES boot → MANAGE_PAGES GIVE); ACCESS_REG HOST_ENDIANNESS;
+    /// 4. boot pages (QUERY_PAGES boot → MANAGE_PAGES GIVE); ACCESS_REG HOST_ENDIANNESS (not on
+    ///    a virtual function, [`Config::is_vf`], as Linux);
     /// 5. QUERY_HCA_CAP general (current and max) → SET_HCA_CAP general (`cmdif_checksum = 0`,
     ///    `log_uar_page_sz = 0`, `log_max_qp` as [`Config::log_max_qp_wanted`]); when `atomic`
     ///    is set, the atomic page (current and max) and, when the device offers it,
@@ -249,7 +250,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
 
         self.set_issi()?;
         self.satisfy_pages(op_mod::PAGES_BOOT)?;
-        self.set_host_endianness()?;
+        // The PF's register: Linux's `set_hca_ctrl` returns at once on a VF.
+        if !self.config.is_vf() {
+            self.set_host_endianness()?;
+        }
         let (port_type, roce, atomic_host) = self.handle_hca_caps()?;
         self.satisfy_pages(op_mod::PAGES_INIT)?;
 

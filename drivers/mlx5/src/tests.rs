@@ -114,6 +114,33 @@ fn probe_and_shutdown_follow_the_spec_order() {
 }
 
 #[test]
+fn a_virtual_function_skips_host_endianness() {
+    // Linux's `set_hca_ctrl` does nothing on a VF; neither does the driver.
+    for (device_id, vf) in [(0x1018, true), (0x101e, true), (0x1017, false), (0, false)] {
+        let config = Config {
+            device_id,
+            ..test_config()
+        };
+        assert_eq!(config.is_vf(), vf, "{device_id:#x}");
+        let b = bench();
+        let dev = b.probe_with(config).unwrap();
+        let wrote = b
+            .fw()
+            .log
+            .contains(&(opcode::ACCESS_REG, op_mod::ACCESS_REG_WRITE));
+        assert_eq!(wrote, !vf, "{device_id:#x}");
+        dev.shutdown().unwrap();
+    }
+    // A VF id of another vendor is no ConnectX VF.
+    let other = Config {
+        vendor_id: 0x8086,
+        device_id: 0x1018,
+        ..test_config()
+    };
+    assert!(!other.is_vf());
+}
+
+#[test]
 fn drop_without_shutdown_tears_down() {
     let b = bench();
     let dev = b.probe().unwrap();

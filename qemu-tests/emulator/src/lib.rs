@@ -11,6 +11,8 @@
 //!   health buffer and counter, internal timer) — `regs`;
 //! * the command queue: entries, mailbox chains, tokens, block numbers, signatures, delivery
 //!   status, CMD events — `cmdq`;
+//! * a physical function (default) or a virtual function ([`Profile::connectx5_vf`]: VF
+//!   capabilities, the PF's HOST_ENDIANNESS register refused);
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
 //!   and its state machine, vport, RoCE GIDs) — `commands`;
 //! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`;
@@ -482,6 +484,11 @@ impl Device {
     /// Every command completed so far, in completion order.
     pub fn command_log(&self) -> &[CmdRecord] {
         &self.log
+    }
+
+    /// The profile the device was made with.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     /// Every device-side error so far, in order.

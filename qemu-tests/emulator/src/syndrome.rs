@@ -83,6 +83,9 @@ pub const BAD_REGISTER_VALUE: u32 = s(0x34);
 /// does not offer (2 or 3, or host endianness without
 /// `supported_atomic_req_8B_endianness_mode_1`).
 pub const BAD_ATOMIC_MODE: u32 = s(0x35);
+/// BAD_PARAM: ACCESS_REG of a register that belongs to the PF (HOST_ENDIANNESS) on a virtual
+/// function.
+pub const REGISTER_NOT_ON_VF: u32 = s(0x36);
 
 // ------------------------------------------------------------------ object tables
 

@@ -146,6 +146,9 @@ pub(crate) fn max_caps(p: &Profile) -> Caps {
         (g::DEVICE_FREQUENCY_MHZ, TIMER_KHZ / 1000),
         (g::DEVICE_FREQUENCY_KHZ, TIMER_KHZ),
         (g::NUM_OF_UARS_PER_PAGE, 1),
+        // A PF manages the e-switch vports; a VF is one of them, with a vHCA id of its own.
+        (g::VPORT_GROUP_MANAGER, u32::from(!p.is_vf())),
+        (g::VHCA_ID, u32::from(p.is_vf())),
     ] {
         f.set(b, v);
     }

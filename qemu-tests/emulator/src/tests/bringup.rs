@@ -411,6 +411,28 @@ fn access_reg_host_endianness() {
 }
 
 #[test]
+fn a_vf_refuses_host_endianness_and_reports_vf_caps() {
+    let mut h = H::with(Profile::connectx5_vf());
+    assert!(h.dev.profile().is_vf());
+    h.enable();
+    // HOST_ENDIANNESS belongs to the PF: written or read, refused on the VF.
+    h.cmd(&H::host_endianness_msg(), 32)
+        .expect(st::BAD_PARAM, syn::REGISTER_NOT_ON_VF);
+    let mut r = H::host_endianness_msg();
+    firmware_interface::mbox_in::OP_MOD.set(&mut r, u32::from(op_mod::ACCESS_REG_READ));
+    h.cmd(&r, 32).expect(st::BAD_PARAM, syn::REGISTER_NOT_ON_VF);
+    // A VF is no vport group manager and has a vHCA id of its own; the PF is the manager.
+    let c = h.query_cap(op_mod::CAP_GENERAL, false);
+    assert_eq!((g::VPORT_GROUP_MANAGER.get(&c), g::VHCA_ID.get(&c)), (0, 1));
+    let mut pf = H::new();
+    assert!(!pf.dev.profile().is_vf());
+    pf.enable();
+    let c = pf.query_cap(op_mod::CAP_GENERAL, false);
+    assert_eq!((g::VPORT_GROUP_MANAGER.get(&c), g::VHCA_ID.get(&c)), (1, 0));
+    pf.ok(&H::host_endianness_msg(), 32);
+}
+
+#[test]
 fn teardown_profiles() {
     let mut h = H::new();
     h.init();

@@ -459,8 +459,9 @@ layout! {
 // ---------------------------------------------------------------- QP transitions
 
 layout! {
-    /// RST2INIT_QP (0x502) input — the layout shared by all modify-QP commands
-    /// (INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS, ...); see [`modify_qp_in`].
+    /// RST2INIT_QP (0x502) input — the layout RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS and RTS2RTS
+    /// share (see [`modify_qp_in`]); SQERR2RTS and SQD2RTS have their own
+    /// ([`sqerr2rts_qp_in`], [`sqd2rts_qp_in`]: no ECE word).
     pub mod rst2init_qp_in: size 272;
     fields {
         /// QP number.
@@ -474,15 +475,41 @@ layout! {
     }
 }
 
-// The spec states that RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout; the
-// SQERR2RTS, INIT2INIT and SQD_RTS aliases assume the same (their ECE/qpc_ext words reserved).
+// The spec states that RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout; Linux's
+// `init2init_qp_in` has the same positions (its ECE word included).
 pub use self::rst2init_qp_in as modify_qp_in;
 pub use self::rst2init_qp_in as init2rtr_qp_in;
 pub use self::rst2init_qp_in as rtr2rts_qp_in;
 pub use self::rst2init_qp_in as rts2rts_qp_in;
-pub use self::rst2init_qp_in as sqerr2rts_qp_in;
 pub use self::rst2init_qp_in as init2init_qp_in;
-pub use self::rst2init_qp_in as sqd_rts_qp_in;
+
+layout! {
+    /// SQERR2RTS_QP (0x506) input (Linux `mlx5_ifc_sqerr2rts_qp_in_bits`): the modify-QP
+    /// layout without an ECE word (bytes 0x14..0x17 are reserved).
+    pub mod sqerr2rts_qp_in: size 272;
+    fields {
+        /// QP number.
+        QPN = dw(0x8, 23, 0);
+        /// Optional-parameter mask (`ctx::qpc::optpar`).
+        OPT_PARAM_MASK = bytes(0x10, 4);
+        /// `qpc` context (232 bytes, `ctx::qpc`).
+        QPC = bytes(0x18, 232);
+    }
+}
+
+layout! {
+    /// SQD_RTS_QP (0x50c) input (Linux `mlx5_ifc_sqd2rts_qp_in_bits`): as
+    /// [`sqerr2rts_qp_in`], no ECE word.
+    pub mod sqd2rts_qp_in: size 272;
+    fields {
+        /// QP number.
+        QPN = dw(0x8, 23, 0);
+        /// Optional-parameter mask (`ctx::qpc::optpar`).
+        OPT_PARAM_MASK = bytes(0x10, 4);
+        /// `qpc` context (232 bytes, `ctx::qpc`).
+        QPC = bytes(0x18, 232);
+    }
+}
 
 layout! {
     /// Output of every modify-QP command (RST2INIT ... RTS2RTS).
@@ -782,8 +809,8 @@ layout! {
 }
 
 layout! {
-    /// QUERY_HCA_VPORT_CONTEXT (0x762) input. Not a spec table: positions as in
-    /// `query_hca_vport_gid_in` (UNVERIFIED).
+    /// QUERY_HCA_VPORT_CONTEXT (0x762) input (Linux `mlx5_ifc_query_hca_vport_context_in_bits`:
+    /// the positions of `query_hca_vport_gid_in`).
     pub mod query_hca_vport_context_in: size 16;
     fields {
         /// Query another vport.
@@ -796,12 +823,12 @@ layout! {
 }
 
 layout! {
-    /// QUERY_HCA_VPORT_CONTEXT (0x762) output: context at 0x10 (`ctx::hca_vport_context`;
-    /// 256-byte size UNVERIFIED).
-    pub mod query_hca_vport_context_out: size 0x110;
+    /// QUERY_HCA_VPORT_CONTEXT (0x762) output: the 512-byte `ctx::hca_vport_context` at 0x10
+    /// (528 bytes in all).
+    pub mod query_hca_vport_context_out: size 0x210;
     fields {
-        /// `hca_vport_context`.
-        HCA_VPORT_CONTEXT = bytes(0x10, 256);
+        /// `hca_vport_context` (512 bytes).
+        HCA_VPORT_CONTEXT = bytes(0x10, 512);
     }
 }
 

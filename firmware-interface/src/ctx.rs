@@ -183,6 +183,40 @@ layout! {
 }
 
 layout! {
+    /// Atomic capability page (`atomic_caps`, cap_type ATOMIC; Linux `mlx5_ifc_atomic_caps_bits`).
+    /// Only the first 256 bytes carry fields; the page is the 4096-byte capability block.
+    pub mod atomic_caps: size 256;
+    fields {
+        /// Endianness of the 8-byte atomic response the requester writes to local memory
+        /// ([`REQ_MODE_BE`], [`REQ_MODE_HOST_ENDIANNESS`]); the one writable field.
+        ATOMIC_REQ_8B_ENDIANNESS_MODE = dw(0x8, 31, 30);
+        /// The device can answer 8-byte atomics in host endianness (mode 1).
+        SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1 = dw(0x8, 25, 25);
+        /// Atomic operations supported (`OPS_*` bits).
+        ATOMIC_OPERATIONS = dw(0x10, 15, 0);
+        /// Atomic operand sizes on QPs (`SIZE_QP_*` bits).
+        ATOMIC_SIZE_QP = dw(0x14, 15, 0);
+        /// Atomic operand sizes on DC (same encoding).
+        ATOMIC_SIZE_DC = dw(0x18, 15, 0);
+    }
+    /// `atomic_req_8B_endianness_mode`: responses big-endian (the reset value).
+    pub const REQ_MODE_BE: u32 = 0;
+    /// `atomic_req_8B_endianness_mode`: responses in host endianness (what Linux sets when
+    /// `supported_atomic_req_8B_endianness_mode_1` is set).
+    pub const REQ_MODE_HOST_ENDIANNESS: u32 = 1;
+    /// `atomic_operations`: compare-and-swap.
+    pub const OPS_CMP_SWAP: u32 = 1 << 0;
+    /// `atomic_operations`: fetch-and-add.
+    pub const OPS_FETCH_ADD: u32 = 1 << 1;
+    /// `atomic_operations`: masked (extended) compare-and-swap.
+    pub const OPS_EXTENDED_CMP_SWAP: u32 = 1 << 2;
+    /// `atomic_operations`: masked (extended) fetch-and-add.
+    pub const OPS_EXTENDED_FETCH_ADD: u32 = 1 << 3;
+    /// `atomic_size_qp`: 8-byte operands.
+    pub const SIZE_QP_8BYTES: u32 = 1 << 3;
+}
+
+layout! {
     /// HOST_ENDIANNESS register (ACCESS_REG id 0x7004, 16 bytes).
     pub mod host_endianness_reg: size 16;
     fields {
@@ -693,9 +727,9 @@ layout! {
 }
 
 layout! {
-    /// IB HCA vport context (at 0x10 of QUERY_HCA_VPORT_CONTEXT output; only the fields of
-    /// spec §3.3; 256-byte size UNVERIFIED).
-    pub mod hca_vport_context: size 256;
+    /// IB HCA vport context (`hca_vport_context`, 512 bytes as Linux `mlx5_ifc.h` declares it;
+    /// at 0x10 of QUERY_HCA_VPORT_CONTEXT output; only the fields of spec §3.3).
+    pub mod hca_vport_context: size 512;
     fields {
         /// IB port state.
         PORT_STATE = dw(0x20, 7, 4);

@@ -64,10 +64,11 @@ pub const LOG_CMDQ_STRIDE_MASK: u32 = 0xf;
 pub const CMDQ_ADDR_L_MASK: u32 = 0xffff_f000;
 /// Mask of the heartbeat bits of [`HEALTH_COUNTER`].
 pub const HEALTH_COUNTER_MASK: u32 = 0x00ff_ffff;
-/// Timeout registers: shift of the 3-bit multiplier (0 ms, 1 s, 2 min, 3 h).
+/// Timeout registers: shift of the multiplier (bits 31:29).
 pub const TO_MULT_SHIFT: u32 = 29;
-/// Timeout registers: mask of the multiplier after shifting.
-pub const TO_MULT_MASK: u32 = 0x7;
+/// Timeout registers: mask of the multiplier after shifting: two bits, 0 ms, 1 s, 2 min, 3 h
+/// (Linux `tout_convert_reg_field_to_ms` masks `to_mul & 0x3`; bit 31 is not part of it).
+pub const TO_MULT_MASK: u32 = 0x3;
 /// Timeout registers: mask of the value (bits 19:0).
 pub const TO_VAL_MASK: u32 = 0xf_ffff;
 

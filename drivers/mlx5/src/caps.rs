@@ -1,7 +1,7 @@
 //! Device capabilities (spec §3.4): parsed from the `cmd_hca_cap` block and validated once, so
 //! the rest of the driver can use them as bounds.
 
-use firmware_interface::ctx::{cmd_hca_cap as c, roce_cap};
+use firmware_interface::ctx::{atomic_caps, cmd_hca_cap as c, roce_cap};
 
 use crate::error::{CapField, OutputFault};
 
@@ -97,6 +97,16 @@ pub struct Caps {
     pub roce_address_table_size: u16,
     /// RoCE: software may choose the RoCE v2 UDP source port.
     pub sw_r_roce_src_udp_port: bool,
+    /// Atomics: the operations (`atomic_caps::OPS_*` bits) from the atomic capability page (0
+    /// when the device has no atomics).
+    pub atomic_operations: u16,
+    /// Atomics: operand sizes on QPs (`atomic_caps::SIZE_QP_*` bits).
+    pub atomic_size_qp: u16,
+    /// Atomics: the 8-byte original value an atomic returns lands in local memory in host
+    /// byte order (`atomic_req_8B_endianness_mode` = host endianness, which the driver sets
+    /// when the device supports it, as Linux does; or a big-endian host). Otherwise it lands
+    /// big-endian.
+    pub atomic_response_host_order: bool,
 }
 
 fn bad(field: CapField, value: u32) -> OutputFault {
@@ -182,6 +192,9 @@ impl Caps {
             cmdif_checksum: g(c::CMDIF_CHECKSUM) as u8,
             roce_address_table_size: 0,
             sw_r_roce_src_udp_port: false,
+            atomic_operations: 0,
+            atomic_size_qp: 0,
+            atomic_response_host_order: false,
         })
     }
 
@@ -189,6 +202,20 @@ impl Caps {
     pub(crate) fn add_roce(&mut self, block: &[u8]) {
         self.roce_address_table_size = roce_cap::ROCE_ADDRESS_TABLE_SIZE.get(block) as u16;
         self.sw_r_roce_src_udp_port = roce_cap::SW_R_ROCE_SRC_UDP_PORT.get(block) != 0;
+    }
+
+    /// Adds the fields of the current atomic capability page (`atomic_caps`); a response mode
+    /// other than big-endian (0) or host endianness (1) is a bad output.
+    pub(crate) fn add_atomic(&mut self, block: &[u8]) -> Result<(), OutputFault> {
+        let mode = atomic_caps::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(block);
+        if mode != atomic_caps::REQ_MODE_BE && mode != atomic_caps::REQ_MODE_HOST_ENDIANNESS {
+            return Err(bad(CapField::AtomicReqEndiannessMode, mode));
+        }
+        self.atomic_operations = atomic_caps::ATOMIC_OPERATIONS.get(block) as u16;
+        self.atomic_size_qp = atomic_caps::ATOMIC_SIZE_QP.get(block) as u16;
+        self.atomic_response_host_order =
+            mode == atomic_caps::REQ_MODE_HOST_ENDIANNESS || cfg!(target_endian = "big");
+        Ok(())
     }
 
     /// Whether `n` is a possible number of an object counted by `log_max` (fits 24 bits and

@@ -14,7 +14,7 @@ use firmware_interface::cmds::{
     set_issi_in, set_roce_address_in, teardown_hca_in,
 };
 use firmware_interface::ctx::{
-    cmd_hca_cap, host_endianness_reg, nic_vport_context, roce_addr_layout, roce_cap,
+    atomic_caps, cmd_hca_cap, host_endianness_reg, nic_vport_context, roce_addr_layout, roce_cap,
 };
 use firmware_interface::init_seg::{self, health};
 use firmware_interface::{Field, cmd_status, eqe, mbox_in, op_mod, opcode};
@@ -139,12 +139,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     ///    in one 4 KB page), allocate the command page, write `cmdq_addr_h` then
     ///    `cmdq_addr_l_sz`, barrier, wait for `initializing` again;
     /// 3. ENABLE_HCA; QUERY_ISSI → SET_ISSI(1) when supported (BAD_OP: stay at ISSI 0);
-    /// 4. boot pages (QUERY_PAGES boot → MANAGE_PAGES GIVE); ACCESS_REG HOST_ENDIANNESS;
+    /// 4. boot pages (QUERY_PAGES boot → MANAGE_PAGES GIVE); ACCESS_REG HOST_ENDIANNESS (not on
+    ///    a virtual function, [`Config::is_vf`], as Linux);
     /// 5. QUERY_HCA_CAP general (current and max) → SET_HCA_CAP general (`cmdif_checksum = 0`,
-    ///    `log_uar_page_sz = 0`, `log_max_qp` as [`Config::log_max_qp_wanted`]); the RoCE page
-    ///    likewise when `roce` is set;
+    ///    `log_uar_page_sz = 0`, `log_max_qp` as [`Config::log_max_qp_wanted`]); when `atomic`
+    ///    is set, the atomic page (current and max) and, when the device offers it,
+    ///    SET_HCA_CAP(atomic) with host-endian atomic responses (Linux
+    ///    `handle_hca_cap_atomic`); the RoCE page likewise when `roce` is set;
     /// 6. init pages; INIT_HCA; on Ethernet ports MODIFY_NIC_VPORT_CONTEXT `roce_en = 1`;
-    /// 7. QUERY_HCA_CAP (current) again → [`Caps`], validated;
+    /// 7. QUERY_HCA_CAP (current) again → [`Caps`], validated (general, RoCE, atomic);
     /// 8. ALLOC_UAR (the driver's UAR), CREATE_EQ (async events, command completions and page
     ///    requests; armed), ALLOC_PD (the driver's PD), ALLOC_TRANSPORT_DOMAIN.
     ///
@@ -247,8 +250,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
 
         self.set_issi()?;
         self.satisfy_pages(op_mod::PAGES_BOOT)?;
-        self.set_host_endianness()?;
-        let (port_type, roce) = self.handle_hca_caps()?;
+        // The PF's register: Linux's `set_hca_ctrl` returns at once on a VF.
+        if !self.config.is_vf() {
+            self.set_host_endianness()?;
+        }
+        let (port_type, roce, atomic_host) = self.handle_hca_caps()?;
         self.satisfy_pages(op_mod::PAGES_INIT)?;
 
         self.cmd(&cmd_in(opcode::INIT_HCA, 0, 32), 16)?;
@@ -266,6 +272,22 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if roce && caps.roce {
             let r = self.query_caps(op_mod::CAP_ROCE, op_mod::QUERY_CAP_CUR)?;
             caps.add_roce(cap_block(&r));
+        }
+        if caps.atomic {
+            let a = self.query_caps(op_mod::CAP_ATOMIC, op_mod::QUERY_CAP_CUR)?;
+            let bad = |what| Error::BadOutput {
+                opcode: opcode::QUERY_HCA_CAP,
+                what,
+            };
+            caps.add_atomic(cap_block(&a)).map_err(bad)?;
+            let mode = atomic_caps::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(cap_block(&a));
+            if atomic_host && mode != atomic_caps::REQ_MODE_HOST_ENDIANNESS {
+                // The firmware accepted host-endian responses and does not apply them.
+                return Err(bad(OutputFault::Capability {
+                    field: crate::error::CapField::AtomicReqEndiannessMode,
+                    value: mode,
+                }));
+            }
         }
         self.caps = caps;
 
@@ -333,9 +355,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         )
     }
 
-    /// Queries and sets the general (and RoCE) capabilities; returns the current port type and
-    /// `roce` bit.
-    fn handle_hca_caps(&mut self) -> Result<(u32, bool), Error> {
+    /// Queries and sets the general, atomic and RoCE capabilities (Linux's order); returns the
+    /// current port type, the `roce` bit and whether atomic responses were set to host
+    /// endianness.
+    fn handle_hca_caps(&mut self) -> Result<(u32, bool, bool), Error> {
         let cur = self.query_caps(op_mod::CAP_GENERAL, op_mod::QUERY_CAP_CUR)?;
         let max = self.query_caps(op_mod::CAP_GENERAL, op_mod::QUERY_CAP_MAX)?;
         let (cur_b, max_b) = (cap_block(&cur), cap_block(&max));
@@ -356,6 +379,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 .set(&mut set, (want as u32).min(max_qp));
         }
         self.cmd(&set, 16)?;
+        let atomic_host = self.handle_atomic_caps(cur_b)?;
 
         let port_type = cmd_hca_cap::PORT_TYPE.get(cur_b);
         let roce = cmd_hca_cap::ROCE.get(cur_b) != 0;
@@ -373,7 +397,33 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 self.cmd(&set, 16)?;
             }
         }
-        Ok((port_type, roce))
+        Ok((port_type, roce, atomic_host))
+    }
+
+    /// The atomic capability page, as Linux's `handle_hca_cap_atomic`: when the device has
+    /// atomics (`cmd_hca_cap.atomic`), query the page (current and max); when it supports
+    /// host-endian responses (`supported_atomic_req_8B_endianness_mode_1`), SET_HCA_CAP(atomic)
+    /// with a zeroed block whose `atomic_req_8B_endianness_mode` is host endianness. Returns
+    /// whether it did.
+    fn handle_atomic_caps(&self, general_cur: &[u8]) -> Result<bool, Error> {
+        if cmd_hca_cap::ATOMIC.get(general_cur) == 0 {
+            return Ok(false);
+        }
+        let acur = self.query_caps(op_mod::CAP_ATOMIC, op_mod::QUERY_CAP_CUR)?;
+        self.query_caps(op_mod::CAP_ATOMIC, op_mod::QUERY_CAP_MAX)?;
+        if atomic_caps::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.get(cap_block(&acur)) == 0 {
+            return Ok(false);
+        }
+        let mut set = cmd_in(
+            opcode::SET_HCA_CAP,
+            op_mod::set_cap(op_mod::CAP_ATOMIC),
+            set_hca_cap_in::SIZE,
+        );
+        atomic_caps::ATOMIC_REQ_8B_ENDIANNESS_MODE
+            .at(set_hca_cap_in::CAPABILITY.byte_off())
+            .set(&mut set, atomic_caps::REQ_MODE_HOST_ENDIANNESS);
+        self.cmd(&set, 16)?;
+        Ok(true)
     }
 
     fn enable_roce(&self) -> Result<(), Error> {

@@ -533,6 +533,14 @@ fn ud_datagram_segment_from_the_ah() {
     let mut r = rig_with(ServiceType::Ud, 3, 4, 2, false);
     let qpn = r.qp.qpn();
     assert_eq!(r.qp.qkey(), 0x1234_5678);
+    // As Linux's mlx5_ib: a UD QP reaches RTR with a 4096-byte MTU and 2^12-byte messages.
+    let rtr = r.b.fw().inputs[&firmware_interface::opcode::INIT2RTR_QP].clone();
+    let qb = firmware_interface::cmds::init2rtr_qp_in::QPC.byte_off();
+    use firmware_interface::ctx::qpc;
+    assert_eq!(
+        (qpc::MTU.at(qb).get(&rtr), qpc::LOG_MSG_MAX.at(qb).get(&rtr)),
+        (qpc::MTU_4096, 12)
+    );
     let attr = AhAttr {
         dgid: Gid::from_ipv4([10, 1, 2, 3]),
         flow_label: 0x1_2345,
@@ -1568,6 +1576,28 @@ fn provider_end_to_end_over_the_fake() {
         Provider::alloc_buf(&dev, 0).unwrap_err(),
         verbs::Error::InvalidArgument
     );
+    // A contiguous range of more pages than one mkey translates (up to nearly 2^64 bytes) is
+    // EINVAL before any page list is built; so is one whose end wraps.
+    for (addr, length) in [
+        (0x1000, 1u64 << 50),
+        (0, u64::MAX),
+        (0x1000, u64::MAX - 0x1000),
+        (u64::MAX - 4095, 8192),
+    ] {
+        let raw = verbs::MemRegion {
+            addr,
+            length,
+            pages: &[],
+        };
+        // SAFETY: each of these ranges is refused before the device hears of it, so nothing
+        // is registered and no memory must stay alive.
+        let r = unsafe { dev.reg_mr_raw(&pd, &raw, AccessFlags::LOCAL_WRITE) };
+        assert_eq!(
+            r.map(|m| m.length()),
+            Err(verbs::Error::InvalidArgument),
+            "{addr:#x} + {length:#x}"
+        );
+    }
 
     let mut ch = Provider::create_comp_channel(&dev).unwrap();
     let cq = Provider::create_cq(&dev, 10, 7, Some(&ch)).unwrap();

@@ -60,6 +60,8 @@ pub enum CapField {
     LogBfRegSize,
     /// `cqe_version` (neither 0 nor 1).
     CqeVersion,
+    /// `atomic_caps.atomic_req_8B_endianness_mode` (2 or 3, or not what the driver set).
+    AtomicReqEndiannessMode,
 }
 
 /// What was wrong with a command output (or an event) the device wrote.

@@ -135,6 +135,9 @@ pub struct Fw {
     pub roce_addrs: BTreeMap<u32, Vec<u8>>,
     /// The general capability block QUERY_HCA_CAP returns.
     pub caps: Vec<u8>,
+    /// The atomic capability block QUERY_HCA_CAP returns (SET_HCA_CAP(atomic) updates its
+    /// response mode).
+    pub atomic_caps: Vec<u8>,
 }
 
 /// The big-endian u32 at `off`.
@@ -145,6 +148,16 @@ pub fn be32(b: &[u8], off: usize) -> u32 {
 /// The big-endian u64 at `off`.
 pub fn be64(b: &[u8], off: usize) -> u64 {
     u64::from_be_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// An atomic capability block: 8-byte CAS and FAA, host-endian responses offered.
+pub fn default_atomic_caps() -> Vec<u8> {
+    use firmware_interface::ctx::atomic_caps as at;
+    let mut c = vec![0u8; 4096];
+    at::ATOMIC_OPERATIONS.set(&mut c, at::OPS_CMP_SWAP | at::OPS_FETCH_ADD);
+    at::ATOMIC_SIZE_QP.set(&mut c, at::SIZE_QP_8BYTES);
+    at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.set(&mut c, 1);
+    c
 }
 
 /// A capability block describing a small RoCE device.
@@ -209,6 +222,7 @@ impl Fw {
             mmio: Vec::new(),
             roce_addrs: BTreeMap::new(),
             caps: default_caps(),
+            atomic_caps: default_atomic_caps(),
         }
     }
 
@@ -402,9 +416,16 @@ impl Fw {
                 if cap_type == op_mod::CAP_ROCE {
                     roce_cap::ROCE_ADDRESS_TABLE_SIZE.at(16).set(&mut out, 16);
                     roce_cap::SW_R_ROCE_SRC_UDP_PORT.at(16).set(&mut out, 1);
+                } else if cap_type == op_mod::CAP_ATOMIC {
+                    out[16..16 + 4096].copy_from_slice(&self.atomic_caps);
                 } else {
                     out[16..16 + 4096].copy_from_slice(&self.caps);
                 }
+            }
+            opcode::SET_HCA_CAP if om == op_mod::set_cap(op_mod::CAP_ATOMIC) => {
+                use firmware_interface::ctx::atomic_caps as at;
+                let mode = at::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(&inp[16..]);
+                at::ATOMIC_REQ_8B_ENDIANNESS_MODE.set(&mut self.atomic_caps, mode);
             }
             opcode::SET_HCA_CAP if om == 0 => {
                 assert_eq!(inp.len(), 4112);

@@ -77,6 +77,13 @@ fn gsi_qp_is_qp1_once_and_posts_datagram_wqes() {
     .unwrap();
     a.qp_state = verbs::QpState::Rtr;
     Provider::modify_qp(&dev, &mut qp, &a, M::STATE).unwrap();
+    // As Linux's mlx5_ib: QP1 reaches RTR with a 256-byte MTU and 2^8-byte messages.
+    let rtr = b.fw().inputs[&opcode::INIT2RTR_QP].clone();
+    let qb = firmware_interface::cmds::init2rtr_qp_in::QPC.byte_off();
+    assert_eq!(
+        (qpc::MTU.at(qb).get(&rtr), qpc::LOG_MSG_MAX.at(qb).get(&rtr)),
+        (qpc::MTU_256, 8)
+    );
     a.qp_state = verbs::QpState::Rts;
     Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::SQ_PSN).unwrap();
     assert_eq!(qp.qkey(), GSI_QKEY);

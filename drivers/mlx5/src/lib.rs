@@ -208,6 +208,16 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// Whether the function is a virtual function: its [`vendor_id`](Self::vendor_id) /
+    /// [`device_id`](Self::device_id) name a ConnectX VF (spec §11). On a VF the driver skips
+    /// what Linux's mlx5_core does on the PF only (the HOST_ENDIANNESS register,
+    /// `set_hca_ctrl`).
+    pub fn is_vf(&self) -> bool {
+        pci::lookup(self.vendor_id, self.device_id).is_some_and(|d| d.vf)
+    }
+}
+
 /// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField
 /// function (spec §11), or the emulated NIC exposed through QEMU `ivshmem-plain` (1af4:1110).
 pub fn is_supported_pci(vendor: u16, device: u16) -> bool {

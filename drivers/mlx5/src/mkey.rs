@@ -111,7 +111,8 @@ impl Mkey {
 
 /// Most MTT entries one CREATE_MKEY can carry (the command must fit in
 /// [`MAX_MSG_LEN`]).
-const MAX_MTT: usize = (MAX_MSG_LEN - create_mkey_in::SIZE) / create_mkey_in::MTT_ENTRY_SIZE;
+pub(crate) const MAX_MTT: usize =
+    (MAX_MSG_LEN - create_mkey_in::SIZE) / create_mkey_in::MTT_ENTRY_SIZE;
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Registers `len` bytes at I/O virtual address `iova` in PD `pd`, translated through

@@ -15,6 +15,10 @@
 //! remote address, at least the 64-byte atomic WQE; UD: control + datagram), rounded up to
 //! WQEBBs; the SQ holds `max_send_wr` of those, rounded up to a power of two. The RQ stride is
 //! `max_recv_sge` × 16 rounded up to a power of two. The actual values are reported back.
+//! All of this sizing (and that of `create_srq`, `create_cq`, `reg_mr`) is checked arithmetic:
+//! a size whose computation would overflow is EINVAL, in release builds as in debug ones.
+//! Capabilities the sizes are bounded by were validated at probe (an impossible one is
+//! [`Error::BadOutput`], EIO).
 
 use alloc::vec::Vec;
 
@@ -471,6 +475,11 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         let pages = if mem.pages.is_empty() {
             let first = mem.addr & !0xfff;
             let n = end.div_ceil(4096).saturating_sub(first / 4096);
+            // More pages than one mkey translates: refused before the list is built (a
+            // length near 2^64 would otherwise ask for an impossible allocation).
+            if mem.length == 0 || n > crate::mkey::MAX_MTT as u64 {
+                return Err(verbs::Error::InvalidArgument);
+            }
             contiguous = (0..n).map(|i| first + i * 4096).collect();
             &contiguous[..]
         } else {
@@ -570,32 +579,51 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         if c.max_send_wr > max_wr || c.max_recv_wr > max_wr {
             return Err(inval);
         }
+        // Every step is checked arithmetic: a size that overflows is EINVAL (in release builds
+        // as in debug ones), never a wrapped, smaller queue.
         // Send WQE size: headers + the larger of the gather list and the inline data.
         let inline = if c.max_inline_data > 0 {
             c.max_inline_data
                 .checked_add(4)
+                .and_then(|n| n.checked_next_multiple_of(16))
                 .ok_or(inval)?
-                .next_multiple_of(16)
         } else {
             0
         };
         let data = c.max_send_sge.checked_mul(16).ok_or(inval)?.max(inline);
-        let bytes = (sq_overhead(ud) + data).max(64).next_multiple_of(64);
-        if bytes > max_wqe_bytes(caps.max_wqe_sz_sq, 16).next_multiple_of(64) {
+        let need = sq_overhead(ud).checked_add(data).ok_or(inval)?;
+        // The largest WQE (≤ 63 16-byte units, `max_wqe_sz_sq`, 16 WQEBBs).
+        let max_wqe = max_wqe_bytes(caps.max_wqe_sz_sq, 16);
+        if need > max_wqe {
             return Err(inval);
         }
+        // ≤ 1008 bytes here: no overflow.
+        let bytes = need.max(64).next_multiple_of(64);
         let bbs = bytes / 64;
-        let sq_cnt = (c.max_send_wr.max(1) * bbs).next_power_of_two();
+        let sq_cnt = c
+            .max_send_wr
+            .max(1)
+            .checked_mul(bbs)
+            .and_then(u32::checked_next_power_of_two)
+            .ok_or(inval)?;
         let log_sq = sq_cnt.trailing_zeros();
         // Receive WQE stride.
-        let stride = (c.max_recv_sge.max(1).checked_mul(16).ok_or(inval)?).next_power_of_two();
+        let stride = c
+            .max_recv_sge
+            .max(1)
+            .checked_mul(16)
+            .and_then(u32::checked_next_power_of_two)
+            .ok_or(inval)?;
         if stride > caps.max_wqe_sz_rq as u32 || stride > 16 << 7 {
             return Err(inval);
         }
-        let mut rq_cnt = c.max_recv_wr.max(1).next_power_of_two();
-        while stride * rq_cnt < 64 {
-            rq_cnt *= 2;
-        }
+        // At least 64 bytes of RQ (it precedes the SQ in the buffer); stride ≤ 2 KiB here.
+        let rq_cnt = c
+            .max_recv_wr
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or(inval)?
+            .max(64 / stride.min(64));
         let log_rq = rq_cnt.trailing_zeros();
         if log_sq > log_max as u32 || log_rq > log_max as u32 {
             return Err(inval);
@@ -639,7 +667,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             }
         };
         qp.own_uar = own_uar;
-        let (max_sge, max_inline) = sq_limits(bytes.min(63 * 16), ud);
+        let (max_sge, max_inline) = sq_limits(bytes.min(max_wqe), ud);
         qp.sq.set_limits(max_sge, max_inline);
         qp.set_sq_sig_all(attr.sq_sig_all);
         if let Err(e) = self.attach_qp(&mut qp, attr.send_cq, attr.recv_cq) {

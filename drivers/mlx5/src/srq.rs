@@ -221,8 +221,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .max_sge
             .checked_mul(16)
             .and_then(|b| b.checked_add(wqe::SrqNextSeg::SIZE as u32))
-            .ok_or(inval)?
-            .next_power_of_two();
+            .and_then(u32::checked_next_power_of_two)
+            .ok_or(inval)?;
         if stride > caps.max_wqe_sz_rq as u32 || stride > 16 << 7 {
             return Err(inval);
         }

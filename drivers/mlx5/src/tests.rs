@@ -30,6 +30,10 @@ fn probe_and_shutdown_follow_the_spec_order() {
         (opcode::QUERY_HCA_CAP, 1),
         (opcode::QUERY_HCA_CAP, 0),
         (opcode::SET_HCA_CAP, 0),
+        // Atomic page (cap type 3): current, max, then host-endian responses.
+        (opcode::QUERY_HCA_CAP, 7),
+        (opcode::QUERY_HCA_CAP, 6),
+        (opcode::SET_HCA_CAP, 6),
         (opcode::QUERY_HCA_CAP, 9),
         (opcode::QUERY_HCA_CAP, 8),
         (opcode::SET_HCA_CAP, 8),
@@ -39,6 +43,7 @@ fn probe_and_shutdown_follow_the_spec_order() {
         (opcode::MODIFY_NIC_VPORT_CONTEXT, 0),
         (opcode::QUERY_HCA_CAP, 1),
         (opcode::QUERY_HCA_CAP, 9),
+        (opcode::QUERY_HCA_CAP, 7),
         (opcode::ALLOC_UAR, 0),
         (opcode::CREATE_EQ, 0),
         (opcode::ALLOC_PD, 0),
@@ -55,6 +60,16 @@ fn probe_and_shutdown_follow_the_spec_order() {
     assert_eq!(caps.cmdif_checksum, 0);
     assert_eq!(caps.roce_address_table_size, 16);
     assert!(caps.sw_r_roce_src_udp_port);
+    // Atomic responses in host order, set as Linux sets them: a zeroed block but the mode.
+    assert!(caps.atomic_response_host_order);
+    assert_eq!(caps.atomic_operations, 0x3);
+    let sa = b.fw().inputs[&opcode::SET_HCA_CAP].clone(); // the last one: RoCE
+    assert_eq!(mbox_in::OP_MOD.get(&sa), 8);
+    let set_atomic = b.fw().atomic_caps.clone();
+    assert_eq!(
+        firmware_interface::ctx::atomic_caps::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(&set_atomic),
+        1
+    );
     // host endianness: little-endian host writes he = 0
     let ar = b.fw().inputs[&opcode::ACCESS_REG].clone();
     assert_eq!(ar.len(), 32);
@@ -97,6 +112,33 @@ fn probe_and_shutdown_follow_the_spec_order() {
     );
     assert!(b.fw().pages.is_empty());
     assert_eq!(b.heap.live_buffers(), 0, "all DMA memory freed");
+}
+
+#[test]
+fn a_virtual_function_skips_host_endianness() {
+    // Linux's `set_hca_ctrl` does nothing on a VF; neither does the driver.
+    for (device_id, vf) in [(0x1018, true), (0x101e, true), (0x1017, false), (0, false)] {
+        let config = Config {
+            device_id,
+            ..test_config()
+        };
+        assert_eq!(config.is_vf(), vf, "{device_id:#x}");
+        let b = bench();
+        let dev = b.probe_with(config).unwrap();
+        let wrote = b
+            .fw()
+            .log
+            .contains(&(opcode::ACCESS_REG, op_mod::ACCESS_REG_WRITE));
+        assert_eq!(wrote, !vf, "{device_id:#x}");
+        dev.shutdown().unwrap();
+    }
+    // A VF id of another vendor is no ConnectX VF.
+    let other = Config {
+        vendor_id: 0x8086,
+        device_id: 0x1018,
+        ..test_config()
+    };
+    assert!(!other.is_vf());
 }
 
 #[test]
@@ -548,28 +590,127 @@ fn impossible_object_numbers_are_bad_output() {
 
 #[test]
 fn insane_capabilities_fail_probe() {
-    let cases: [(Field, u32, CapField); 5] = [
+    // Limits the sizing arithmetic relies on are checked here, once, as device errors (EIO):
+    // a later create never turns an impossible capability into EINVAL or an overflow.
+    let cases: [(Field, u32, CapField); 10] = [
         (cap::LOG_MAX_QP, 25, CapField::LogMaxQp),
         (cap::MAX_WQE_SZ_SQ, 32, CapField::MaxWqeSzSq),
         (cap::PORT_TYPE, 2, CapField::PortType),
         (cap::NUM_PORTS, 0, CapField::NumPorts),
         (cap::LOG_BF_REG_SIZE, 12, CapField::LogBfRegSize),
+        (cap::LOG_MAX_QP_SZ, 17, CapField::LogMaxQpSz),
+        (cap::LOG_MAX_SRQ_SZ, 17, CapField::LogMaxSrqSz),
+        (cap::LOG_MAX_CQ_SZ, 25, CapField::LogMaxCqSz),
+        (cap::MAX_WQE_SZ_RQ, 8, CapField::MaxWqeSzRq),
+        (cap::LOG_MAX_EQ_SZ, 25, CapField::LogMaxEqSz),
     ];
     for (f, v, field) in cases {
         let b = bench();
         f.set(&mut b.fw().caps, v);
+        let e = b.probe().unwrap_err();
         assert_eq!(
-            b.probe().unwrap_err(),
+            e,
             Error::BadOutput {
                 opcode: opcode::QUERY_HCA_CAP,
                 what: OutputFault::Capability { field, value: v }
             }
         );
+        assert_eq!(verbs::Error::from(e), verbs::Error::Io);
         assert!(b.opcodes().ends_with(&[
             opcode::TEARDOWN_HCA,
             opcode::MANAGE_PAGES,
             opcode::DISABLE_HCA
         ]));
+        assert_eq!(b.heap.live_buffers(), 0);
+    }
+}
+
+#[test]
+fn atomic_response_mode_is_negotiated_as_linux_does() {
+    use firmware_interface::ctx::atomic_caps as at;
+    // The SET block is all zero but the mode (Linux's `handle_hca_cap_atomic`).
+    let b = bench();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    b.hook(move |inp, _| {
+        if mbox_in::OPCODE.get(inp) as u16 == opcode::SET_HCA_CAP
+            && mbox_in::OP_MOD.get(inp) as u16 == op_mod::set_cap(op_mod::CAP_ATOMIC)
+        {
+            s2.lock().unwrap().push(inp.to_vec());
+        }
+        None
+    });
+    let dev = b.probe().unwrap();
+    let sets = seen.lock().unwrap().clone();
+    assert_eq!(sets.len(), 1);
+    let mut expect = vec![0u8; 4096];
+    at::ATOMIC_REQ_8B_ENDIANNESS_MODE.set(&mut expect, at::REQ_MODE_HOST_ENDIANNESS);
+    assert_eq!(&sets[0][16..], &expect[..]);
+    assert!(dev.caps().atomic_response_host_order);
+    dev.shutdown().unwrap();
+
+    // A device without host-endian responses: no SET, responses stay big-endian.
+    let b = bench();
+    at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.set(&mut b.fw().atomic_caps, 0);
+    let dev = b.probe().unwrap();
+    assert!(
+        !b.fw()
+            .log
+            .contains(&(opcode::SET_HCA_CAP, op_mod::set_cap(op_mod::CAP_ATOMIC)))
+    );
+    assert_eq!(
+        dev.caps().atomic_response_host_order,
+        cfg!(target_endian = "big")
+    );
+    dev.shutdown().unwrap();
+
+    // No atomics at all: the page is not even queried.
+    let b = bench();
+    cap::ATOMIC.set(&mut b.fw().caps, 0);
+    let dev = b.probe().unwrap();
+    assert!(
+        b.fw()
+            .log
+            .iter()
+            .all(|&(o, m)| o != opcode::QUERY_HCA_CAP || m >> 1 != op_mod::CAP_ATOMIC)
+    );
+    assert_eq!(dev.caps().atomic_operations, 0);
+    dev.shutdown().unwrap();
+
+    // A mode that does not exist, or one the firmware accepted and then does not apply, is a
+    // bad output.
+    for (mode, supported) in [(3, 1), (0, 1)] {
+        let b = bench();
+        b.hook(move |inp, outlen| {
+            let om = mbox_in::OP_MOD.get(inp) as u16;
+            if mbox_in::OPCODE.get(inp) as u16 == opcode::SET_HCA_CAP
+                && om == op_mod::set_cap(op_mod::CAP_ATOMIC)
+            {
+                return Some(Reply::ok(vec![0; 16]));
+            }
+            if mbox_in::OPCODE.get(inp) as u16 != opcode::QUERY_HCA_CAP
+                || om != op_mod::query_cap(op_mod::CAP_ATOMIC, op_mod::QUERY_CAP_CUR)
+            {
+                return None;
+            }
+            Some(Reply::ok(out_with(outlen, |o| {
+                at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1
+                    .at(16)
+                    .set(o, supported);
+                at::ATOMIC_REQ_8B_ENDIANNESS_MODE.at(16).set(o, mode);
+            })))
+        });
+        assert_eq!(
+            b.probe().unwrap_err(),
+            Error::BadOutput {
+                opcode: opcode::QUERY_HCA_CAP,
+                what: OutputFault::Capability {
+                    field: CapField::AtomicReqEndiannessMode,
+                    value: mode
+                }
+            },
+            "mode {mode}"
+        );
         assert_eq!(b.heap.live_buffers(), 0);
     }
 }

@@ -5,10 +5,12 @@
 //!   every transcribed table; [`EXTRA`] and the tests below add the layouts the spec describes in
 //!   prose.
 //! * `structs.rs`: sizes and field offsets of the `#[repr(C)]` structs, and constant values.
+//! * `ifc.rs`: layouts the spec leaves open, checked against Linux `mlx5_ifc.h` / `lib/tout.c`.
 //! * `props.rs`: property tests (field round trips, isolation, byte images, signatures).
 
 use firmware_interface::Field;
 
+mod ifc;
 mod props;
 mod prose;
 mod srq;

@@ -33,6 +33,8 @@ const LAYOUTS: &[Layout] = layouts!(
     cmds::create_qp_in,
     cmds::create_qp_out,
     cmds::rst2init_qp_in,
+    cmds::sqerr2rts_qp_in,
+    cmds::query_hca_vport_context_out,
     cmds::query_qp_out,
     cmds::query_vport_state_out,
     cmds::query_hca_vport_gid_in,
@@ -47,6 +49,8 @@ const LAYOUTS: &[Layout] = layouts!(
     ctx::mkc,
     ctx::nic_vport_context,
     ctx::roce_addr_layout,
+    ctx::atomic_caps,
+    ctx::hca_vport_context,
 );
 
 fn bit(buf: &[u8], i: u32) -> u8 {

@@ -119,52 +119,6 @@ fn access_register_out() {
 }
 
 #[test]
-fn hca_vport_context() {
-    // "QUERY_HCA_VPORT_CONTEXT (0x762) (IB): context at 0x10; inside: port_state dw@0x20 [7:4],
-    // port_guid 0x30, node_guid 0x38, lid dw@0x60 [31:16], sm_lid dw@0x64 [31:16]."
-    use ctx::hca_vport_context as c;
-    check(
-        "hca_vport_context",
-        c::FIELDS,
-        c::SIZE,
-        256,
-        &[
-            ("port_state", c::PORT_STATE, 0x23, Dw(0x20, 7, 4), 4),
-            ("port_guid", c::PORT_GUID, 0x30, Bytes(0x30, 0x37), 64),
-            ("node_guid", c::NODE_GUID, 0x38, Bytes(0x38, 0x3f), 64),
-            ("lid", c::LID, 0x60, Dw(0x60, 31, 16), 16),
-            ("sm_lid", c::SM_LID, 0x64, Dw(0x64, 31, 16), 16),
-        ],
-    );
-    use cmds::{query_hca_vport_context_in as i, query_hca_vport_context_out as o};
-    // Input: not in the spec; same positions as query_hca_vport_gid_in.
-    check(
-        "query_hca_vport_context_in",
-        i::FIELDS,
-        i::SIZE,
-        16,
-        &[
-            ("other_vport", i::OTHER_VPORT, 0x8, Dw(0x8, 31, 31), 1),
-            ("port_num", i::PORT_NUM, 0x9, Dw(0x8, 19, 16), 4),
-            ("vport_number", i::VPORT_NUMBER, 0xa, Dw(0x8, 15, 0), 16),
-        ],
-    );
-    check(
-        "query_hca_vport_context_out",
-        o::FIELDS,
-        o::SIZE,
-        0x110,
-        &[(
-            "hca_vport_context",
-            o::HCA_VPORT_CONTEXT,
-            0x10,
-            Struct(256),
-            2048,
-        )],
-    );
-}
-
-#[test]
 fn nic_vport_context() {
     // "roce_en = bit 0 of byte 0x3, mtu at 0x26 (16 bits), system_image_guid 0x28, port_guid
     // 0x30, node_guid 0x38, permanent_address (8-byte mac_address_layout) at 0xf4, whose MAC

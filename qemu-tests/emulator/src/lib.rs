@@ -11,6 +11,8 @@
 //!   health buffer and counter, internal timer) — `regs`;
 //! * the command queue: entries, mailbox chains, tokens, block numbers, signatures, delivery
 //!   status, CMD events — `cmdq`;
+//! * a physical function (default) or a virtual function ([`Profile::connectx5_vf`]: VF
+//!   capabilities, the PF's HOST_ENDIANNESS register refused);
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
 //!   and its state machine, vport, RoCE GIDs) — `commands`;
 //! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`;
@@ -30,8 +32,9 @@
 //!
 //! Not modelled yet: XRC, UMR/KLM keys, memory windows, SEND with invalidate,
 //! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
-//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), the ATOMIC
-//! capability page contents, IPv6 GIDs on the wire, APM, congestion control (CNPs).
+//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
+//! wire, APM, congestion control (CNPs). The ATOMIC capability page offers 8-byte CAS/FAA and
+//! host-endian atomic responses (`atomic_req_8B_endianness_mode`, which SET_HCA_CAP checks).
 //!
 //! Two ways to drive it: trapped ([`Device::mmio_read`] / [`Device::mmio_write`] run whatever
 //! the access triggers, inline — a send doorbell runs the SQ and everything that loops back on
@@ -481,6 +484,11 @@ impl Device {
     /// Every command completed so far, in completion order.
     pub fn command_log(&self) -> &[CmdRecord] {
         &self.log
+    }
+
+    /// The profile the device was made with.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     /// Every device-side error so far, in order.

@@ -64,6 +64,34 @@ pub struct Profile {
     /// Unit of the RNR NAK timer table, whose entries are multiples of 10 µs: the wait for
     /// code `c` is `table[c] / 10 µs × rnr_timer_unit_ns` (10 000 = real time).
     pub rnr_timer_unit_ns: u64,
+    /// The atomic capability page offers host-endian atomic responses
+    /// (`supported_atomic_req_8B_endianness_mode_1`).
+    pub atomic_host_endianness: bool,
+    /// The PCI device id the function presents (vendor 0x15b3): a physical function (default
+    /// ConnectX-5, 0x1017) or a virtual function (e.g. ConnectX-5 VF, 0x1018; see
+    /// [`Profile::connectx5_vf`]). A VF reports the capabilities of a VF (no vport group
+    /// manager, a vHCA id of its own) and refuses what belongs to the PF (the HOST_ENDIANNESS
+    /// register).
+    pub pci_device_id: u16,
+}
+
+impl Profile {
+    /// The profile of a ConnectX-5 virtual function (PCI device id 0x1018).
+    pub fn connectx5_vf() -> Profile {
+        Profile {
+            pci_device_id: 0x1018,
+            ..Profile::default()
+        }
+    }
+
+    /// Whether the function is a virtual function (its PCI device id is a ConnectX VF's).
+    pub fn is_vf(&self) -> bool {
+        firmware_interface::pci::lookup(
+            firmware_interface::pci::VENDOR_MELLANOX,
+            self.pci_device_id,
+        )
+        .is_some_and(|d| d.vf)
+    }
 }
 
 impl Default for Profile {
@@ -96,6 +124,8 @@ impl Default for Profile {
             ipv4: None,
             ack_timeout_unit_ns: 4096,
             rnr_timer_unit_ns: 10_000,
+            atomic_host_endianness: true,
+            pci_device_id: 0x1017,
         }
     }
 }

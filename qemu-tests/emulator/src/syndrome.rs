@@ -79,6 +79,13 @@ pub const BAD_UAR_PAGE_SZ: u32 = s(0x32);
 pub const BAD_REGISTER: u32 = s(0x33);
 /// BAD_PARAM: ACCESS_REG with an invalid register value or argument.
 pub const BAD_REGISTER_VALUE: u32 = s(0x34);
+/// BAD_PARAM: SET_HCA_CAP (atomic page) with an `atomic_req_8B_endianness_mode` the device
+/// does not offer (2 or 3, or host endianness without
+/// `supported_atomic_req_8B_endianness_mode_1`).
+pub const BAD_ATOMIC_MODE: u32 = s(0x35);
+/// BAD_PARAM: ACCESS_REG of a register that belongs to the PF (HOST_ENDIANNESS) on a virtual
+/// function.
+pub const REGISTER_NOT_ON_VF: u32 = s(0x36);
 
 // ------------------------------------------------------------------ object tables
 

@@ -113,3 +113,75 @@ fn reported_caps_come_from_the_device_profile() {
     assert_eq!(attr.fw_ver, p.fw_rev);
     dev.shutdown().unwrap();
 }
+
+#[test]
+fn a_virtual_function_comes_up_without_the_pf_register() {
+    // The driver told it drives a ConnectX-5 VF (as the PCI id says) skips HOST_ENDIANNESS, as
+    // Linux's mlx5_core does on a VF; everything else is the PF's bring-up.
+    let vf = mlx5::Config {
+        device_id: 0x1018,
+        ..Default::default()
+    };
+    assert!(vf.is_vf());
+    let tb = Testbed::new(Profile::connectx5_vf());
+    let dev = tb.probe(vf).expect("VF bring-up");
+    assert_eq!(dev.caps().vhca_id, 1, "the VF's own vHCA");
+    {
+        let d = tb.device();
+        let log = d.command_log();
+        assert!(
+            log.iter().all(|r| r.delivery == 0 && r.status == 0),
+            "{log:#?}"
+        );
+        assert!(
+            log.iter().all(|r| r.opcode != opcode::ACCESS_REG),
+            "{log:#?}"
+        );
+        assert_in_order(
+            log,
+            &[
+                (opcode::ENABLE_HCA, None),
+                (opcode::MANAGE_PAGES, Some(op_mod::MANAGE_PAGES_GIVE)),
+                (opcode::SET_HCA_CAP, Some(op_mod::CAP_GENERAL << 1)),
+                (opcode::INIT_HCA, None),
+                (opcode::CREATE_EQ, None),
+            ],
+        );
+        assert!(d.errors().is_empty(), "{:?}", d.errors());
+    }
+    // The VF works: a CQ and an RC QP through the whole state machine's first step.
+    let cq = dev.create_cq(4, dev.driver_eqn().unwrap()).unwrap();
+    let qp = dev
+        .create_qp(&mlx5::QpCreate {
+            pd: dev.driver_pd().unwrap(),
+            send_cqn: cq.cqn(),
+            recv_cqn: cq.cqn(),
+            ..Default::default()
+        })
+        .unwrap();
+    dev.destroy_qp(qp).unwrap();
+    dev.destroy_cq(cq).unwrap();
+    dev.shutdown().unwrap();
+    assert_eq!(tb.live(), Live::default());
+
+    // A driver that takes the VF for a PF writes HOST_ENDIANNESS: the VF refuses it and the
+    // bring-up fails, undone.
+    let tb = Testbed::new(Profile::connectx5_vf());
+    let pf = mlx5::Config {
+        device_id: 0x1017,
+        ..Default::default()
+    };
+    let e = tb.probe(pf).expect_err("HOST_ENDIANNESS on a VF");
+    assert!(
+        matches!(
+            e,
+            mlx5::Error::Cmd {
+                opcode: opcode::ACCESS_REG,
+                status: 0x03,
+                syndrome: nic_emulator::syndrome::REGISTER_NOT_ON_VF,
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(tb.live(), Live::default());
+}

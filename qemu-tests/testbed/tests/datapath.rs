@@ -280,8 +280,8 @@ fn rc_loopback_send_write_read_atomics() {
     assert_eq!(a.sq_consumer(), a.sq_producer());
 
     // atomics: fetch-and-add then compare-and-swap on an 8-byte counter
-    // The device computes on big-endian operands (the PRM default; the driver does not ask for
-    // host-endian atomics).
+    // The device computes on big-endian operands; the driver asks for host-endian atomic
+    // responses (as Linux does), so the fetched values land in host order.
     n.write(20480, &5u64.to_be_bytes());
     let r1 = [n.sge(24576, 8)];
     let r2 = [n.sge(24584, 8)];
@@ -323,12 +323,10 @@ fn rc_loopback_send_write_read_atomics() {
             (4, WcStatus::Success, WcOpcode::CompSwap, 8)
         ]
     );
-    let fetched = |off| u64::from_be_bytes(n.read(off, 8).try_into().unwrap());
+    let fetched = |off| u64::from_ne_bytes(n.read(off, 8).try_into().unwrap());
+    let target = u64::from_be_bytes(n.read(20480, 8).try_into().unwrap());
     // FAA returned 5 and left 15; CAS saw 15, swapped in 99.
-    assert_eq!(
-        (fetched(24576), fetched(24584), fetched(20480)),
-        (5, 15, 99)
-    );
+    assert_eq!((fetched(24576), fetched(24584), target), (5, 15, 99));
 
     // inline send
     Provider::post_recv(

@@ -383,8 +383,9 @@ fn atomic(
         &fetched,
         "atomic result",
     );
-    // The device computes on big-endian operands (the PRM default).
-    let fetched = u64::from_be_bytes(fetched.try_into().unwrap());
+    // The responder computes on big-endian operands; the driver negotiated host-endian
+    // atomic responses (as Linux does), so the original value lands in host order.
+    let fetched = u64::from_ne_bytes(fetched.try_into().unwrap());
     let after = u64::from_be_bytes(b.read(remote_off, 8).try_into().unwrap());
     (fetched, after)
 }
@@ -451,7 +452,7 @@ fn atomics_compare_swap_and_fetch_add() {
     let mut expect = 0u64;
     for (i, w) in s.iter().enumerate() {
         assert_eq!((w.wr_id, w.status), (100 + i as u64, WcStatus::Success));
-        let got = u64::from_be_bytes(t.a.read(res + i * 8, 8).try_into().unwrap());
+        let got = u64::from_ne_bytes(t.a.read(res + i * 8, 8).try_into().unwrap());
         assert_eq!(got, expect, "fetch-add {i}");
         expect += 1 << i;
     }
@@ -857,7 +858,8 @@ fn ud_send_recv_with_grh() {
             check_region(&b, DST, rhi, &rl, &got, &what);
         }
     }
-    // A UD message longer than the largest MTU: a local length error, and the QP goes to ERR.
+    // A UD message longer than the largest MTU (and than the 2^12-byte `log_msg_max` the
+    // driver sets, as Linux does): a local length error, and the QP goes to ERR.
     let big = 4097;
     let sg = [a.sge(SRC, big)];
     a.post_send(
@@ -882,7 +884,19 @@ fn ud_send_recv_with_grh() {
     let late = drain(&world, &b, &b.cq, 20);
     assert!(late.is_empty(), "{late:?}");
     assert_eq!(b.stats().rx_no_wqe, 0);
-    a.no_device_errors();
+    // The device checks the message against `log_msg_max` when it reads the WQE, and records
+    // the over-long WQE.
+    assert!(
+        matches!(
+            a.tb.device().errors(),
+            [nic_emulator::DeviceError::BadWqe {
+                fault: nic_emulator::WqeFault::TooLong(4097),
+                ..
+            }]
+        ),
+        "{:?}",
+        a.tb.device().errors()
+    );
     b.no_device_errors();
     Provider::destroy_ah(&a.dev, ah).unwrap();
     a.teardown(vec![ua]);

@@ -396,7 +396,8 @@ fn duplicated_atomics_apply_once() {
                 (i as u64, WcStatus::Success, WcOpcode::FetchAdd, 8),
                 "round {round}"
             );
-            let got = u64::from_be_bytes(a.read(res + i * 8, 8).try_into().unwrap());
+            // Atomic responses in host order (negotiated at bring-up).
+            let got = u64::from_ne_bytes(a.read(res + i * 8, 8).try_into().unwrap());
             assert_eq!(got, i as u64, "round {round}: fetch-add {i} saw {got}");
         }
         let value = u64::from_be_bytes(b.read(target, 8).try_into().unwrap());

@@ -185,15 +185,13 @@ pub fn measure<E: Port, P: Pace, A: Peer<E>>(
                         bad.get_or_insert(format!("READ {i}: last byte {last}, want {read_last}"));
                     }
                 } else {
-                    let v =
-                        c.buf()
-                            .mem
-                            .read_u64(at)
-                            .map(u64::from_be)
-                            .map_err(|err| Error::Dma {
-                                what: "read the result",
-                                err,
-                            })?;
+                    // The fetched value lands in host byte order (the driver negotiates
+                    // host-endian atomic responses, as Linux does); the counter itself is
+                    // big-endian at the responder.
+                    let v = c.buf().mem.read_u64(at).map_err(|err| Error::Dma {
+                        what: "read the result",
+                        err,
+                    })?;
                     if v != i {
                         bad.get_or_insert(format!("fetch-and-add {i} returned {v}, want {i}"));
                     }

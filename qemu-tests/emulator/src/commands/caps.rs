@@ -3,9 +3,16 @@
 //! SET_HCA_CAP is strict: the block must equal the current one except in the writable fields,
 //! and each writable field must stay within its maximum. A driver that writes a field at the
 //! wrong offset therefore gets BAD_PARAM ([`syn::CAP_READ_ONLY`]) instead of silently setting
-//! nothing.
+//! nothing. The atomic page may also come all-zero outside its writable field: Linux sets it
+//! from a zeroed block (`handle_hca_cap_atomic`).
+//!
+//! The atomic page's one writable field, `atomic_req_8B_endianness_mode`, decides how the
+//! requester writes the 8-byte result of an atomic into local memory:
+//! [`Device::atomic_response`].
 
-use firmware_interface::ctx::{CAP_BLOCK_SIZE, cmd_hca_cap as g, roce_cap as r};
+use firmware_interface::ctx::{
+    CAP_BLOCK_SIZE, atomic_caps as at, cmd_hca_cap as g, host_endianness_reg, roce_cap as r,
+};
 use firmware_interface::{Field, cmd_status as st, cmds, op_mod};
 
 use super::{CmdResult, Input, bad_param, fail, out};
@@ -37,6 +44,9 @@ enum Rule {
     ZeroOrMax,
     /// Only 0.
     Zero,
+    /// `atomic_req_8B_endianness_mode`: big-endian (0), or host endianness (1) when the
+    /// maximum page has `supported_atomic_req_8B_endianness_mode_1`.
+    AtomicMode,
 }
 
 /// Writable fields of the general page (spec §3.4, "Fields Linux changes").
@@ -60,10 +70,8 @@ const GENERAL_WRITABLE: &[(Field, Rule)] = &[
 /// Writable fields of the RoCE page.
 const ROCE_WRITABLE: &[(Field, Rule)] = &[(r::SW_R_ROCE_SRC_UDP_PORT, Rule::LeMax)];
 
-/// Writable fields of the atomic page. TODO(fi): the atomic capability layout
-/// (`atomic_caps`: `atomic_req_8B_endianness_mode`, `atomic_operations`, ...) is not in
-/// firmware-interface, so the page is reported all-zero and nothing in it is writable.
-const ATOMIC_WRITABLE: &[(Field, Rule)] = &[];
+/// Writable fields of the atomic page.
+const ATOMIC_WRITABLE: &[(Field, Rule)] = &[(at::ATOMIC_REQ_8B_ENDIANNESS_MODE, Rule::AtomicMode)];
 
 /// `roce_version` capability bits: RoCE v2 only (`1 << MLX5_ROCE_VERSION_2`). TODO(fi): the
 /// capability encodings are not in `ctx::roce_cap`.
@@ -138,6 +146,9 @@ pub(crate) fn max_caps(p: &Profile) -> Caps {
         (g::DEVICE_FREQUENCY_MHZ, TIMER_KHZ / 1000),
         (g::DEVICE_FREQUENCY_KHZ, TIMER_KHZ),
         (g::NUM_OF_UARS_PER_PAGE, 1),
+        // A PF manages the e-switch vports; a VF is one of them, with a vHCA id of its own.
+        (g::VPORT_GROUP_MANAGER, u32::from(!p.is_vf())),
+        (g::VHCA_ID, u32::from(p.is_vf())),
     ] {
         f.set(b, v);
     }
@@ -158,9 +169,23 @@ pub(crate) fn max_caps(p: &Profile) -> Caps {
             f.set(&mut roce, v);
         }
     }
+    // Atomics: 8-byte compare-and-swap and fetch-and-add on QPs (masked atomics are not
+    // modelled); responses big-endian until the driver asks for host endianness.
+    let mut atomic = vec![0u8; CAP_BLOCK_SIZE];
+    for (f, v) in [
+        (at::ATOMIC_OPERATIONS, at::OPS_CMP_SWAP | at::OPS_FETCH_ADD),
+        (at::ATOMIC_SIZE_QP, at::SIZE_QP_8BYTES),
+        (
+            at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1,
+            u32::from(p.atomic_host_endianness),
+        ),
+        (at::ATOMIC_REQ_8B_ENDIANNESS_MODE, at::REQ_MODE_BE),
+    ] {
+        f.set(&mut atomic, v);
+    }
     Caps {
         general: gen_,
-        atomic: vec![0u8; CAP_BLOCK_SIZE],
+        atomic,
         roce,
     }
 }
@@ -246,7 +271,9 @@ pub(super) fn set_hca_cap(d: &mut Device, input: &Input<'_>) -> CmdResult {
         f.set(&mut a, 0);
         f.set(&mut b, 0);
     }
-    if a != b {
+    // The atomic page: Linux sends a zeroed block with only the writable field set.
+    let zero_ok = cap_type == op_mod::CAP_ATOMIC && a.iter().all(|x| *x == 0);
+    if a != b && !zero_ok {
         return Err(bad_param(syn::CAP_READ_ONLY));
     }
     for (f, rule) in writable {
@@ -255,20 +282,49 @@ pub(super) fn set_hca_cap(d: &mut Device, input: &Input<'_>) -> CmdResult {
             Rule::LeMax => v <= mx,
             Rule::ZeroOrMax => v == 0 || v == mx,
             Rule::Zero => v == 0,
+            Rule::AtomicMode => {
+                v == at::REQ_MODE_BE
+                    || (v == at::REQ_MODE_HOST_ENDIANNESS
+                        && at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.get(&max) != 0)
+            }
         };
         if !ok {
             return Err(bad_param(match rule {
                 Rule::Zero => syn::BAD_UAR_PAGE_SZ,
+                Rule::AtomicMode => syn::BAD_ATOMIC_MODE,
                 _ => syn::CAP_ABOVE_MAX,
             }));
         }
     }
     let c = &mut d.hca.cap_cur;
+    if cap_type == op_mod::CAP_ATOMIC {
+        // Only the writable field changes (the rest may have come as zeros).
+        for (f, _) in writable {
+            f.set(&mut c.atomic, f.get(new));
+        }
+        return Ok(out(cmds::set_hca_cap_out::SIZE));
+    }
     let dst = match cap_type {
         op_mod::CAP_GENERAL => &mut c.general,
-        op_mod::CAP_ATOMIC => &mut c.atomic,
         _ => &mut c.roce,
     };
     dst.copy_from_slice(new);
     Ok(out(cmds::set_hca_cap_out::SIZE))
+}
+
+impl Device {
+    /// The 8 bytes a requester writes to local memory for the original value `orig` of an
+    /// atomic: big-endian unless the driver set `atomic_req_8B_endianness_mode` to host
+    /// endianness, then in the byte order HOST_ENDIANNESS names (little-endian unless the
+    /// driver wrote `he` = big).
+    pub(crate) fn atomic_response(&self, orig: u64) -> [u8; 8] {
+        let mode = at::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(&self.hca.cap_cur.atomic);
+        if mode == at::REQ_MODE_HOST_ENDIANNESS
+            && self.hca.host_endianness == host_endianness_reg::HE_LITTLE
+        {
+            orig.to_le_bytes()
+        } else {
+            orig.to_be_bytes()
+        }
+    }
 }

@@ -175,6 +175,10 @@ pub(super) fn access_reg(d: &mut Device, input: &Input<'_>) -> CmdResult {
     if input.get(i::REGISTER_ID) != REG_HOST_ENDIANNESS {
         return Err(bad_param(syn::BAD_REGISTER));
     }
+    // HOST_ENDIANNESS belongs to the PF (Linux writes it only there, `set_hca_ctrl`).
+    if d.profile.is_vf() {
+        return Err(bad_param(syn::REGISTER_NOT_ON_VF));
+    }
     let len = host_endianness_reg::SIZE;
     if input.msg.len() < i::REGISTER_DATA.byte_off() + len {
         return Err(fail(st::BAD_INPUT_LEN, syn::BAD_INLEN));

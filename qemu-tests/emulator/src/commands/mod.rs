@@ -437,7 +437,7 @@ static TABLE: &[Spec] = &[
     ),
     spec!(
         op::SQERR2RTS_QP,
-        cmds::rst2init_qp_in::SIZE,
+        cmds::sqerr2rts_qp_in::SIZE,
         cmds::modify_qp_out::SIZE,
         Initialized,
         Z,
@@ -445,7 +445,7 @@ static TABLE: &[Spec] = &[
     ),
     spec!(
         op::SQD_RTS_QP,
-        cmds::rst2init_qp_in::SIZE,
+        cmds::sqd2rts_qp_in::SIZE,
         cmds::modify_qp_out::SIZE,
         Initialized,
         Z,

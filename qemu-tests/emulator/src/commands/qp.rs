@@ -382,10 +382,13 @@ pub(super) fn modify_qp(d: &mut Device, input: &Input<'_>) -> CmdResult {
                 if mask & opt::Q_KEY != 0 {
                     cp(&mut new, ctx, q::Q_KEY);
                 }
-                for f in [q::MTU, q::LOG_MSG_MAX] {
-                    if f.get(ctx) != 0 {
-                        cp(&mut new, ctx, f);
-                    }
+                // The path MTU and the message size limit are mandatory here for datagram QPs
+                // too (Linux: UD 4096 / 2^12, GSI 256 / 2^8): a UD send larger than either is
+                // a local length error.
+                cp(&mut new, ctx, q::MTU);
+                cp(&mut new, ctx, q::LOG_MSG_MAX);
+                if !(q::MTU_256..=q::MTU_4096).contains(&q::MTU.get(&new)) {
+                    return Err(bad_param(syn::BAD_MTU));
                 }
                 check_port_pkey(&new)?;
             } else {

@@ -118,7 +118,7 @@ impl Device {
         let datagram = qp.st == q::ST_UD || qp.st == q::ST_QP1;
         let mtu = match roce_wire::mtu_bytes(g(q::MTU) as u8) {
             Some(m) => m,
-            // UD QPs need not program an MTU: the port's (4096).
+            // Datagram QPs get theirs at INIT2RTR (which refuses none); before, the port's.
             None if datagram => 4096,
             None => 256,
         };

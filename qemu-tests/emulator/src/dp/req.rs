@@ -977,9 +977,8 @@ impl Device {
         let Local::Sgl(sgl) = w.local.clone() else {
             return;
         };
-        // The original value lands in local memory big-endian (the PRM's default atomic
-        // response mode; no host-endianness mode is advertised).
-        let ok = self.sgl_write(&sgl, 0, &orig.to_be_bytes()).is_ok();
+        // The original value lands in local memory in the negotiated response byte order.
+        let ok = self.sgl_write(&sgl, 0, &self.atomic_response(orig)).is_ok();
         let now = self.now();
         let timeout = self.ack_timeout_ns(info.ack_timeout);
         let Some(qp) = self.obj.qps.get_mut(qpn) else {

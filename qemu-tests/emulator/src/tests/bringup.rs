@@ -314,6 +314,71 @@ fn set_roce_cap_page() {
         .expect(st::BAD_PARAM, syn::BAD_OP_MOD);
 }
 
+#[test]
+fn atomic_page_negotiates_the_response_endianness() {
+    use firmware_interface::ctx::atomic_caps as at;
+    let mut h = H::new();
+    h.enable();
+    let max = h.query_cap(op_mod::CAP_ATOMIC, true);
+    assert_eq!(
+        at::ATOMIC_OPERATIONS.get(&max),
+        at::OPS_CMP_SWAP | at::OPS_FETCH_ADD
+    );
+    assert_eq!(at::ATOMIC_SIZE_QP.get(&max), at::SIZE_QP_8BYTES);
+    assert_eq!(at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.get(&max), 1);
+    let cur = h.query_cap(op_mod::CAP_ATOMIC, false);
+    assert_eq!(
+        at::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(&cur),
+        at::REQ_MODE_BE,
+        "big-endian responses after reset"
+    );
+    // Modes 2 and 3 do not exist.
+    for mode in [2, 3] {
+        let mut c = cur.clone();
+        set(&mut c, at::ATOMIC_REQ_8B_ENDIANNESS_MODE, mode);
+        h.cmd(&H::set_cap_msg(op_mod::CAP_ATOMIC, &c), 16)
+            .expect(st::BAD_PARAM, syn::BAD_ATOMIC_MODE);
+    }
+    // A read-only field changed (and not to zero).
+    let mut c = cur.clone();
+    set(&mut c, at::ATOMIC_OPERATIONS, 0xf);
+    h.cmd(&H::set_cap_msg(op_mod::CAP_ATOMIC, &c), 16)
+        .expect(st::BAD_PARAM, syn::CAP_READ_ONLY);
+    // What Linux sends: a zeroed block with only the mode set to host endianness.
+    let mut z = vec![0u8; 4096];
+    set(
+        &mut z,
+        at::ATOMIC_REQ_8B_ENDIANNESS_MODE,
+        at::REQ_MODE_HOST_ENDIANNESS,
+    );
+    h.ok(&H::set_cap_msg(op_mod::CAP_ATOMIC, &z), 16);
+    let now = h.query_cap(op_mod::CAP_ATOMIC, false);
+    assert_eq!(
+        at::ATOMIC_REQ_8B_ENDIANNESS_MODE.get(&now),
+        at::REQ_MODE_HOST_ENDIANNESS
+    );
+    assert_eq!(
+        at::ATOMIC_OPERATIONS.get(&now),
+        at::OPS_CMP_SWAP | at::OPS_FETCH_ADD,
+        "the zeros of the SET block did not clear the read-only fields"
+    );
+    // The current page copied back with the mode set is accepted as well.
+    let mut c = now.clone();
+    set(&mut c, at::ATOMIC_REQ_8B_ENDIANNESS_MODE, at::REQ_MODE_BE);
+    h.ok(&H::set_cap_msg(op_mod::CAP_ATOMIC, &c), 16);
+
+    // A device without host-endian responses refuses mode 1.
+    let mut h = H::with(Profile {
+        atomic_host_endianness: false,
+        ..Profile::default()
+    });
+    h.enable();
+    let max = h.query_cap(op_mod::CAP_ATOMIC, true);
+    assert_eq!(at::SUPPORTED_ATOMIC_REQ_8B_ENDIANNESS_MODE_1.get(&max), 0);
+    h.cmd(&H::set_cap_msg(op_mod::CAP_ATOMIC, &z), 16)
+        .expect(st::BAD_PARAM, syn::BAD_ATOMIC_MODE);
+}
+
 trait TapOpMod {
     fn tap_op_mod(self, m: u16) -> Self;
 }
@@ -343,6 +408,28 @@ fn access_reg_host_endianness() {
     // Register data missing.
     h.cmd(&H::host_endianness_msg()[..16], 32)
         .expect(st::BAD_INPUT_LEN, syn::BAD_INLEN);
+}
+
+#[test]
+fn a_vf_refuses_host_endianness_and_reports_vf_caps() {
+    let mut h = H::with(Profile::connectx5_vf());
+    assert!(h.dev.profile().is_vf());
+    h.enable();
+    // HOST_ENDIANNESS belongs to the PF: written or read, refused on the VF.
+    h.cmd(&H::host_endianness_msg(), 32)
+        .expect(st::BAD_PARAM, syn::REGISTER_NOT_ON_VF);
+    let mut r = H::host_endianness_msg();
+    firmware_interface::mbox_in::OP_MOD.set(&mut r, u32::from(op_mod::ACCESS_REG_READ));
+    h.cmd(&r, 32).expect(st::BAD_PARAM, syn::REGISTER_NOT_ON_VF);
+    // A VF is no vport group manager and has a vHCA id of its own; the PF is the manager.
+    let c = h.query_cap(op_mod::CAP_GENERAL, false);
+    assert_eq!((g::VPORT_GROUP_MANAGER.get(&c), g::VHCA_ID.get(&c)), (0, 1));
+    let mut pf = H::new();
+    assert!(!pf.dev.profile().is_vf());
+    pf.enable();
+    let c = pf.query_cap(op_mod::CAP_GENERAL, false);
+    assert_eq!((g::VPORT_GROUP_MANAGER.get(&c), g::VHCA_ID.get(&c)), (1, 0));
+    pf.ok(&H::host_endianness_msg(), 32);
 }
 
 #[test]

@@ -415,6 +415,12 @@ impl H {
 
     /// The spec §4.2 bring-up up to INIT_HCA and RoCE enable.
     pub(crate) fn init(&mut self) {
+        self.init_with(None);
+    }
+
+    /// [`init`](Self::init), setting the atomic page's `atomic_req_8B_endianness_mode` to
+    /// `atomic_mode` (as Linux does, from a zeroed block) when given.
+    pub(crate) fn init_with(&mut self, atomic_mode: Option<u32>) {
         self.enable();
         let o = self.ok(&msg(op::QUERY_ISSI, 0, 16), 112);
         assert_eq!(cmds::query_issi_out::SUPPORTED_ISSI_DW0.get(&o) & 2, 2);
@@ -433,6 +439,15 @@ impl H {
         let mut roce = self.query_cap(op_mod::CAP_ROCE, false);
         set(&mut roce, ctx::roce_cap::SW_R_ROCE_SRC_UDP_PORT, 1);
         self.ok(&Self::set_cap_msg(op_mod::CAP_ROCE, &roce), 16);
+        if let Some(mode) = atomic_mode {
+            let mut z = vec![0u8; ctx::CAP_BLOCK_SIZE];
+            set(
+                &mut z,
+                ctx::atomic_caps::ATOMIC_REQ_8B_ENDIANNESS_MODE,
+                mode,
+            );
+            self.ok(&Self::set_cap_msg(op_mod::CAP_ATOMIC, &z), 16);
+        }
         let init = self.query_pages(op_mod::PAGES_INIT);
         self.give_pages(init);
         self.ok(&msg(op::INIT_HCA, 0, 32), 16);

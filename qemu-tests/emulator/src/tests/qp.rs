@@ -169,17 +169,59 @@ fn illegal_transitions_are_bad_qp_state() {
     bad(h, &rst2init(qpn, false));
 }
 
+/// INIT2RTR of a datagram QP: the path MTU code and `log_msg_max`, nothing else.
+fn ud_init2rtr(qpn: u32, mtu: u32, log_msg_max: u32) -> Vec<u8> {
+    let mut m = modify(op::INIT2RTR_QP, qpn);
+    set(&mut m, q(qpc::MTU), mtu);
+    set(&mut m, q(qpc::LOG_MSG_MAX), log_msg_max);
+    m
+}
+
+#[test]
+fn datagram_init2rtr_needs_a_path_mtu() {
+    let mut w = World::new();
+    let ud = w.h.create_qp(qpc::ST_UD, w.pd, w.cqn, w.uar);
+    let pas = w.h.queue_buf(2048, 0);
+    let dbr = w.h.dbr();
+    let o = w.h.ok(
+        &H::create_qp_msg(qpc::ST_QP1, w.pd, w.cqn, w.uar, dbr, &pas),
+        16,
+    );
+    let gsi = cmds::create_qp_out::QPN.get(&o);
+    for (qpn, mtu, log) in [(ud, qpc::MTU_4096, 12), (gsi, qpc::MTU_256, 8)] {
+        w.h.ok(&rst2init(qpn, true), 16);
+        // No MTU (what a driver that leaves the context empty sends), or a code beyond 4096.
+        for bad in [0, 6, 7] {
+            w.h.cmd(&ud_init2rtr(qpn, bad, log), 16)
+                .expect(st::BAD_PARAM, syn::BAD_MTU);
+            assert_eq!(w.h.dev.qp_state(qpn), Some(qpc::STATE_INIT as u8));
+        }
+        // A message limit above the device's.
+        w.h.cmd(&ud_init2rtr(qpn, mtu, 31), 16)
+            .expect(st::BAD_PARAM, syn::BAD_MSG_SIZE);
+        w.h.ok(&ud_init2rtr(qpn, mtu, log), 16);
+        let o = query(&mut w.h, qpn);
+        assert_eq!(
+            (q(qpc::STATE).get(&o), q(qpc::MTU).get(&o)),
+            (qpc::STATE_RTR, mtu)
+        );
+        assert_eq!(q(qpc::LOG_MSG_MAX).get(&o), log);
+    }
+}
+
 #[test]
 fn ud_qp_walk() {
     let mut w = World::new();
     let qpn = w.h.create_qp(qpc::ST_UD, w.pd, w.cqn, w.uar);
     w.h.ok(&rst2init(qpn, true), 16);
-    w.h.ok(&modify(op::INIT2RTR_QP, qpn), 16);
+    w.h.ok(&ud_init2rtr(qpn, qpc::MTU_4096, 12), 16);
     let mut m = modify(op::RTR2RTS_QP, qpn);
     set(&mut m, q(qpc::NEXT_SEND_PSN), 7);
     w.h.ok(&m, 16);
     let o = query(&mut w.h, qpn);
     assert_eq!(q(qpc::STATE).get(&o), qpc::STATE_RTS);
+    assert_eq!(q(qpc::MTU).get(&o), qpc::MTU_4096);
+    assert_eq!(q(qpc::LOG_MSG_MAX).get(&o), 12);
     assert_eq!(q(qpc::Q_KEY).get(&o), 0x1111_0000);
     assert_eq!(q(qpc::NEXT_SEND_PSN).get(&o), 7);
     // An RC-only optional parameter is not allowed for UD.

@@ -22,7 +22,11 @@ pub(crate) struct Pair {
 }
 
 pub(crate) fn pair_with(ca: Conn, cb: Conn, log_cq: u32) -> Pair {
-    let mut n = Node::new([10, 0, 0, 1]);
+    pair_on(Node::new([10, 0, 0, 1]), ca, cb, log_cq)
+}
+
+/// Two connected RC QPs on node `n`.
+pub(crate) fn pair_on(mut n: Node, ca: Conn, cb: Conn, log_cq: u32) -> Pair {
     let cq_a = n.cq(log_cq);
     let cq_b = n.cq(log_cq);
     let a = n.qp(qpc::ST_RC, &cq_a, &cq_a, 6, Some((6, 2)));
@@ -205,6 +209,45 @@ fn atomics_are_big_endian_and_return_the_old_value() {
                 && data32(d, eqe::QP_EVENT_QPN) == t.b.qpn),
         "{ev:?}"
     );
+}
+
+#[test]
+fn atomic_responses_follow_the_negotiated_endianness() {
+    // With `atomic_req_8B_endianness_mode` = host endianness (and HOST_ENDIANNESS `he` =
+    // little, as the bring-up wrote), the original value lands little-endian; the target
+    // stays as the responder computes it (big-endian).
+    let node = Node::with_atomic_mode(
+        [10, 0, 0, 1],
+        profile(),
+        Some(firmware_interface::ctx::atomic_caps::REQ_MODE_HOST_ENDIANNESS),
+    );
+    let mut t = pair_on(node, Conn::default(), Conn::default(), 6);
+    let local = t.n.mr(64, ALL);
+    let remote = t.n.mr(64, ALL);
+    t.n.h
+        .mem
+        .wr(remote.addr, &0x0102_0304_0506_0708u64.to_be_bytes());
+    let mut wr = Wr::new(ATOMIC_FA).sge(&local, 0, 8).remote(&remote, 0);
+    wr.atomic = Some((1, 0));
+    let idx = t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, ATOMIC_FA, idx);
+    assert_eq!(
+        t.n.h.mem.rd(local.addr, 8),
+        0x0102_0304_0506_0708u64.to_le_bytes()
+    );
+    assert_eq!(
+        t.n.h.mem.rd(remote.addr, 8),
+        0x0102_0304_0506_0709u64.to_be_bytes()
+    );
+    let mut wr = Wr::new(ATOMIC_CS).sge(&local, 8, 8).remote(&remote, 0);
+    wr.atomic = Some((7, 0x0102_0304_0506_0709));
+    let idx = t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, ATOMIC_CS, idx);
+    assert_eq!(
+        t.n.h.mem.rd(local.addr + 8, 8),
+        0x0102_0304_0506_0709u64.to_le_bytes()
+    );
+    assert_eq!(t.n.h.mem.rd(remote.addr, 8), 7u64.to_be_bytes());
 }
 
 #[test]

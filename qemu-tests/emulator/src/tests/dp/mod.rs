@@ -304,8 +304,13 @@ impl Node {
     }
 
     pub(crate) fn with(ip: [u8; 4], prof: Profile) -> Node {
+        Node::with_atomic_mode(ip, prof, None)
+    }
+
+    /// [`Node::with`], the atomic response mode set at bring-up when given.
+    pub(crate) fn with_atomic_mode(ip: [u8; 4], prof: Profile, atomic_mode: Option<u32>) -> Node {
         let mut h = H::with(prof);
-        h.init();
+        h.init_with(atomic_mode);
         set_gid(&mut h, 0, &gid_entry(ip)).expect(0, 0);
         let uar = h.alloc_uar();
         let mask = ASYNC_EVENTS.iter().fold(0, |m, e| m | event::mask(*e));
@@ -516,8 +521,19 @@ impl Node {
         });
     }
 
-    /// RST → INIT → RTR → RTS for a UD (or QP1) QP with Q_Key `qkey`.
+    /// RST → INIT → RTR → RTS for a UD (or QP1) QP with Q_Key `qkey`, the path MTU and
+    /// message size limit Linux sets (UD: 4096 / 2^12; QP1: 256 / 2^8).
     pub(crate) fn ud_up(&mut self, qp: &TQp, qkey: u32) {
+        let (mtu, log_msg) = if qp.qpn == crate::objects::QP1 {
+            (qpc::MTU_256, 8)
+        } else {
+            (qpc::MTU_4096, 12)
+        };
+        self.ud_up_with(qp, qkey, mtu, log_msg);
+    }
+
+    /// [`ud_up`](Self::ud_up) with the given INIT2RTR `mtu` code and `log_msg_max`.
+    pub(crate) fn ud_up_with(&mut self, qp: &TQp, qkey: u32, mtu: u32, log_msg_max: u32) {
         self.modify(op::RST2INIT_QP, qp.qpn, |m| {
             set(m, p(ads::VHCA_PORT_NUM), 1);
             set(m, q(qpc::PM_STATE), qpc::PM_STATE_MIGRATED);
@@ -526,7 +542,10 @@ impl Node {
                 .unwrap()
                 .copy_from_slice(&qkey.to_be_bytes());
         });
-        self.modify(op::INIT2RTR_QP, qp.qpn, |_| {});
+        self.modify(op::INIT2RTR_QP, qp.qpn, |m| {
+            set(m, q(qpc::MTU), mtu);
+            set(m, q(qpc::LOG_MSG_MAX), log_msg_max);
+        });
         self.modify(op::RTR2RTS_QP, qp.qpn, |m| {
             set(m, q(qpc::NEXT_SEND_PSN), 0x100);
         });

@@ -166,3 +166,72 @@ fn qp1_takes_the_gsi_q_key_only() {
     assert_eq!(r.imm & 0xffff, 0xffff, "P_Key of a QP1 packet");
     assert_eq!(t.b.h.mem.rd(dst.addr + 40, 256), pattern(256, 256));
 }
+
+#[test]
+fn ud_traffic_within_the_mtu_and_message_limit_set_at_init2rtr() {
+    // The Linux values (4096 / 2^12) carry a full 4096-byte datagram (`ud_up`).
+    let mut t = ud(qpc::ST_UD);
+    let dst = t.b.mr(8192, ALL);
+    t.b.recv(&mut t.qb, &dst, 0, 8192);
+    let qb = t.qb.qpn;
+    let idx = t.send(4096, QKEY, qb, None);
+    t.a.cqe(&mut t.cq_a).req_ok(t.qa.qpn, SEND, idx);
+    t.run();
+    let r = t.b.poll_cq(&mut t.cq_b).expect("datagram");
+    assert_eq!((r.opcode, r.byte_cnt), (co::RESP_SEND, 40 + 4096));
+    assert_eq!(t.b.h.mem.rd(dst.addr + 40, 4096), pattern(4096, 4096));
+
+    // A smaller path MTU or message limit bounds what a UD QP may send.
+    for (mtu, log_msg, limit) in [(qpc::MTU_1024, 12, 1024), (qpc::MTU_4096, 9, 512)] {
+        let fab = InProcessFabric::new(12);
+        let (mut a, mut b) = hosts(&fab);
+        let mut cq_a = a.cq(6);
+        let mut cq_b = b.cq(6);
+        let mut qa = a.qp(qpc::ST_UD, &cq_a, &cq_a, 6, Some((6, 2)));
+        let mut qb = b.qp(qpc::ST_UD, &cq_b, &cq_b, 6, Some((6, 2)));
+        a.ud_up_with(&qa, QKEY, mtu, log_msg);
+        b.ud_up(&qb, QKEY);
+        let src = a.mr(8192, ALL);
+        let dst = b.mr(8192, ALL);
+        for len in [limit, limit + 1] {
+            b.recv(&mut qb, &dst, 0, 8192);
+            a.h.mem.wr(src.addr, &pattern(len, 7));
+            let mut wr = Wr::new(SEND).sge(&src, 0, len as u32);
+            wr.av = Some(av(qb.qpn, QKEY, b.ip));
+            let idx = a.post_send(&mut qa, &wr);
+            let c = a.cqe(&mut cq_a);
+            if len == limit {
+                c.req_ok(qa.qpn, SEND, idx);
+                for _ in 0..1000 {
+                    if !step(&fab, &mut a, &mut b) {
+                        break;
+                    }
+                }
+                let r = b.poll_cq(&mut cq_b).expect("datagram at the limit");
+                assert_eq!(r.byte_cnt as usize, 40 + len, "mtu {mtu} log {log_msg}");
+            } else {
+                c.err(co::REQ_ERR, cs::LOCAL_LENGTH_ERR);
+            }
+        }
+        // Beyond 2^log_msg_max the WQE itself is over-long (recorded); beyond the MTU only
+        // the datagram is.
+        let too_long = a.h.dev.errors().iter().any(|e| {
+            matches!(e, crate::DeviceError::BadWqe { fault: crate::WqeFault::TooLong(n), .. }
+                if *n == limit as u64 + 1)
+        });
+        assert_eq!(too_long, log_msg < 12, "mtu {mtu} log {log_msg}");
+    }
+}
+
+#[test]
+fn qp1_sends_at_most_its_256_byte_mtu() {
+    let mut t = ud(qpc::ST_QP1);
+    let mut cq1 = t.a.cq(4);
+    let mut qp1 = t.a.qp(qpc::ST_QP1, &cq1, &cq1, 4, Some((4, 2)));
+    t.a.ud_up(&qp1, 0);
+    let src = t.a.mr(4096, ALL);
+    let mut wr = Wr::new(SEND).sge(&src, 0, 257);
+    wr.av = Some(av(1, 0, t.b.ip));
+    t.a.post_send(&mut qp1, &wr);
+    t.a.cqe(&mut cq1).err(co::REQ_ERR, cs::LOCAL_LENGTH_ERR);
+}

@@ -1,4 +1,5 @@
-//! Per-command message layouts (spec §3.3), one module per `mlx5_ifc_<cmd>_in/out_bits` table.
+//! Per-command message layouts (`docs/mlx5.md#command-layouts`), one module per
+//! `mlx5_ifc_<cmd>_in/out_bits` table.
 //!
 //! Offsets are from the start of the command message (byte 0 = opcode / status); the first 16
 //! bytes travel inline in the command entry. The common header fields (opcode, uid, op_mod;
@@ -474,7 +475,7 @@ layout! {
     }
 }
 
-// The spec states that RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout; the
+// RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout in `mlx5_ifc.h`; the
 // SQERR2RTS, INIT2INIT and SQD_RTS aliases assume the same (their ECE/qpc_ext words reserved).
 pub use self::rst2init_qp_in as modify_qp_in;
 pub use self::rst2init_qp_in as init2rtr_qp_in;
@@ -744,7 +745,8 @@ layout! {
 }
 
 layout! {
-    /// QUERY_NIC_VPORT_CONTEXT (0x754) output (not a spec table: from the §3.3 text).
+    /// QUERY_NIC_VPORT_CONTEXT (0x754) output (only the fields
+    /// `docs/mlx5.md#command-layouts` names).
     pub mod query_nic_vport_context_out: size 0x110;
     fields {
         /// `nic_vport_context` (256 bytes, `ctx::nic_vport_context`).
@@ -782,7 +784,7 @@ layout! {
 }
 
 layout! {
-    /// QUERY_HCA_VPORT_CONTEXT (0x762) input. Not a spec table: positions as in
+    /// QUERY_HCA_VPORT_CONTEXT (0x762) input. Positions as in
     /// `query_hca_vport_gid_in` (UNVERIFIED).
     pub mod query_hca_vport_context_in: size 16;
     fields {

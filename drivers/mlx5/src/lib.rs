@@ -15,8 +15,8 @@
 //! still use is never handed back to the allocator: an object dropped without its destroy
 //! command, or whose destroy failed, leaks its rings on purpose.
 //!
-//! Bring-up follows rdma-core's `mlx5_vfio.c` (spec §4.2): see [`Device::probe`]; teardown runs
-//! in reverse, see [`Device::shutdown`].
+//! Bring-up follows rdma-core's `mlx5_vfio.c` (`docs/mlx5.md#bring-up`): see [`Device::probe`];
+//! teardown runs in reverse, see [`Device::shutdown`].
 //!
 //! ```
 //! // Which PCI functions this driver binds to: real ConnectX/BlueField functions, and the
@@ -59,7 +59,7 @@
 //! # Data path and verbs provider
 //!
 //! [`Device`] implements [`verbs::Provider`] (see `provider.rs` for the object mapping and
-//! the QP sizing rules). The fast path follows rdma-core's order (spec §12):
+//! the QP sizing rules). The fast path follows rdma-core's order (`docs/mlx5.md#fast-path`):
 //! [`Device::post_send`] builds WQEs in the QP's SQ (control, remote address, atomic,
 //! datagram, data or inline segments, wrapping at the ring end), publishes the producer
 //! position, `dma_wmb`, doorbell record, `mmio_wmb`, then one 8-byte doorbell per batch (or a
@@ -76,30 +76,23 @@
 //! [`Error::BadCqe`], never a panic.
 //!
 //! ```
-//! use verbs::{
-//!     AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, Sge,
-//!     WorkCompletion,
-//! };
-//! let bench = mlx5::fake::bench(); // a fake device for the example
-//! let dev = bench.probe().unwrap();
-//! let pd = Provider::alloc_pd(&dev).unwrap();
-//! let buf = nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap();
-//! let mr = dev
-//!     .reg_mr(&pd, &MemRegion { addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE)
-//!     .unwrap();
-//! let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
-//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-//! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false };
-//! let (mut qp, actual) = Provider::create_qp(&dev, &pd, &init).unwrap();
-//! assert!(actual.max_send_wr >= 16);
-//! // Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first).
-//! let sge = [Sge { addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
+//! use verbs::{ AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr,
+//! Sge, WorkCompletion, }; let bench = mlx5::fake::bench(); // a fake device for the example let
+//! dev = bench.probe().unwrap(); let pd = Provider::alloc_pd(&dev).unwrap(); let buf =
+//! nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap(); let mr = dev .reg_mr(&pd, &MemRegion {
+//! addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE) .unwrap(); let cq =
+//! Provider::create_cq(&dev, 64, 0, None).unwrap(); let cap = QpCap { max_send_wr: 16, max_recv_wr:
+//! 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }; let init = QpInitAttr { qp_type:
+//! QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false }; let (mut qp,
+//! actual) = Provider::create_qp(&dev, &pd, &init).unwrap(); assert!(actual.max_send_wr >= 16); //
+//! Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first). let sge = [Sge {
+//! addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
 //! # use verbs::{QpAttr, QpAttrMask as M, QpState};
 //! # let a = QpAttr { qp_state: QpState::Init, port_num: 1, ..QpAttr::default() };
-//! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS).unwrap();
-//! Provider::post_recv(&dev, &mut qp, &[RecvWr { wr_id: 1, sg_list: &sge }]).unwrap();
-//! let mut wc = [WorkCompletion::default(); 8];
-//! assert_eq!(Provider::poll_cq(&dev, &cq, &mut wc), Ok(0)); // nothing arrived
+//! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX |
+//! M::ACCESS_FLAGS).unwrap(); Provider::post_recv(&dev, &mut qp, &[RecvWr { wr_id: 1, sg_list: &sge
+//! }]).unwrap(); let mut wc = [WorkCompletion::default(); 8]; assert_eq!(Provider::poll_cq(&dev,
+//! &cq, &mut wc), Ok(0)); // nothing arrived
 //! ```
 #![cfg_attr(not(test), no_std)]
 
@@ -208,8 +201,9 @@ impl Default for Config {
     }
 }
 
-/// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField
-/// function (spec §11), or the emulated NIC exposed through QEMU `ivshmem-plain` (1af4:1110).
+/// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField function
+/// (`docs/mlx5.md#pci-identification`), or the emulated NIC exposed through QEMU `ivshmem-plain`
+/// (1af4:1110).
 pub fn is_supported_pci(vendor: u16, device: u16) -> bool {
     pci::is_connectx(vendor, device)
         || (vendor == pci::VENDOR_REDHAT_QUMRANET && device == pci::DEVICE_IVSHMEM)

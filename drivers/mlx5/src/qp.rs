@@ -1,4 +1,4 @@
-//! Queue pairs (spec §5.3): creation, state transitions, query, destruction.
+//! Queue pairs (`docs/mlx5.md#qp-context`): creation, state transitions, query, destruction.
 //!
 //! The work-queue buffer is one DMA buffer: the RQ at offset 0 (`2^log_rq_size` WQEs of
 //! `16 << log_rq_stride` bytes), the SQ right after it (`2^log_sq_size` 64-byte WQEBBs). The
@@ -1031,7 +1031,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         Ok(inp)
     }
 
-    /// The primary path fields of INIT2RTR (spec §5.3, Linux `mlx5_set_path`).
+    /// The primary path fields of INIT2RTR (`docs/mlx5.md#qp-context`, Linux `mlx5_set_path`).
     fn write_path(&self, inp: &mut [u8], p: &AddressPath) {
         pp(inp, ads::STAT_RATE, p.stat_rate as u32);
         match self.caps.port_type {

@@ -1,7 +1,8 @@
-//! The requester (spec rocev2 §7, §8, §9; mlx5 §8, §9): SQ fetch, segmentation at the path
-//! MTU, PSNs, ACK/NAK handling, go-back-N retransmission on timeout and sequence NAKs, RNR
-//! waits, the READ/atomic outstanding limit, and in-order completion. RC completes a WQE when
-//! it is acknowledged (or answered); UC and UD complete it when it is sent.
+//! The requester (`docs/rocev2.md#segmentation`, `docs/rocev2.md#reliability`, `docs/rocev2.md#ud`;
+//! `docs/mlx5.md#work-queue-entries`, `docs/mlx5.md#completion-queue-entries`): SQ fetch,
+//! segmentation at the path MTU, PSNs, ACK/NAK handling, go-back-N retransmission on timeout and
+//! sequence NAKs, RNR waits, the READ/atomic outstanding limit, and in-order completion. RC
+//! completes a WQE when it is acknowledged (or answered); UC and UD complete it when it is sent.
 
 use std::collections::VecDeque;
 
@@ -27,8 +28,8 @@ use crate::{Device, DeviceError};
 /// Most PSNs a requester has outstanding: its send window. rxe stops at 128
 /// (`RXE_MAX_UNACKED_PSNS`), a software limit; a ConnectX documents none below the protocol's
 /// 2^23. 1024 lets a 1 MiB message at a 1 KiB MTU go out as one run (one segment on the
-/// in-process fabric; rperf's 1 MiB WRITE measured about 14 GB/s at 128 and 21 GB/s at 1024 on
-/// the README's machine) while a loss still costs at most 1024 retransmitted packets.
+/// in-process fabric; the measurement is in `docs/bench.md`) while a loss still costs at most
+/// 1024 retransmitted packets.
 const MAX_UNACKED_PSNS: i32 = 1024;
 /// Packets after which an ack request is set inside a long message (rxe
 /// `RXE_MAX_PKT_PER_ACK`).

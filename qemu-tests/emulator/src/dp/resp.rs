@@ -1,8 +1,9 @@
-//! The responder (spec rocev2 §7, §8, §9; mlx5 §8.5, §9): expected PSN, duplicates (re-ACK,
-//! READ replay, atomic replay from the responder resource table), one sequence NAK per gap,
-//! RNR NAK when no receive WQE is posted, opcode sequence and length rules, access checks
-//! (QP `rre`/`rwe`/`rae` and the MR's flags), receive scatter, READ responses, atomics, ACKs
-//! with the MSN; UC without ACKs; UD with the Q_Key check and the 40-byte GRH.
+//! The responder (`docs/rocev2.md#segmentation`, `docs/rocev2.md#reliability`, `docs/rocev2.md#ud`;
+//! `docs/mlx5.md#receive-wqe`, `docs/mlx5.md#completion-queue-entries`): expected PSN, duplicates
+//! (re-ACK, READ replay, atomic replay from the responder resource table), one sequence NAK per
+//! gap, RNR NAK when no receive WQE is posted, opcode sequence and length rules, access checks (QP
+//! `rre`/`rwe`/`rae` and the MR's flags), receive scatter, READ responses, atomics, ACKs with the
+//! MSN; UC without ACKs; UD with the Q_Key check and the 40-byte GRH.
 
 use std::collections::VecDeque;
 

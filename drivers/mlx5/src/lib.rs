@@ -76,23 +76,30 @@
 //! [`Error::BadCqe`], never a panic.
 //!
 //! ```
-//! use verbs::{ AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr,
-//! Sge, WorkCompletion, }; let bench = mlx5::fake::bench(); // a fake device for the example let
-//! dev = bench.probe().unwrap(); let pd = Provider::alloc_pd(&dev).unwrap(); let buf =
-//! nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap(); let mr = dev .reg_mr(&pd, &MemRegion {
-//! addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE) .unwrap(); let cq =
-//! Provider::create_cq(&dev, 64, 0, None).unwrap(); let cap = QpCap { max_send_wr: 16, max_recv_wr:
-//! 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }; let init = QpInitAttr { qp_type:
-//! QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false }; let (mut qp,
-//! actual) = Provider::create_qp(&dev, &pd, &init).unwrap(); assert!(actual.max_send_wr >= 16); //
-//! Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first). let sge = [Sge {
-//! addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
+//! use verbs::{
+//!     AccessFlags, MemRegion, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, Sge,
+//!     WorkCompletion,
+//! };
+//! let bench = mlx5::fake::bench(); // a fake device for the example
+//! let dev = bench.probe().unwrap();
+//! let pd = Provider::alloc_pd(&dev).unwrap();
+//! let buf = nic_hal::DmaBuf::new(dev.dma(), 4096, 4096).unwrap();
+//! let mr = dev
+//!     .reg_mr(&pd, &MemRegion { addr: buf.iova(), length: 4096, pages: &[] }, AccessFlags::LOCAL_WRITE)
+//!     .unwrap();
+//! let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+//! let init = QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false };
+//! let (mut qp, actual) = Provider::create_qp(&dev, &pd, &init).unwrap();
+//! assert!(actual.max_send_wr >= 16);
+//! // Receives may be posted from INIT on (RESET -> INIT with `modify_qp` first).
+//! let sge = [Sge { addr: buf.iova(), length: 4096, lkey: mr.lkey() }];
 //! # use verbs::{QpAttr, QpAttrMask as M, QpState};
 //! # let a = QpAttr { qp_state: QpState::Init, port_num: 1, ..QpAttr::default() };
-//! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX |
-//! M::ACCESS_FLAGS).unwrap(); Provider::post_recv(&dev, &mut qp, &[RecvWr { wr_id: 1, sg_list: &sge
-//! }]).unwrap(); let mut wc = [WorkCompletion::default(); 8]; assert_eq!(Provider::poll_cq(&dev,
-//! &cq, &mut wc), Ok(0)); // nothing arrived
+//! # Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS).unwrap();
+//! Provider::post_recv(&dev, &mut qp, &[RecvWr { wr_id: 1, sg_list: &sge }]).unwrap();
+//! let mut wc = [WorkCompletion::default(); 8];
+//! assert_eq!(Provider::poll_cq(&dev, &cq, &mut wc), Ok(0)); // nothing arrived
 //! ```
 #![cfg_attr(not(test), no_std)]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instruction cost of the mlx5 data path, counted by callgrind (DESIGN: hot-path costs are
+# Instruction cost of the mlx5 data path, counted by callgrind (hot-path costs are
 # counted in instructions; this machine's clocks are noisy). Builds
 # drivers/mlx5/examples/fastpath_cost.rs in release, runs it under callgrind twice, collecting
 # only inside its `post_batch` (16 RDMA writes, one doorbell) and then only inside its

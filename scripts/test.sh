@@ -26,5 +26,12 @@ cargo fmt --manifest-path qemu-tests/unikernel/Cargo.toml --all -- --check
 cargo clippy --manifest-path qemu-tests/unikernel/Cargo.toml --target-dir target/uk-image -- -D warnings
 echo "== no_std check (freestanding staticlib linking every no_std crate)"
 cargo build --manifest-path ci/nostd-check/Cargo.toml --quiet
+echo "== no_std check for aarch64-unknown-none (the aarch64 barriers and copy paths)"
+if rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-none \
+    || rustup target add aarch64-unknown-none >/dev/null 2>&1; then
+    cargo build --manifest-path ci/nostd-check/Cargo.toml --target aarch64-unknown-none --quiet
+else
+    echo "aarch64-unknown-none target not installable here: aarch64 no_std check skipped"
+fi
 echo "== cargo test"
 cargo test --workspace 2>&1 | tee target/test-output.txt

@@ -3,7 +3,7 @@
 //!
 //! There is no DNS, no services database, no SA and no ibacm here: a node must be a dotted
 //! IPv4 address and a service a port number. Within that, the results and errors are
-//! librdmacm's (spec `librdmacm.md` §A.1), including glibc's `EAI_*` codes returned as they
+//! librdmacm's (`docs/cm.md#address-resolution`), including glibc's `EAI_*` codes returned as they
 //! are.
 
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

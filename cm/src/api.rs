@@ -348,7 +348,8 @@ impl<P: Provider> Cm<P> {
     /// * Passive (`RAI_PASSIVE`): bound to `ai_src_addr` (none: EINVAL); `pd` and a copy of
     ///   `qp_init_attr` are kept for the QPs [`CmId::get_request`] creates; no QP, no CQ, the
     ///   caller's attr is not touched. Without CQs in the saved attr each request gets CQs
-    ///   of its own; CQs (and an SRQ) it names are shared by every request's QP (B.8), held
+    ///   of its own; CQs (and an SRQ) it names are shared by every request's QP
+    ///   (`docs/cm.md#requests-from-a-listener`), held
     ///   by the endpoint until it is destroyed, never destroyed by it.
     /// * Active: address (from `ai_src_addr` if any, to `ai_dst_addr`) and route resolved
     ///   with 2000 ms timeouts; with `qp_init_attr`, its `qp_type` is set from `res` and a QP

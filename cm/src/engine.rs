@@ -1,5 +1,5 @@
-//! The protocol engine: what a received MAD or an expired timer does to the ids (spec
-//! `librdmacm.md` §C.2, §D).
+//! The protocol engine: what a received MAD or an expired timer does to the ids
+//! (`docs/cm.md#connection-sequences`, `docs/cm.md#ib-cm-wire-protocol`).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;

@@ -1,5 +1,5 @@
 //! The `rdma_verbs.h` helpers on an id: memory registration on the id's PD, one-SGE posts on
-//! its QP, and completions from the CQs it created (spec `librdmacm.md` §A.22).
+//! its QP, and completions from the CQs it created (`docs/cm.md#verbs-helpers`).
 
 use verbs::{
     AccessFlags, Buffer, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,

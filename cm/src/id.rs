@@ -356,11 +356,11 @@ impl<P: Provider> CmId<P> {
     }
 
     /// `rdma_get_request`: waits for a connection request on a synchronous listener (an
-    /// asynchronous one: EINVAL) and returns its id, synchronous, bound to the device the
-    /// request came in on, with the request as its [`event`](Self::event). If the listener
-    /// saved QP attributes (passive `create_ep`), the new id gets a QP with CQs of its own, or
-    /// the CQs and SRQ the saved attributes name, shared by every request (B.8; the id's
-    /// `send_cq`/`recv_cq` then stay unset).
+    /// asynchronous one: EINVAL) and returns its id, synchronous, bound to the device the request
+    /// came in on, with the request as its [`event`](Self::event). If the listener saved QP
+    /// attributes (passive `create_ep`), the new id gets a QP with CQs of its own, or the CQs and
+    /// SRQ the saved attributes name, shared by every request
+    /// (`docs/cm.md#requests-from-a-listener`; the id's `send_cq`/`recv_cq` then stay unset).
     ///
     /// A REJECTED event is ECONNREFUSED, another error event its errno, any other event
     /// EINVAL (each kept as the listener's `event`). Where librdmacm leaks the new id when
@@ -561,13 +561,13 @@ impl<P: Provider> CmId<P> {
             .with_state(|st| st.migrate(self.key, channel.map(|c| c.key)))
     }
 
-    /// `rdma_destroy_ep`: the QP, the CQs the id created and their channels, the id's SRQ
-    /// (the caller's CQs and SRQ are only released, never destroyed), then the id: a
-    /// connected id sends a DREQ (retransmitted until answered), a pending request or reply is rejected
-    /// (REJ 28; an outstanding REQ: REJ 4 "timeout"), a listener stops and rejects the
-    /// requests not yet retrieved; unread events are discarded; the last id of a device frees
-    /// the default PD. An id in timewait goes at once, with its timewait (no TIMEWAIT_EXIT
-    /// follows, and its peer's QP number is no longer stale).
+    /// `rdma_destroy_ep`: the QP, the CQs the id created and their channels, the id's SRQ (the
+    /// caller's CQs and SRQ are only released, never destroyed), then the id: a connected id sends
+    /// a DREQ (retransmitted until answered), a pending request or reply is rejected (REJ 28; an
+    /// outstanding REQ: REJ 4 "timeout"), a listener stops and rejects the requests not yet
+    /// retrieved; unread events are discarded; the last id of a device frees the default PD. An id
+    /// in timewait goes at once, with its timewait (no TIMEWAIT_EXIT follows, and its peer's QP
+    /// number is no longer stale).
     pub fn destroy_ep(self) {
         drop(self);
     }

@@ -1,10 +1,10 @@
-//! The IB CM wire format (spec `librdmacm.md` §D): the 24-byte MAD common header, the CM
+//! The IB CM wire format (`docs/cm.md#ib-cm-wire-protocol`): the 24-byte MAD common header, the CM
 //! messages REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ and SIDR_REP, the rdma_cm
 //! private-data header and service IDs.
 //!
-//! A CM MAD is 256 bytes: the common header (offsets 0..24) and 232 bytes of message data.
-//! Every offset named in this module's field docs is relative to the start of the message data
-//! (byte 24 of the MAD), as the spec's tables count them; bit fields are MSB-first within their
+//! A CM MAD is 256 bytes: the common header (offsets 0..24) and 232 bytes of message data. Every
+//! offset named in this module's field docs is relative to the start of the message data (byte 24
+//! of the MAD), as `docs/cm.md#message-layouts` counts them; bit fields are MSB-first within their
 //! byte. All multi-byte fields are big-endian.
 //!
 //! Encoding writes every reserved bit as zero and masks each field to its width; decoding
@@ -1099,7 +1099,7 @@ pub enum CmaAddrs {
 }
 
 /// The 36-byte header rdma_cm puts in front of the consumer's REQ / SIDR_REQ private data for
-/// IP-addressed ids (spec §D.4).
+/// IP-addressed ids (`docs/cm.md#cma-header-and-service-id`).
 ///
 /// | off | size | field |
 /// |---|---|---|

@@ -1,5 +1,5 @@
 //! What each librdmacm call does to the state, up to the point where a synchronous id would
-//! wait for its event (spec `librdmacm.md` §A, §B).
+//! wait for its event (`docs/cm.md#endpoint-api`, `docs/cm.md#endpoint-rules`).
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -351,7 +351,8 @@ impl<P: Provider> State<P> {
         if let Some(r) = dev.pds.get_mut(pd) {
             r.users = r.users.saturating_sub(1);
         }
-        // The CQs (receive, then send), then their channels (A.10).
+        // The CQs (receive, then send), then their channels
+        // (`docs/cm.md#destroying-endpoints`).
         let mut channels = Vec::new();
         for a in [recv_cq, send_cq].into_iter().flatten() {
             let _ = p.destroy_cq(a.cq);
@@ -874,7 +875,8 @@ impl<P: Provider> State<P> {
             Fsm::DreqSent => self.orphan_dreq(k),
             _ => {}
         }
-        // QP → the CQs it created → their channels → the SRQ (A.12).
+        // QP → the CQs it created → their channels → the SRQ
+        // (`docs/cm.md#destroying-endpoints`).
         if self.ids.get(k).is_some_and(|s| s.qp.is_some()) {
             let _ = self.destroy_qp(k);
         }

@@ -1,4 +1,4 @@
-//! `rdma_set_option` (spec `librdmacm.md` §A.23): the option levels and names with
+//! `rdma_set_option` (`docs/cm.md#options`): the option levels and names with
 //! librdmacm's values, and what the kernel's `ucma_set_option` does with each.
 
 use verbs::{AccessFlags, Provider, QpAttr, QpAttrMask, QpState, QpType};

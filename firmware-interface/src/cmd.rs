@@ -1,4 +1,5 @@
-//! Command interface: queue entries, mailbox blocks and the common headers (spec §2).
+//! Command interface: queue entries, mailbox blocks and the common headers
+//! (`docs/mlx5.md#command-interface`).
 
 use crate::field::{Be32, Be64};
 

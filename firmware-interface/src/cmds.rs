@@ -1,4 +1,5 @@
-//! Per-command message layouts (spec §3.3), one module per `mlx5_ifc_<cmd>_in/out_bits` table.
+//! Per-command message layouts (`docs/mlx5.md#command-layouts`), one module per
+//! `mlx5_ifc_<cmd>_in/out_bits` table.
 //!
 //! Offsets are from the start of the command message (byte 0 = opcode / status); the first 16
 //! bytes travel inline in the command entry. The common header fields (opcode, uid, op_mod;
@@ -475,7 +476,7 @@ layout! {
     }
 }
 
-// The spec states that RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout; Linux's
+// RST2INIT, INIT2RTR, RTR2RTS and RTS2RTS share this layout in `mlx5_ifc.h`; Linux's
 // `init2init_qp_in` has the same positions (its ECE word included).
 pub use self::rst2init_qp_in as modify_qp_in;
 pub use self::rst2init_qp_in as init2rtr_qp_in;
@@ -771,7 +772,8 @@ layout! {
 }
 
 layout! {
-    /// QUERY_NIC_VPORT_CONTEXT (0x754) output (not a spec table: from the §3.3 text).
+    /// QUERY_NIC_VPORT_CONTEXT (0x754) output (only the fields
+    /// `docs/mlx5.md#command-layouts` names).
     pub mod query_nic_vport_context_out: size 0x110;
     fields {
         /// `nic_vport_context` (256 bytes, `ctx::nic_vport_context`).

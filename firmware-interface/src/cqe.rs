@@ -1,4 +1,4 @@
-//! Completion queue entries (spec §9).
+//! Completion queue entries (`docs/mlx5.md#completion-queue-entries`).
 
 use crate::field::{Be16, Be32, Be64};
 

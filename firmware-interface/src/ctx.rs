@@ -1,4 +1,5 @@
-//! Capability pages and object contexts (spec §3.3, §3.4, §5).
+//! Capability pages and object contexts (`docs/mlx5.md#capabilities`,
+//! `docs/mlx5.md#object-contexts`).
 //!
 //! Offsets are relative to the start of the context; combine with [`crate::Field::at`] and the
 //! command field that embeds it, e.g.
@@ -36,7 +37,8 @@ layout! {
         RELAXED_ORDERING_WRITE = dw(0x1c, 23, 23);
         /// log2 max number of mkeys.
         LOG_MAX_MKEY = dw(0x1c, 21, 16);
-        /// Fast teardown supported (Linux position; rdma-core differs, see spec §13).
+        /// Fast teardown supported (Linux position; rdma-core differs, see
+        /// `docs/mlx5.md#where-the-sources-disagree`).
         FAST_TEARDOWN = dw(0x1c, 4, 4);
         /// log2 max number of EQs.
         LOG_MAX_EQ = dw(0x1c, 3, 0);
@@ -151,7 +153,8 @@ layout! {
 }
 
 layout! {
-    /// RoCE capability page (`roce_cap`, cap_type ROCE; only the fields of spec §3.4).
+    /// RoCE capability page (`roce_cap`, cap_type ROCE; only the fields of
+    /// `docs/mlx5.md#capabilities`).
     /// The page size (256 bytes) is UNVERIFIED.
     pub mod roce_cap: size 256;
     fields {
@@ -168,7 +171,7 @@ layout! {
 }
 
 layout! {
-    /// QUERY_ADAPTER parameter block (256 bytes at 0x10 of the output; from the §3.3 text).
+    /// QUERY_ADAPTER parameter block (256 bytes at 0x10 of the output).
     pub mod query_adapter_param_block: size 256;
     fields {
         /// IEEE vendor id ("block byte 0x19 \[23:0\]").
@@ -728,7 +731,7 @@ layout! {
 
 layout! {
     /// IB HCA vport context (`hca_vport_context`, 512 bytes as Linux `mlx5_ifc.h` declares it;
-    /// at 0x10 of QUERY_HCA_VPORT_CONTEXT output; only the fields of spec §3.3).
+    /// at 0x10 of QUERY_HCA_VPORT_CONTEXT output; only the fields the driver reads).
     pub mod hca_vport_context: size 512;
     fields {
         /// IB port state.

@@ -1,4 +1,4 @@
-//! Event queue entries (spec §10).
+//! Event queue entries (`docs/mlx5.md#event-queue-entries`).
 
 /// Size of an EQE.
 pub const SIZE: usize = 64;

@@ -1,9 +1,9 @@
 //! PRM field descriptors.
 //!
-//! `mlx5_ifc.h` describes every command message and context as a run of bit fields whose
-//! position is a bit offset counted from the most significant bit of byte 0. A [`Field`] is
-//! exactly that pair (bit offset, width), so a table in `spec/mlx5.md` ("dw@0x8 \[23:0\]") maps
-//! to one constant: `Field::dw(0x8, 23, 0)`. Values are big-endian in the buffer.
+//! `mlx5_ifc.h` describes every command message and context as a run of bit fields whose position
+//! is a bit offset counted from the most significant bit of byte 0. A [`Field`] is exactly that
+//! pair (bit offset, width), so a position written "dw@0x8 \[23:0\]" (`docs/mlx5.md#conventions`)
+//! maps to one constant: `Field::dw(0x8, 23, 0)`. Values are big-endian in the buffer.
 //!
 //! Accessors never panic: a field that does not lie inside the buffer reads as `None` from the
 //! `try_` accessors (and as 0 from the plain ones) and is not written.
@@ -19,7 +19,7 @@ pub struct Field {
 
 impl Field {
     /// The field occupying bits `hi..=lo` of the big-endian dword at byte offset `byte`
-    /// (the spec's "dw@byte \[hi:lo\]").
+    /// (written "dw@byte \[hi:lo\]" in `docs/mlx5.md`).
     pub const fn dw(byte: usize, hi: u32, lo: u32) -> Field {
         assert!(byte.is_multiple_of(4) && hi < 32 && lo <= hi);
         Field {

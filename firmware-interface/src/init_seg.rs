@@ -1,5 +1,6 @@
-//! Initialization segment: the first 0x2010 bytes of BAR0 (spec §1, `device.h
-//! struct mlx5_init_seg`). All registers are 32-bit big-endian; offsets are BAR0 byte offsets.
+//! Initialization segment: the first 0x2010 bytes of BAR0
+//! (`docs/mlx5.md#initialization-segment`, `device.h struct mlx5_init_seg`). All registers are
+//! 32-bit big-endian; offsets are BAR0 byte offsets.
 
 /// `fw_rev`: bits 31:16 FW minor, bits 15:0 FW major.
 pub const FW_REV: usize = 0x0;

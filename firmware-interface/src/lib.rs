@@ -6,15 +6,17 @@
 //! (CQEs, EQEs, WQE segments, command entries, mailbox blocks) are `#[repr(C)]` structs of
 //! big-endian words. All values are big-endian on the wire and in memory.
 //!
-//! Module map (spec section in brackets):
-//! * [`init_seg`] — BAR0 initialization segment and health buffer (§1)
+//! Module map (the section of `docs/mlx5.md` in brackets):
+//! * [`init_seg`] — BAR0 initialization segment and health buffer (#initialization-segment)
 //! * [`cmd`], [`mbox_in`], [`mbox_out`], [`cmd_status`], [`delivery_status`] — the command
-//!   interface (§2)
-//! * [`opcode`], [`op_mod`], [`cmds`] — command opcodes and per-command layouts (§3)
-//! * [`ctx`] — capability pages and object contexts (§3.4, §5)
-//! * [`uar`], [`dbr`] — UAR pages and doorbell records (§6, §7)
-//! * [`wqe`], [`cqe`], [`eqe`] — ring entries (§8–§10)
-//! * [`pci`] — PCI identification (§11)
+//!   interface (#command-interface)
+//! * [`opcode`], [`op_mod`], [`cmds`] — command opcodes and per-command layouts (#commands)
+//! * [`ctx`] — capability pages and object contexts (#capabilities, #object-contexts)
+//! * [`uar`], [`dbr`] — UAR pages and doorbell records (#uar-pages-and-doorbells,
+//!   #doorbell-records)
+//! * [`wqe`], [`cqe`], [`eqe`] — ring entries (#work-queue-entries,
+//!   #completion-queue-entries, #event-queue-entries)
+//! * [`pci`] — PCI identification (#pci-identification)
 //!
 //! ```
 //! use firmware_interface::{cmds::create_cq_out, opcode};

@@ -1,4 +1,4 @@
-//! Command opcodes (spec §3.1, `mlx5_ifc.h MLX5_CMD_OP_*`, without the prefix).
+//! Command opcodes (`docs/mlx5.md#opcodes`, `mlx5_ifc.h MLX5_CMD_OP_*`, without the prefix).
 
 /// `0x100`: Query a capability page (op_mod = cap_type << 1 | mode).
 pub const QUERY_HCA_CAP: u16 = 0x100;

@@ -1,4 +1,4 @@
-//! PCI identification (spec §11).
+//! PCI identification (`docs/mlx5.md#pci-identification`).
 
 /// Mellanox / NVIDIA networking PCI vendor id.
 pub const VENDOR_MELLANOX: u16 = 0x15b3;
@@ -23,7 +23,7 @@ const fn id(device: u16, name: &'static str, vf: bool) -> DeviceId {
     DeviceId { device, name, vf }
 }
 
-/// Every mlx5 device id of spec §11.
+/// Every mlx5 device id of `docs/mlx5.md#pci-identification`.
 pub const CONNECTX_IDS: &[DeviceId] = &[
     id(0x1011, "Connect-IB", false),
     id(0x1012, "Connect-IB VF", true),

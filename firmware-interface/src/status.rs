@@ -1,4 +1,5 @@
-//! Command status values and op_mod encodings (spec §2.2, §2.4, §3.2).
+//! Command status values and op_mod encodings (`docs/mlx5.md#queue-entry`,
+//! `docs/mlx5.md#headers-and-status`, `docs/mlx5.md#operation-modifiers`).
 
 /// Command output `status` (byte 0 of every `_out`; `device.h MLX5_CMD_STAT_*`).
 pub mod cmd_status {
@@ -89,7 +90,7 @@ pub mod delivery_status {
     pub const CMD_DESCRIPTOR_TYPE_ERR: u8 = 0x10;
 }
 
-/// `op_mod` values (spec §3.2).
+/// `op_mod` values (`docs/mlx5.md#operation-modifiers`).
 pub mod op_mod {
     /// QUERY_HCA_CAP mode: maximum (supported) values.
     pub const QUERY_CAP_MAX: u16 = 0;

@@ -1,5 +1,5 @@
-//! UAR pages and doorbell registers (spec §6). Offsets are inside one 4 KB UAR page at
-//! BAR0 + uar_index × [`PAGE_SIZE`].
+//! UAR pages and doorbell registers (`docs/mlx5.md#uar-pages-and-doorbells`). Offsets are inside
+//! one 4 KB UAR page at BAR0 + uar_index × [`PAGE_SIZE`].
 
 /// Size of one UAR page (4 KB UARs).
 pub const PAGE_SIZE: usize = 4096;
@@ -28,7 +28,8 @@ pub const CI_MASK: u32 = 0x00ff_ffff;
 /// Shift of the EQ number in EQ doorbells.
 pub const EQ_DB_EQN_SHIFT: u32 = 24;
 
-/// Doorbell records in host memory (spec §7): byte offsets inside one record.
+/// Doorbell records in host memory (`docs/mlx5.md#doorbell-records`): byte offsets inside one
+/// record.
 pub mod dbr {
     /// QP receive counter (`MLX5_RCV_DBR`), BE32, low 16 bits significant.
     pub const QP_RCV: usize = 0;

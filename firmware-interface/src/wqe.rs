@@ -1,4 +1,4 @@
-//! Work queue entries (spec §8): send WQE segments and geometry.
+//! Work queue entries (`docs/mlx5.md#work-queue-entries`): send WQE segments and geometry.
 
 use crate::field::{Be16, Be32, Be64};
 

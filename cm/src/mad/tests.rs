@@ -1,5 +1,6 @@
-//! Golden bytes for every CM message, built here from the spec's offset tables (librdmacm.md
-//! §D.2–D.4), not from the encoder; round trips and garbage input as property tests.
+//! Golden bytes for every CM message, built here from the offset tables of `docs/cm.md`
+//! (#mad-header, #message-layouts, #cma-header-and-service-id), not from the encoder; round trips
+//! and garbage input as property tests.
 
 use super::*;
 use proptest::prelude::*;
@@ -8,7 +9,7 @@ use proptest::prelude::*;
 struct Golden([u8; MAD_SIZE]);
 
 impl Golden {
-    /// The common header of a CM Send (spec §D.2).
+    /// The common header of a CM Send (`docs/cm.md#mad-header`).
     fn cm(attr_id: u16, tid: u64, attr_mod: u32) -> Golden {
         let mut g = Golden([0u8; MAD_SIZE]);
         g.at(0, &[1]); // BaseVersion
@@ -426,7 +427,7 @@ fn service_ids_and_limits() {
     assert_eq!(
         service_id(port_space::TCP, 7471),
         0x0000_0000_0106_1D2F,
-        "spec example"
+        "the PS_TCP example of docs/cm.md#cma-header-and-service-id"
     );
     assert_eq!(service_id(port_space::UDP, 7174), 0x0000_0000_0111_1C06);
     assert_eq!(service_id(port_space::IB, 0xABCD), 0x0000_0000_013F_ABCD);

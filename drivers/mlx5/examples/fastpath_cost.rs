@@ -1,4 +1,4 @@
-//! Instruction counts of the fast path, for callgrind (DESIGN: hot-path costs are counted in
+//! Instruction counts of the fast path, for callgrind (hot-path costs are counted in
 //! instructions, not timed). `scripts/fastpath-cost.sh` builds and runs it and prints the
 //! figures; by hand:
 //!
@@ -10,9 +10,8 @@
 //!
 //! (or `--toggle-collect='*post_batch*'` and the file's `totals:`). `post_batch` posts 16 RDMA
 //! writes (one SGE each) with one doorbell; `poll_batch` polls 16 CQEs; each runs `ROUNDS`
-//! times; the counts are per WQE and per CQE over all rounds. Measured on x86-64 (rustc 1.95,
-//! release): about 60.0 instructions per WQE posted and 40 per CQE polled, validation,
-//! bookkeeping, the doorbell and the CQ lock included (before the fast paths: 159 and 132).
+//! times; the counts are per WQE and per CQE over all rounds, validation, bookkeeping, the
+//! doorbell and the CQ lock included (the figures and their history: `docs/bench.md`).
 //! Doorbell MMIO writes go to a register stub that does one relaxed atomic store, a plain store
 //! instruction (what a mapped BAR
 //! costs in instructions). The program prints the completions it saw so the work cannot be

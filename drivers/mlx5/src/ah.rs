@@ -1,5 +1,6 @@
-//! Address handles: the 48-byte datagram segment (address vector, spec §8.3) of UD sends,
-//! built once at creation; `post_send` copies it and fills in the destination QPN and Q_Key.
+//! Address handles: the 48-byte datagram segment (address vector, `docs/mlx5.md#other-segments`) of
+//! UD sends, built once at creation; `post_send` copies it and fills in the destination QPN and
+//! Q_Key.
 
 use firmware_interface::wqe::{self, DatagramSeg};
 use firmware_interface::{Be16, Be32};

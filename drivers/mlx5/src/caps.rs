@@ -1,5 +1,5 @@
-//! Device capabilities (spec §3.4): parsed from the `cmd_hca_cap` block and validated once, so
-//! the rest of the driver can use them as bounds.
+//! Device capabilities (`docs/mlx5.md#capabilities`): parsed from the `cmd_hca_cap` block and
+//! validated once, so the rest of the driver can use them as bounds.
 
 use firmware_interface::ctx::{atomic_caps, cmd_hca_cap as c, roce_cap};
 

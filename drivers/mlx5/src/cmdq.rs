@@ -1,15 +1,15 @@
-//! The firmware command interface (spec §2), in polling mode.
+//! The firmware command interface (`docs/mlx5.md#command-interface`), in polling mode.
 //!
 //! One command at a time per slot: slot 0 carries ordinary commands, the last slot the page
 //! commands (MANAGE_PAGES), as Linux does, so that a page request can be served while an
 //! ordinary command waits. Each slot owns its input and output mailbox chains (1 KiB aligned
 //! 576-byte blocks), grown on demand.
 //!
-//! Posting (§2.5): zero the entry and fill it with `status_own = 0`, fill the mailboxes, write
-//! barrier, `status_own = 1`, MMIO barrier, doorbell `1 << slot` (BE) at 0x18. Completion: poll
-//! the ownership bit (relaxing between reads) until it clears or the timeout passes, read
-//! barrier, then check the delivery status, copy the output and check every output block's token
-//! and block number before looking at the output status.
+//! Posting (`docs/mlx5.md#posting-a-command`): zero the entry and fill it with `status_own = 0`,
+//! fill the mailboxes, write barrier, `status_own = 1`, MMIO barrier, doorbell `1 << slot` (BE) at
+//! 0x18. Completion: poll the ownership bit (relaxing between reads) until it clears or the timeout
+//! passes, read barrier, then check the delivery status, copy the output and check every output
+//! block's token and block number before looking at the output status.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};

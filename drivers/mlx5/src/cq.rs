@@ -1,6 +1,6 @@
-//! Completion queues (spec §5.1): creation and destruction, and the state their pollers share
-//! (consumer index, the table of QPs attached, the arm sequence number). Polling is in
-//! `poll.rs`.
+//! Completion queues (`docs/mlx5.md#cq-context`): creation and destruction, and the state their
+//! pollers share (consumer index, the table of QPs attached, the arm sequence number). Polling is
+//! in `poll.rs`.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;

@@ -1,5 +1,5 @@
-//! The device: bring-up (spec §4.2), teardown (§4.4), health, the raw command entry point and
-//! the small objects (UAR, PD, transport domain, RoCE addresses).
+//! The device: bring-up (`docs/mlx5.md#bring-up`), teardown (`docs/mlx5.md#teardown`), health, the
+//! raw command entry point and the small objects (UAR, PD, transport domain, RoCE addresses).
 
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
@@ -65,9 +65,9 @@ pub(crate) const PENDING_MAX: usize = 4096;
 
 /// An mlx5 device (one PCI function) after bring-up.
 ///
-/// Every method takes `&self`: command slots and object state sit behind `spin` mutexes.
-/// Objects ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), [`Mkey`](crate::Mkey)) are plain
-/// values owned by the caller and handed back to the matching `destroy_*`.
+/// Every method takes `&self`: command slots and object state sit behind `spin` mutexes. Objects
+/// ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), [`Mkey`](crate::Mkey)) are
+/// plain values owned by the caller and handed back to the matching `destroy_*`.
 ///
 /// Dropping the device without [`shutdown`](Self::shutdown) runs the same teardown, ignoring
 /// its errors.
@@ -131,7 +131,7 @@ fn wait_initializing<R: RegisterIo, P: Platform>(
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// Brings the device up, in the order of rdma-core's `mlx5_vfio.c` (spec §4.2):
+    /// Brings the device up, in the order of rdma-core's `mlx5_vfio.c` (`docs/mlx5.md#bring-up`):
     ///
     /// 1. read `fw_rev` / `cmdif_rev_fw_sub`; wait for `initializing` to clear; require command
     ///    interface revision 5;
@@ -440,10 +440,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         Ok(())
     }
 
-    /// Tears the device down (spec §4.4): destroys the driver's EQ, deallocates its transport
-    /// domain, PD and UAR, TEARDOWN_HCA (graceful), takes back every page given to the
-    /// firmware (MANAGE_PAGES TAKE until none are left, bounded by
-    /// [`Config::reclaim_timeout_ns`]), DISABLE_HCA, then frees the command queue.
+    /// Tears the device down (`docs/mlx5.md#teardown`): destroys the driver's EQ, deallocates its
+    /// transport domain, PD and UAR, TEARDOWN_HCA (graceful), takes back every page given to the
+    /// firmware (MANAGE_PAGES TAKE until none are left, bounded by [`Config::reclaim_timeout_ns`]),
+    /// DISABLE_HCA, then frees the command queue.
     ///
     /// Every step is attempted even if an earlier one failed; the first error is returned.
     /// Objects the caller still holds (CQs, QPs, mkeys) are destroyed by TEARDOWN_HCA on the

@@ -1,5 +1,6 @@
-//! Event queues (spec §5.2, §10): creation, the ownership rule, event parsing, doorbells, and
-//! the driver's own EQ (asynchronous events, command completions, page requests).
+//! Event queues (`docs/mlx5.md#eq-context`, `docs/mlx5.md#event-queue-entries`): creation, the
+//! ownership rule, event parsing, doorbells, and the driver's own EQ (asynchronous events, command
+//! completions, page requests).
 
 use alloc::vec::Vec;
 

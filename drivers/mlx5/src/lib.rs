@@ -16,8 +16,8 @@
 //! command, or whose destroy failed, leaks its rings on purpose, and a memory region does the
 //! same with the [`verbs::Buffer`] it was registered over.
 //!
-//! Bring-up follows rdma-core's `mlx5_vfio.c` (spec §4.2): see [`Device::probe`]; teardown runs
-//! in reverse, see [`Device::shutdown`].
+//! Bring-up follows rdma-core's `mlx5_vfio.c` (`docs/mlx5.md#bring-up`): see [`Device::probe`];
+//! teardown runs in reverse, see [`Device::shutdown`].
 //!
 //! ```
 //! // Which PCI functions this driver binds to: real ConnectX/BlueField functions, and the
@@ -60,7 +60,7 @@
 //! # Data path and verbs provider
 //!
 //! [`Device`] implements [`verbs::Provider`] (see `provider.rs` for the object mapping and
-//! the QP sizing rules). The fast path follows rdma-core's order (spec §12):
+//! the QP sizing rules). The fast path follows rdma-core's order (`docs/mlx5.md#fast-path`):
 //! [`Device::post_send`] builds WQEs in the QP's SQ (control, remote address, atomic,
 //! datagram, data or inline segments, wrapping at the ring end), publishes the producer
 //! position, `dma_wmb`, doorbell record, `mmio_wmb`, then one 8-byte doorbell per batch (or a
@@ -210,7 +210,7 @@ impl Default for Config {
 
 impl Config {
     /// Whether the function is a virtual function: its [`vendor_id`](Self::vendor_id) /
-    /// [`device_id`](Self::device_id) name a ConnectX VF (spec §11). On a VF the driver skips
+    /// [`device_id`](Self::device_id) name a ConnectX VF (`docs/mlx5.md#pci-identification`). On a VF the driver skips
     /// what Linux's mlx5_core does on the PF only (the HOST_ENDIANNESS register,
     /// `set_hca_ctrl`).
     pub fn is_vf(&self) -> bool {
@@ -218,8 +218,9 @@ impl Config {
     }
 }
 
-/// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField
-/// function (spec §11), or the emulated NIC exposed through QEMU `ivshmem-plain` (1af4:1110).
+/// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField function
+/// (`docs/mlx5.md#pci-identification`), or the emulated NIC exposed through QEMU `ivshmem-plain`
+/// (1af4:1110).
 pub fn is_supported_pci(vendor: u16, device: u16) -> bool {
     pci::is_connectx(vendor, device)
         || (vendor == pci::VENDOR_REDHAT_QUMRANET && device == pci::DEVICE_IVSHMEM)

@@ -92,7 +92,7 @@ unsafe impl verbs::DmaMemory for UserMem {
 }
 
 /// Writes the BE64 address of each 4 KB page of `buf` into `out` from byte `at` (a PAS list,
-/// spec §5.0). Returns `false` if `out` is too short.
+/// `docs/mlx5.md#page-lists`). Returns `false` if `out` is too short.
 pub(crate) fn write_pas(buf: &DmaBuf, out: &mut [u8], at: usize) -> bool {
     let pages = buf.len().div_ceil(4096);
     for i in 0..pages {

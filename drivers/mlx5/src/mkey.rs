@@ -1,4 +1,4 @@
-//! Memory keys (spec §5.4): MTT-mode registrations of 4 KB pages.
+//! Memory keys (`docs/mlx5.md#mkey-context`): MTT-mode registrations of 4 KB pages.
 
 use core::sync::atomic::Ordering;
 use firmware_interface::cmds::{create_mkey_in, create_mkey_out, destroy_mkey_in};

@@ -1,5 +1,5 @@
-//! Firmware pages (spec §4.3): the 4 KB pages the driver lends the firmware at boot, at init
-//! and on request, and takes back at teardown.
+//! Firmware pages (`docs/mlx5.md#firmware-pages`): the 4 KB pages the driver lends the firmware at
+//! boot, at init and on request, and takes back at teardown.
 //!
 //! The pool remembers every page given, by device address, so that a page the firmware hands
 //! back can be checked: an address the driver never gave (or gave once and got back twice) is

@@ -1,4 +1,5 @@
-//! Polling a CQ (spec §9, §12.2) and arming it (§6.2, §7).
+//! Polling a CQ (`docs/mlx5.md#completion-queue-entries`, `docs/mlx5.md#polling`) and arming it
+//! (`docs/mlx5.md#uar-pages-and-doorbells`, `docs/mlx5.md#doorbell-records`).
 //!
 //! Per CQE: the ownership rule with the driver's consumer index, `dma_rmb`, then every field
 //! is checked against the driver's bookkeeping before use ([`CqeFault`] lists the checks): the
@@ -38,7 +39,7 @@ use crate::ring::Ring;
 use crate::srq::SrqCore;
 use crate::wq::{META_ATOMIC, META_READ, META_SIGNALED, META_START, META_WC_SHIFT};
 
-/// CQE field offsets (spec §9.1).
+/// CQE field offsets (`docs/mlx5.md#cqe-layout`).
 mod off {
     pub(super) const SLID: usize = 0x16;
     pub(super) const FLAGS_RQPN: usize = 0x18;
@@ -54,7 +55,8 @@ mod off {
     pub(super) const TAIL: usize = 0x38;
 }
 
-/// The verbs status of an error CQE syndrome (spec §9.2, one to one; others GENERAL_ERR).
+/// The verbs status of an error CQE syndrome (`docs/mlx5.md#error-cqe`, one to one; others
+/// GENERAL_ERR).
 pub fn wc_status(syn: u8) -> WcStatus {
     match syn {
         syndrome::LOCAL_LENGTH_ERR => WcStatus::LocLenErr,
@@ -427,8 +429,8 @@ fn write_send_wc(w: &mut WorkCompletion, wr_id: u64, mid: u64) {
     // and `wc_flags` (asserted above); `mid` (from `send_wc_mid`) puts valid discriminants
     // (`Success`, a `WcOpcode`) in the enum bytes, and zero is a valid `vendor_err` and
     // `wc_flags`. On x86-64 one 16-byte store of `mid` zero-extended (SSE2, part of the
-    // x86-64 baseline; the loop-invariant vector stays in an XMM register: 2 instructions
-    // per CQE fewer than two 8-byte stores with `mid` spilled), elsewhere two 8-byte stores.
+    // x86-64 baseline; the loop-invariant vector stays in an XMM register, which measured
+    // cheaper than two 8-byte stores: `docs/bench.md`), elsewhere two 8-byte stores.
     #[cfg(target_arch = "x86_64")]
     // SAFETY: an unaligned 16-byte write of bytes 8..24, inside `*w` (40 bytes, exclusively
     // borrowed), of valid field values (above); SSE2 is always available on x86-64.
@@ -511,8 +513,7 @@ fn fast_loop(core: &CqCore, table: &[Attached], ci: u32, wc: &mut [WorkCompletio
                 break at.off == at.end;
             };
             // `at.req()` with the owner byte from `want`'s low byte (the same value; this
-            // way the loop compiled with fewer spills: 43.9 against 48.1 instructions per
-            // CQE with `at.req()`, rustc 1.95 x86-64, before the 16-byte completion store).
+            // way the loop compiles with fewer spills, see `docs/bench.md`).
             let Some(tw) = at.req_as(want as u8) else {
                 break false;
             };
@@ -528,8 +529,8 @@ fn fast_loop(core: &CqCore, table: &[Attached], ci: u32, wc: &mut [WorkCompletio
             }
             let slot = slots.at(tail.wrapping_add(d));
             let meta = slot.meta.load(Relaxed);
-            // Read with `meta`, before the check (one slot address for both, 1 instruction per
-            // CQE fewer; a plain load of the driver's own slot, used only if the check passes).
+            // Read with `meta`, before the check (one slot address serves both; a plain load
+            // of the driver's own slot, used only if the check passes).
             let wr_id = slot.wr_id.load(Relaxed);
             if (meta ^ want) & FAST_REQ_MASK != 0 {
                 break false;
@@ -680,10 +681,11 @@ fn general_loop(
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// Requests a completion event (spec §6.2, §12.2 step 5): writes the arm record
-    /// (doorbell-record word 1 = `sn << 28 | cmd | ci`) and then the 64-bit CQ doorbell at UAR
-    /// offset 0x20 (`arm record << 32 | cqn`). `sn` is the number of events received for the
-    /// CQ (see [`Cq::arm_sn`]); with `solicited_only` only a solicited completion fires.
+    /// Requests a completion event (`docs/mlx5.md#uar-pages-and-doorbells`,
+    /// `docs/mlx5.md#polling`): writes the arm record (doorbell-record word 1 = `sn << 28 | cmd |
+    /// ci`) and then the 64-bit CQ doorbell at UAR offset 0x20 (`arm record << 32 | cqn`). `sn` is
+    /// the number of events received for the CQ (see [`Cq::arm_sn`]); with `solicited_only` only a
+    /// solicited completion fires.
     pub fn req_notify_cq(&self, cq: &Cq, solicited_only: bool) -> Result<(), Error> {
         let core = &*cq.core;
         let ci = core.poll.lock().ci & uar::CI_MASK;

@@ -1,4 +1,4 @@
-//! Posting work requests (spec §8, §12.1).
+//! Posting work requests (`docs/mlx5.md#work-queue-entries`, `docs/mlx5.md#posting`).
 //!
 //! Send, per work request: validate it against the QP (opcode for the QP type, remote part,
 //! SGE count, inline size), check ring space, write the transport segments (raddr; raddr +
@@ -20,7 +20,7 @@
 //! QPN, `fm_ce_se`, bookkeeping template, the checks' limits), the WQEBB written through one
 //! [`Block`] whose bounds are proven once, and no room check per request (the batch is cut at
 //! the free WQEBBs known). Anything else, errors included, goes to the general path, which
-//! checks and writes every field as the fact sheet says.
+//! checks and writes every field as `docs/mlx5.md#work-queue-entries` describes.
 //!
 //! Nothing here allocates.
 
@@ -288,9 +288,9 @@ impl Poster<'_> {
         cur.wrapping_sub(start) as usize
     }
 
-    /// The fast path: a WQE of one WQEBB at `cur` (free, the caller made sure; `off` the
-    /// byte offset of its slot, [`SqView::off`], masked here), for an RC/UC send, RDMA write
-    /// or read with a gather list of no zero-length single SGE. `false` for anything else (having maybe
+    /// The fast path: a WQE of one WQEBB at `cur` (free, the caller made sure; `off` the byte
+    /// offset of its slot, [`SqView::off`], masked here), for an RC/UC send, RDMA write or read
+    /// with a gather list of no zero-length single SGE. `false` for anything else (having maybe
     /// written into the free WQEBB), which [`Slow::write`] then takes, errors included.
     ///
     /// The WQEBB is one 64-byte [`Block`]: `fast_lim` keeps the segments inside it, and the
@@ -574,12 +574,12 @@ fn post_rest<const FAST: bool>(
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// Posts send work requests (spec §12.1). On error the work requests before the returned
-    /// index were posted (and their doorbell rung); the one at the index and the rest were
-    /// not. Errors: [`Error::InvalidArgument`] (QP in RESET/INIT/RTR, an opcode or remote part
-    /// the QP type cannot post, more SGEs than [`Qp::max_send_sge`], inline data over
-    /// [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24
-    /// bits), [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
+    /// Posts send work requests (`docs/mlx5.md#posting`). On error the work requests before the
+    /// returned index were posted (and their doorbell rung); the one at the index and the rest were
+    /// not. Errors: [`Error::InvalidArgument`] (QP in RESET/INIT/RTR, an opcode or remote part the
+    /// QP type cannot post, more SGEs than [`Qp::max_send_sge`], inline data over
+    /// [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24 bits),
+    /// [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
     #[inline]
     pub fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), (Error, usize)> {
         self.post_send_with::<true>(qp, wrs)
@@ -722,9 +722,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         sq.bf.offset ^= sq.bf.half;
     }
 
-    /// Posts receive work requests (spec §8.5, §12.1). On error the work requests before the
-    /// returned index were posted. Errors: [`Error::InvalidArgument`] (QP in RESET, more SGEs
-    /// than [`Qp::max_recv_sge`]), [`Error::QueueFull`] (ENOMEM). No heap allocation, no MMIO.
+    /// Posts receive work requests (`docs/mlx5.md#receive-wqe`, `docs/mlx5.md#posting`). On error
+    /// the work requests before the returned index were posted. Errors: [`Error::InvalidArgument`]
+    /// (QP in RESET, more SGEs than [`Qp::max_recv_sge`]), [`Error::QueueFull`] (ENOMEM). No heap
+    /// allocation, no MMIO.
     #[inline]
     pub fn post_recv(&self, qp: &mut Qp, wrs: &[RecvWr<'_>]) -> Result<(), (Error, usize)> {
         if wrs.is_empty() {

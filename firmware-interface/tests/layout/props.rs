@@ -134,7 +134,8 @@ proptest! {
         prop_assert_eq!(CtrlSeg::from_bytes(&b16).to_bytes(), b16);
         prop_assert_eq!(DataSeg::from_bytes(&b16).to_bytes(), b16);
 
-        // Named fields read the big-endian bytes at the spec offsets (§9.1).
+        // Named fields read the big-endian bytes at the offsets of
+        // `docs/mlx5.md#cqe-layout`.
         let c = Cqe64::from_bytes(&b64);
         let be32 = |o: usize| u32::from_be_bytes(b64[o..o + 4].try_into().unwrap());
         prop_assert_eq!(c.byte_cnt.get(), be32(0x2c));

@@ -1,4 +1,4 @@
-//! Layouts the spec gives in prose rather than as a table (numbers typed from the spec text).
+//! Layouts `docs/mlx5.md` gives in prose rather than as a table (numbers typed from that text).
 
 use super::{Exp::*, check};
 use firmware_interface::{Field, cmds, ctx};
@@ -12,7 +12,7 @@ macro_rules! header_only {
     };
 }
 
-// §3.3: "The ALLOC inputs are just the 16-byte header"; NOP "takes only the header"; the
+// The ALLOC inputs and NOP are the 16-byte header alone (`docs/mlx5.md#command-layouts`); the
 // remaining outputs are the 16-byte output header only.
 header_only!(
     set_hca_cap_out,
@@ -170,10 +170,10 @@ fn nic_vport_context() {
 
 #[test]
 fn roce_cap() {
-    // §3.4: "sw_r_roce_src_udp_port dw@0x0 [27], qp_ts_format dw@0x0 [1:0], l3_type dw@0x10
-    // [19:16], roce_version dw@0x10 [7:0], r_roce_dest_udp_port dw@0x14 [15:0],
-    // r_roce_max_src_udp_port dw@0x18 [31:16], r_roce_min_src_udp_port dw@0x18 [15:0],
-    // roce_address_table_size dw@0x1c [15:0]".
+    // `mlx5_ifc.h roce_cap_bits`: sw_r_roce_src_udp_port dw@0x0 [27], qp_ts_format dw@0x0
+    // [1:0], l3_type dw@0x10 [19:16], roce_version dw@0x10 [7:0], r_roce_dest_udp_port dw@0x14
+    // [15:0], r_roce_max_src_udp_port dw@0x18 [31:16], r_roce_min_src_udp_port dw@0x18 [15:0],
+    // roce_address_table_size dw@0x1c [15:0].
     use ctx::roce_cap as c;
     check(
         "roce_cap",
@@ -270,8 +270,8 @@ fn host_endianness_reg() {
 
 #[test]
 fn embedded_context_positions() {
-    // §5.3: "primary at qpc 0x18 ⇒ command 0x30, secondary at qpc 0x44 ⇒ command 0x5c";
-    // "6 bytes starting at ads 0x26 ⇒ qpc 0x3e ⇒ command 0x56".
+    // The primary path is at qpc 0x18 (command 0x30), the secondary at qpc 0x44 (command 0x5c);
+    // the destination MAC's 6 bytes at ads 0x26 are qpc 0x3e, command 0x56.
     let qpc = cmds::create_qp_in::QPC.byte_off();
     assert_eq!(qpc, 0x18);
     assert_eq!(ctx::qpc::PRIMARY_ADDRESS_PATH.at(qpc).byte_off(), 0x30);
@@ -310,13 +310,13 @@ fn embedded_context_positions() {
         cmds::set_hca_cap_in::CAPABILITY.width as usize,
         ctx::CAP_BLOCK_SIZE * 8
     );
-    // §3.4: "add 0x10 to get the byte offset inside the QUERY_HCA_CAP output".
+    // Capability positions are relative to the block at 0x10 of the QUERY_HCA_CAP output.
     let cap = cmds::query_hca_cap_out::CAPABILITY.byte_off();
     assert_eq!(
         ctx::cmd_hca_cap::PORT_TYPE.at(cap).dword_bits(),
         Some((0x44, 9, 8))
     );
-    // §5.4: "MTT entries (BE64) start at byte 0x110 of CREATE_MKEY"; PAS lists at 0x110.
+    // MTT entries (BE64) and the page lists of EQ, CQ and QP start at byte 0x110.
     for f in [
         cmds::create_mkey_in::KLM_PAS_MTT,
         cmds::create_cq_in::PAS,

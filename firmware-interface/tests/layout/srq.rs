@@ -1,5 +1,5 @@
 //! Shared receive queues: `srqc`, CREATE_SRQ / DESTROY_SRQ and the SRQ WQE's next segment.
-//! `shared/spec/mlx5.md` has no tables for these; the expected positions are Linux
+//! The expected positions are Linux
 //! `include/linux/mlx5/mlx5_ifc.h` (`mlx5_ifc_srqc_bits`, `mlx5_ifc_create_srq_in_bits`,
 //! `_out_bits`, `mlx5_ifc_destroy_srq_in_bits`) and `mlx5/qp.h` (`mlx5_wqe_srq_next_seg`),
 //! converted from bit offsets by hand.

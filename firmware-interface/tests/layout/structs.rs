@@ -1,4 +1,5 @@
-//! `#[repr(C)]` struct sizes and field offsets, and constant values, against the spec.
+//! `#[repr(C)]` struct sizes and field offsets, and constant values, against the reference
+//! values (`docs/mlx5.md`).
 
 use core::mem::size_of;
 use firmware_interface::{
@@ -21,7 +22,7 @@ macro_rules! offsets {
 
 #[test]
 fn cmd_layout() {
-    // §2.2
+    // docs/mlx5.md#queue-entry
     assert_eq!(size_of::<CmdLayout>(), 64);
     offsets!(CmdLayout {
         type_: 0x00,
@@ -44,7 +45,7 @@ fn cmd_layout() {
 
 #[test]
 fn mailbox_block() {
-    // §2.3
+    // docs/mlx5.md#mailboxes
     assert_eq!(size_of::<MailboxBlock>(), 576);
     offsets!(MailboxBlock {
         data: 0x000,
@@ -94,7 +95,7 @@ fn cmd_constants() {
     ] {
         assert_eq!(cmd::mailbox_count(len), n, "len {len}");
     }
-    // §2.4 common headers.
+    // The common headers (docs/mlx5.md#headers-and-status).
     assert_eq!(mbox_in::HEADER_SIZE, 16);
     assert_eq!(mbox_out::HEADER_SIZE, 16);
     assert_eq!(mbox_in::OPCODE.dword_bits(), Some((0x0, 31, 16)));
@@ -108,7 +109,7 @@ fn cmd_constants() {
 
 #[test]
 fn status_values() {
-    // §2.4
+    // docs/mlx5.md#headers-and-status
     let s = [
         (cmd_status::OK, 0x00),
         (cmd_status::INTERNAL_ERR, 0x01),
@@ -133,7 +134,7 @@ fn status_values() {
         assert!(cmd_status::name(v).is_some());
     }
     assert_eq!(cmd_status::name(0x0b), None);
-    // §2.2
+    // docs/mlx5.md#queue-entry
     let d = [
         (delivery_status::OK, 0x0),
         (delivery_status::SIGNATURE_ERR, 0x1),
@@ -158,8 +159,8 @@ fn status_values() {
 
 #[test]
 fn op_mod_values() {
-    // §3.2: "general-current = 0x0001, general-max = 0x0000, roce-current = 0x0009";
-    // SET: "general = 0x0, atomic = 0x6, roce = 0x8".
+    // Query: general-current 0x0001, general-max 0x0000, roce-current 0x0009; set: general 0x0,
+    // atomic 0x6, roce 0x8 (`docs/mlx5.md#operation-modifiers`).
     assert_eq!(
         op_mod::query_cap(op_mod::CAP_GENERAL, op_mod::QUERY_CAP_CUR),
         0x1
@@ -205,7 +206,7 @@ fn op_mod_values() {
 
 #[test]
 fn opcodes() {
-    // §3.1, every row.
+    // Every opcode the crate names, with its `mlx5_ifc.h` value (docs/mlx5.md#opcodes).
     let spec: &[(u16, &str)] = &[
         (0x100, "QUERY_HCA_CAP"),
         (0x101, "QUERY_ADAPTER"),
@@ -283,7 +284,7 @@ fn opcodes() {
 
 #[test]
 fn init_segment() {
-    // §1
+    // docs/mlx5.md#initialization-segment
     let offs = [
         (init_seg::FW_REV, 0x0),
         (init_seg::CMDIF_REV_FW_SUB, 0x4),
@@ -322,7 +323,7 @@ fn init_segment() {
         ),
         (4, 0xf, 0xf)
     );
-    // §1.1
+    // docs/mlx5.md#health-buffer
     let h = [
         (init_seg::health::ASSERT_VAR, 0x0),
         (init_seg::health::ASSERT_EXIT_PTR, 0x20),
@@ -362,7 +363,7 @@ fn init_segment() {
 
 #[test]
 fn uar_and_dbr() {
-    // §6.2, §7
+    // docs/mlx5.md#uar-pages-and-doorbells, docs/mlx5.md#doorbell-records
     assert_eq!(uar::PAGE_SIZE, 4096);
     assert_eq!(uar::CQ_DOORBELL, 0x20);
     assert_eq!(uar::EQ_DOORBELL_ARM, 0x40);
@@ -382,7 +383,7 @@ fn uar_and_dbr() {
 
 #[test]
 fn wqe_segments() {
-    // §8.2, §8.3
+    // docs/mlx5.md#control-segment, docs/mlx5.md#other-segments
     assert_eq!(size_of::<CtrlSeg>(), 16);
     offsets!(CtrlSeg {
         opmod_idx_opcode: 0x0,
@@ -479,7 +480,8 @@ fn wqe_segments() {
     for (v, e) in ops {
         assert_eq!(v, e);
     }
-    // §12.1: opmod_idx_opcode = (opmod << 24) | ((cur_post & 0xffff) << 8) | opcode.
+    // `docs/mlx5.md#posting`: opmod_idx_opcode = (opmod << 24) | ((cur_post & 0xffff) << 8) |
+    // opcode.
     let c = CtrlSeg {
         opmod_idx_opcode: ((0x1234u32 << wqe::WQE_IDX_SHIFT) | o::SEND as u32).into_be(),
         qpn_ds: ((0xabcdu32 << wqe::QPN_SHIFT) | 3).into_be(),
@@ -505,7 +507,7 @@ impl IntoBe for u32 {
 
 #[test]
 fn cqes() {
-    // §9.1
+    // docs/mlx5.md#cqe-layout
     assert_eq!(size_of::<Cqe64>(), 64);
     offsets!(Cqe64 {
         tls_outer_l3_tunneled: 0x00,
@@ -531,7 +533,7 @@ fn cqes() {
         signature: 0x3e,
         op_own: 0x3f,
     });
-    // §9.2
+    // docs/mlx5.md#error-cqe
     assert_eq!(size_of::<ErrCqe>(), 64);
     offsets!(ErrCqe {
         srqn: 0x20,
@@ -610,7 +612,7 @@ fn cqes() {
 
 #[test]
 fn eqes() {
-    // §10.1
+    // docs/mlx5.md#eqe-layout
     assert_eq!(size_of::<Eqe>(), 64);
     offsets!(Eqe {
         rsvd0: 0x00,
@@ -700,7 +702,7 @@ fn eqes() {
 #[test]
 fn context_encodings() {
     use ctx::{cmd_hca_cap, cqc, eqc, mkc, qpc};
-    // §5.3
+    // docs/mlx5.md#qp-context
     assert_eq!(
         (
             qpc::ST_RC,
@@ -785,8 +787,8 @@ fn context_encodings() {
         (0, 1)
     );
     assert_eq!(ctx::CAP_BLOCK_SIZE, 4096);
-    // §5.4: "all of them live in byte 0x2: bit7 umr_en, bit6 a, bit5 rw, bit4 rr, bit3 lw,
-    // bit2 lr, bits1:0 access mode".
+    // The access bits all live in byte 0x2: bit 7 umr_en, bit 6 a, bit 5 rw, bit 4 rr, bit 3 lw,
+    // bit 2 lr, bits 1:0 the access mode (`docs/mlx5.md#mkey-context`).
     let mut b = [0u8; 64];
     for (f, bit) in [
         (mkc::UMR_EN, 7),
@@ -804,7 +806,7 @@ fn context_encodings() {
 
 #[test]
 fn pci_ids() {
-    // §11, every row.
+    // docs/mlx5.md#pci-identification, every row.
     let spec: &[(u16, bool)] = &[
         (0x1011, false),
         (0x1012, true),

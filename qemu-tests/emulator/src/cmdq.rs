@@ -1,5 +1,6 @@
-//! The command processor (spec §2, §14.2): fetch an entry, gather its input through the
-//! mailbox chain, execute, scatter the output, hand the entry back, post a CMD event.
+//! The command processor (`docs/mlx5.md#command-interface`, `docs/mlx5.md#device-model`): fetch an
+//! entry, gather its input through the mailbox chain, execute, scatter the output, hand the entry
+//! back, post a CMD event.
 //!
 //! Delivery errors (the entry or a mailbox is malformed) complete the entry with a delivery
 //! status and do not execute the command. Choices where the PRM is silent:

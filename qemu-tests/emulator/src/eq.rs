@@ -1,4 +1,5 @@
-//! Event queues (spec §10) and UAR page doorbells (spec §6).
+//! Event queues (`docs/mlx5.md#event-queue-entries`) and UAR page doorbells
+//! (`docs/mlx5.md#uar-pages-and-doorbells`).
 //!
 //! An EQE for producer count `pi` goes to slot `pi % nent` with `owner = (pi / nent) & 1`, the
 //! event bytes first and the owner byte last. The driver reports its consumer index through the

@@ -6,7 +6,8 @@
 //! driver mistake it can detect comes back as a delivery status, a command status + syndrome
 //! (see [`syndrome`]), or a [`DeviceError`]; nothing a driver writes can make it panic.
 //!
-//! What is modelled (spec `shared/spec/mlx5.md` §1–§10, §12, §14; `rocev2.md` §1–§9):
+//! What is modelled (`docs/mlx5.md`, its checklist in `docs/mlx5.md#device-model`, and
+//! `docs/rocev2.md`):
 //! * the initialization segment (firmware revision, command queue address, `initializing`,
 //!   health buffer and counter, internal timer) — `regs`;
 //! * the command queue: entries, mailbox chains, tokens, block numbers, signatures, delivery

@@ -1,4 +1,5 @@
-//! The initialization segment (BAR0 0x0000..0x2010, spec §1) and the routing of BAR accesses.
+//! The initialization segment (BAR0 0x0000..0x2010, `docs/mlx5.md#initialization-segment`) and the
+//! routing of BAR accesses.
 //!
 //! The BAR backing store holds the register values the driver reads.
 //!

@@ -1,5 +1,5 @@
 //! Interop with Linux soft-RoCE (`rdma_rxe`) and rdma-core's `rping` in a QEMU guest
-//! (issue 8; facts in `shared/notes/interop-softroce.md`).
+//! (facts in `docs/qemu.md#the-socket-netdev` and `docs/qemu.md#soft-roce-interop`).
 //!
 //! * The host end is `tools/rping` itself (our `rping` binary on the Ethernet fabric,
 //!   `--fabric eth:LOCAL,REMOTE`), or for the test that needs a NIC without a listener

@@ -1,5 +1,5 @@
 //! Byte-level checks of our codecs against frames captured from (or accepted by) Linux
-//! soft-RoCE in the interop probe (`shared/notes/interop-softroce.md`).
+//! soft-RoCE on QEMU's socket netdev (`docs/qemu.md#soft-roce-interop`).
 
 use std::net::Ipv4Addr;
 
@@ -168,7 +168,7 @@ fn flipped_icrc_is_refused() {
 
 /// RC frames rxe sent during the interop scenarios (`INTEROP_DUMP_DIR`, tests/softroce.rs):
 /// our decoder accepts them and our encoder rebuilds them byte for byte; the fields are
-/// rxe's rules (spec rocev2 §3, §4, §7, §8).
+/// rxe's rules (`docs/rocev2.md`: #opcodes, #extension-headers, #segmentation, #reliability).
 #[test]
 fn rxe_rc_frames_decode_and_reencode() {
     use roce_wire::packet::{AETH_ACK_UNLIMITED, AethKind};

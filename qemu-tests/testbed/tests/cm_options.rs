@@ -1,6 +1,7 @@
 //! `rdma_set_option` (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT, IB_PATH), the IB CM timewait with
 //! TIMEWAIT_EXIT and stale-connection rejects, `rdma_establish` and `rdma_init_qp_attr`
-//! (spec `librdmacm.md` §A.23, §C.1, §D.5), against two emulated NICs under one manager.
+//! (`docs/cm.md#options`, `docs/cm.md#event-types`, `docs/cm.md#rej-reasons`), against two emulated
+//! NICs under one manager.
 
 use std::net::SocketAddr;
 

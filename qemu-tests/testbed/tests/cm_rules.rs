@@ -1,5 +1,6 @@
-//! The rules of `rdma_create_ep` / `rdma_create_qp` (spec `librdmacm.md` §B), one test each,
-//! and the errno of the calls' argument and state checks (§A), against two emulated NICs.
+//! The rules of `rdma_create_ep` / `rdma_create_qp` (`docs/cm.md#endpoint-rules`), one test each,
+//! and the errno of the calls' argument and state checks (`docs/cm.md#endpoint-api`), against two
+//! emulated NICs.
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
-//! Spec `librdmacm.md` B.8 (user CQs named by a passive endpoint's saved attributes are shared
-//! by every connection) and B.10 (SRQs: `qp_init_attr.srq` as given or the id's own from
-//! `create_srq`, `post_recv` to the id's SRQ, `srq = 1` in the REQ/REP, `destroy_ep` order),
-//! with their error cases, traffic through a shared SRQ, and the live-object counters.
+//! `docs/cm.md#requests-from-a-listener` (user CQs named by a passive endpoint's saved attributes
+//! are shared by every connection) and `docs/cm.md#srqs` (SRQs: `qp_init_attr.srq` as given or the
+//! id's own from `create_srq`, `post_recv` to the id's SRQ, `srq = 1` in the REQ/REP, `destroy_ep`
+//! order), with their error cases, traffic through a shared SRQ, and the live-object counters.
 
 mod cm_support;
 
@@ -92,7 +92,7 @@ fn conn_data(p: &EventParam) -> &cm::ConnData {
     }
 }
 
-/// B.8: the saved attributes name user CQs; both accepted connections complete on them
+/// Listener CQs: the saved attributes name user CQs; both accepted connections complete on them
 /// (receives and sends), the ids expose no CQs of their own (`get_recv_comp` is EINVAL), and
 /// neither destroying the connections nor the listener destroys the user CQs.
 #[test]
@@ -228,10 +228,10 @@ fn srq_qp_attr(srq: Option<Arc<Srq>>, recv_cq: Option<Arc<Cq>>) -> QpInitAttr<Cq
     }
 }
 
-/// B.10 with B.8: the listener's saved attributes name an SRQ (and a receive CQ); both
-/// accepted connections take their receives from it, in the order they were posted,
-/// whichever connection a message arrives on, and their REPs say `srq = 1`. The data lands
-/// where each receive pointed. Everything is released, nothing left on the devices.
+/// SRQs with shared listener attributes: the listener's saved attributes name an SRQ (and a receive
+/// CQ); both accepted connections take their receives from it, in the order they were posted,
+/// whichever connection a message arrives on, and their REPs say `srq = 1`. The data lands where
+/// each receive pointed. Everything is released, nothing left on the devices.
 #[test]
 fn b10_two_connections_share_one_srq() {
     let s = setup(82);
@@ -348,7 +348,7 @@ fn b10_two_connections_share_one_srq() {
     s.teardown();
 }
 
-/// B.10 on an id: `create_srq` (written-back sizes; twice, unbound, PD of another device:
+/// SRQs on an id: `create_srq` (written-back sizes; twice, unbound, PD of another device:
 /// EINVAL), a QP without `srq` takes the id's (written back), `post_recv` goes to it (ENOMEM
 /// past `max_wr`), the REQ says `srq = 1`, `destroy_srq` under the QP is EBUSY, an SRQ of
 /// another device or PD is EINVAL, and `destroy_ep` destroys QP → CQs → channels → SRQ.
@@ -484,8 +484,8 @@ fn b10_id_srq_rules_and_destroy_order() {
     s.teardown();
 }
 
-/// B.8 error case: saved attributes naming a CQ of another device. `get_request` cannot make
-/// the QP: EINVAL, the new id is destroyed and the peer rejected (no leak on either side).
+/// Listener CQs, error case: saved attributes naming a CQ of another device. `get_request` cannot
+/// make the QP: EINVAL, the new id is destroyed and the peer rejected (no leak on either side).
 #[test]
 fn b8_saved_cq_of_another_device_is_einval() {
     let s = setup(84);

@@ -23,7 +23,8 @@
 //! Output follows perftest: a banner, then `#bytes #iterations BW peak[MB/sec] BW
 //! average[MB/sec] MsgRate[Mpps]` (MB = 2^20 bytes) or `#bytes #iterations t_min[usec] ...
 //! 99.9% percentile[usec]`, then `data verified: yes` once what arrived was compared with what
-//! was sent. Exit status: 0 ok, 1 run failure (a device that cannot be attached, a peer that
+//! was sent. Table figures have perftest's decimals (three significant digits where those would
+//! show a positive figure as zero); `--json` prints them at full precision. Exit status: 0 ok, 1 run failure (a device that cannot be attached, a peer that
 //! does not answer) or data mismatch, 2 bad command line.
 
 mod bw;

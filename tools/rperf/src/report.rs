@@ -172,7 +172,7 @@ pub fn lat_row(size: usize, iters: usize, s: &LatStats) -> String {
         w1 = LAT_COLS[1].1 - 1
     );
     for (x, (_, w)) in v.iter().zip(&LAT_COLS[2..]) {
-        let _ = write!(r, "{x:>w$.2}");
+        let _ = write!(r, "{:>w$}", fig(*x, 2));
     }
     r
 }
@@ -180,16 +180,29 @@ pub fn lat_row(size: usize, iters: usize, s: &LatStats) -> String {
 /// One bandwidth table row.
 pub fn bw_row(size: usize, iters: usize, s: &BwStats) -> String {
     format!(
-        " {size:<w0$} {iters:<w1$}{:>w2$.2}{:>w3$.2}{:>w4$.6}",
-        s.peak_mbs,
-        s.avg_mbs,
-        s.msg_rate_mpps,
+        " {size:<w0$} {iters:<w1$}{:>w2$}{:>w3$}{:>w4$}",
+        fig(s.peak_mbs, 2),
+        fig(s.avg_mbs, 2),
+        fig(s.msg_rate_mpps, 6),
         w0 = BW_COLS[0].1 - 1,
         w1 = BW_COLS[1].1 - 1,
         w2 = BW_COLS[2].1,
         w3 = BW_COLS[3].1,
         w4 = BW_COLS[4].1,
     )
+}
+
+/// A table figure: `x` with `decimals` decimals as perftest prints it, unless that would show
+/// a positive figure as zero (a few 2-byte messages on a loaded machine move a few kB/s): then
+/// with three significant digits.
+fn fig(x: f64, decimals: usize) -> String {
+    let smallest = 0.5 * 10f64.powi(-(decimals as i32));
+    if x > 0.0 && x < smallest {
+        let d = (-x.log10()).floor() as usize + 3;
+        format!("{x:.d$}")
+    } else {
+        format!("{x:.decimals$}")
+    }
 }
 
 /// A JSON string literal.
@@ -211,11 +224,11 @@ fn js(s: &str) -> String {
     o
 }
 
-/// A JSON number with `decimals` decimals (non-finite values, which the figures never are,
-/// become 0).
-fn jn(x: f64, decimals: usize) -> String {
+/// A JSON number at full precision: the shortest decimal that reads back as the same `f64`,
+/// so no figure rounds to zero (non-finite values, which the figures never are, become 0).
+fn jn(x: f64) -> String {
     if x.is_finite() {
-        format!("{x:.decimals$}")
+        format!("{x}")
     } else {
         "0".into()
     }
@@ -277,13 +290,13 @@ pub fn lat_json(
     format!(
         "{},\"t_min_usec\":{},\"t_max_usec\":{},\"t_typical_usec\":{},\"t_avg_usec\":{},\"t_stdev_usec\":{},\"p99_usec\":{},\"p99_9_usec\":{}{}",
         json_common(info, size, iters),
-        jn(s.min, 4),
-        jn(s.max, 4),
-        jn(s.typical, 4),
-        jn(s.avg, 4),
-        jn(s.stdev, 4),
-        jn(s.p99, 4),
-        jn(s.p999, 4),
+        jn(s.min),
+        jn(s.max),
+        jn(s.typical),
+        jn(s.avg),
+        jn(s.stdev),
+        jn(s.p99),
+        jn(s.p999),
         json_verified(verified)
     )
 }
@@ -301,9 +314,9 @@ pub fn bw_json(
         json_common(info, size, iters),
         info.tx_depth,
         info.cq_mod,
-        jn(s.peak_mbs, 3),
-        jn(s.avg_mbs, 3),
-        jn(s.msg_rate_mpps, 9),
+        jn(s.peak_mbs),
+        jn(s.avg_mbs),
+        jn(s.msg_rate_mpps),
         json_verified(verified)
     )
 }
@@ -341,7 +354,26 @@ mod tests {
     #[test]
     fn json_escapes() {
         assert_eq!(js("a\"b\\c\n"), "\"a\\\"b\\\\c\\n\"");
-        assert_eq!(jn(f64::NAN, 2), "0");
-        assert_eq!(jn(0.25, 3), "0.250");
+        assert_eq!(jn(f64::NAN), "0");
+        assert_eq!(jn(0.25), "0.25");
+        assert_eq!(jn(1.5e-7), "0.00000015");
+        assert_eq!(jn(1.5e-7).parse::<f64>(), Ok(1.5e-7));
+    }
+
+    #[test]
+    fn tiny_figures_keep_three_significant_digits() {
+        assert_eq!(fig(1234.5678, 2), "1234.57");
+        assert_eq!(fig(0.0, 2), "0.00");
+        assert_eq!(fig(0.0019073, 2), "0.00191");
+        assert_eq!(fig(0.000000123, 6), "0.000000123");
+        let b = BwStats {
+            peak_mbs: 0.0019,
+            avg_mbs: 0.0017,
+            msg_rate_mpps: 0.0000004,
+        };
+        let r = bw_row(2, 2, &b);
+        assert_eq!(header(Test::ReadBw).len(), r.len(), "{r}");
+        let figs: Vec<f64> = r.split_whitespace().map(|f| f.parse().unwrap()).collect();
+        assert_eq!(figs, [2.0, 2.0, 0.0019, 0.0017, 0.0000004]);
     }
 }

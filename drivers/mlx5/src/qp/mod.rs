@@ -1,4 +1,4 @@
-//! Queue pairs (spec §5.3): the [`Qp`] object and its service type and state. The commands
+//! Queue pairs (`docs/mlx5.md#qp-context`): the [`Qp`] object and its service type and state. The commands
 //! that act on it are in the submodules, one concern each:
 //!
 //! * `create`: CREATE_QP (the work-queue buffer and doorbell record), attaching to the CQs,

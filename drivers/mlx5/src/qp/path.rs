@@ -119,7 +119,7 @@ pub(super) fn pp_bytes(buf: &mut [u8], f: Field, v: &[u8]) {
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// The primary path fields of INIT2RTR (spec §5.3, Linux `mlx5_set_path`).
+    /// The primary path fields of INIT2RTR (`docs/mlx5.md#qp-context`, Linux `mlx5_set_path`).
     pub(super) fn write_path(&self, inp: &mut [u8], p: &AddressPath) {
         pp(inp, ads::STAT_RATE, p.stat_rate as u32);
         match self.caps.port_type {

@@ -49,7 +49,8 @@ enum Rule {
     AtomicMode,
 }
 
-/// Writable fields of the general page (spec §3.4, "Fields Linux changes").
+/// Writable fields of the general page (the fields Linux changes,
+/// `docs/mlx5.md#capabilities`).
 const GENERAL_WRITABLE: &[(Field, Rule)] = &[
     (g::CMDIF_CHECKSUM, Rule::ZeroOrMax),
     (g::LOG_UAR_PAGE_SZ, Rule::Zero),

@@ -1,6 +1,7 @@
-//! Completion queues on the data path (spec mlx5 §9, §10): CQE writing with the owner rule,
-//! overrun detection against the consumer index in the doorbell record, arming (UAR 0x20 and
-//! record word 1) and completion / CQ error / QP events.
+//! Completion queues on the data path (`docs/mlx5.md#completion-queue-entries`,
+//! `docs/mlx5.md#event-queue-entries`): CQE writing with the owner rule, overrun detection against
+//! the consumer index in the doorbell record, arming (UAR 0x20 and record word 1) and completion /
+//! CQ error / QP events.
 
 use firmware_interface::cqe::{self, Cqe64, ErrCqe};
 use firmware_interface::eqe::{self, event};

@@ -1,5 +1,6 @@
-//! Memory keys on the data path (spec mlx5 §5.4): key → mkey, PD, bounds, access flags, PA or
-//! MTT translation to I/O virtual addresses, and DMA over the resulting scatter/gather list.
+//! Memory keys on the data path (`docs/mlx5.md#mkey-context`): key → mkey, PD, bounds, access
+//! flags, PA or MTT translation to I/O virtual addresses, and DMA over the resulting scatter/gather
+//! list.
 
 use firmware_interface::ctx::mkc;
 

@@ -1,4 +1,5 @@
-//! The data path (spec mlx5 §6–§10, §12, §14; rocev2 §7–§9).
+//! The data path (`docs/mlx5.md#uar-pages-and-doorbells` through `docs/mlx5.md#fast-path`;
+//! `docs/rocev2.md#segmentation`, `docs/rocev2.md#reliability`, `docs/rocev2.md#ud`).
 //!
 //! * [`wq`]: the QP buffer, doorbell records, send and receive WQE parsing;
 //! * [`mkey`]: lkey/rkey checks and translation, DMA over scatter/gather lists;

@@ -1,6 +1,7 @@
-//! The device's one port (spec rocev2 §1, §10): its IPv4 address, the fabric attachment, the
-//! internal loopback, frame encode/decode and dispatch to the transports. Packets are built
-//! and parsed only here and in the transports through `roce_wire::packet::Packet`.
+//! The device's one port (`docs/rocev2.md#encapsulation`, `docs/rocev2.md#gids`): its IPv4 address,
+//! the fabric attachment, the internal loopback, frame encode/decode and dispatch to the
+//! transports. Packets are built and parsed only here and in the transports through
+//! `roce_wire::packet::Packet`.
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;

@@ -1,6 +1,6 @@
-//! Work queue rings (spec mlx5 §7, §8): the QP buffer (RQ first, SQ after it), doorbell
-//! records, and parsing of send and receive WQEs. Nothing here trusts the driver: every field
-//! is checked, every read is bounded by the ring.
+//! Work queue rings (`docs/mlx5.md#doorbell-records`, `docs/mlx5.md#work-queue-entries`): the QP
+//! buffer (RQ first, SQ after it), doorbell records, and parsing of send and receive WQEs. Nothing
+//! here trusts the driver: every field is checked, every read is bounded by the ring.
 
 use firmware_interface::ctx::qpc as q;
 use firmware_interface::uar::dbr;

@@ -1,4 +1,4 @@
-//! Bring-up and teardown (spec §4), pages, ISSI, capabilities, ACCESS_REG.
+//! Bring-up and teardown (`docs/mlx5.md#bring-up`), pages, ISSI, capabilities, ACCESS_REG.
 
 use firmware_interface::ctx::{cmd_hca_cap as g, roce_cap};
 use firmware_interface::{cmd_status as st, cmds, op_mod, opcode as op};
@@ -41,7 +41,7 @@ fn full_bring_up_then_teardown_leaves_nothing_live() {
             hca_initialized: true,
         }
     );
-    // Teardown in the §4.4 order.
+    // Teardown in the order of `docs/mlx5.md#teardown`.
     let destroy = |h: &mut H, opcode: u16, f: firmware_interface::Field, n: u32| {
         let mut m = msg(opcode, 0, 16);
         set(&mut m, f, n);

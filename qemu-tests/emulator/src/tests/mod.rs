@@ -413,7 +413,7 @@ impl H {
         m
     }
 
-    /// The spec §4.2 bring-up up to INIT_HCA and RoCE enable.
+    /// The bring-up of `docs/mlx5.md#bring-up` up to INIT_HCA and RoCE enable.
     pub(crate) fn init(&mut self) {
         self.init_with(None);
     }

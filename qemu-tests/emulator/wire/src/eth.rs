@@ -239,8 +239,8 @@ mod tests {
     const GUEST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
     const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 
-    /// The guest's ARP request captured in `shared/notes/interop-softroce.md` (virtio-net, 42
-    /// bytes, unpadded).
+    /// The guest's ARP request captured on QEMU's socket netdev (`docs/qemu.md#the-socket-netdev`;
+    /// virtio-net, 42 bytes, unpadded).
     const GUEST_REQUEST: [u8; 42] = [
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x08, 0x06, 0x00,
         0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x12, 0x34, 0x56, 0x0a, 0x4d,

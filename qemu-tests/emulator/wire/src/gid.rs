@@ -1,4 +1,4 @@
-//! GIDs and IPv4 addresses (spec §10): a RoCEv2 GID for IPv4 address a.b.c.d is the
+//! GIDs and IPv4 addresses (`docs/rocev2.md#gids`): a RoCEv2 GID for IPv4 address a.b.c.d is the
 //! IPv4-mapped IPv6 address `::ffff:a.b.c.d`.
 
 use core::net::Ipv4Addr;

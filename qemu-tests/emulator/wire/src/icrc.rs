@@ -1,4 +1,4 @@
-//! The RoCEv2 invariant CRC (spec §6).
+//! The RoCEv2 invariant CRC (`docs/rocev2.md#icrc`).
 //!
 //! The ICRC is the standard reflected CRC-32 (polynomial 0xEDB88320, register preset to
 //! all ones, final inversion: the Ethernet/zlib CRC) computed over
@@ -454,10 +454,10 @@ pub fn crc32(data: &[u8]) -> u32 {
 
 /// The ICRC of a RoCEv2 packet carried in IPv4.
 ///
-/// `ip_udp` is the 20-byte IPv4 header (no options) followed by the 8-byte UDP header, exactly
-/// as on the wire; `transport` is everything from the BTH up to, but not including, the ICRC
-/// (BTH, extension headers, payload, pad). The masked fields of spec §6.2 are replaced by
-/// ones here; the caller's bytes are not modified. A `transport` shorter than a BTH is
+/// `ip_udp` is the 20-byte IPv4 header (no options) followed by the 8-byte UDP header, exactly as
+/// on the wire; `transport` is everything from the BTH up to, but not including, the ICRC (BTH,
+/// extension headers, payload, pad). The masked fields of `docs/rocev2.md#masked-fields` are
+/// replaced by ones here; the caller's bytes are not modified. A `transport` shorter than a BTH is
 /// covered as is (byte 4 is masked only if present).
 pub fn icrc_ipv4(ip_udp: &[u8; IPV4_UDP_HEADER_LEN], transport: &[u8]) -> u32 {
     let mut hdr = *ip_udp;
@@ -529,8 +529,8 @@ pub const fn from_wire(bytes: [u8; ICRC_LEN]) -> u32 {
 mod tests {
     use super::*;
 
-    /// Spec §6.4: a CNP captured from a ConnectX-4 Lx (scapy `roce.uts`), without its
-    /// Ethernet header.
+    /// `docs/rocev2.md#test-vector`: a CNP captured from a ConnectX-4 Lx (scapy `roce.uts`),
+    /// without its Ethernet header.
     const CAPTURED_CNP: [u8; 60] = [
         // IPv4: 45 c2 003c 718c 4000 40 11 9161 0a001101 0a001201
         0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11,

@@ -1,16 +1,18 @@
 //! The wire of the emulated ConnectX-class RDMA NIC: real RoCEv2 packet bytes, and the
 //! fabrics that carry them between emulated NICs.
 //!
-//! Facts come from `shared/spec/rocev2.md` (section numbers below refer to it).
+//! Facts come from `docs/rocev2.md` (the sections of it in brackets below).
 //!
-//! * [`packet`] — IPv4, UDP, BTH and extension headers (§1–§4), the opcode table (§3),
+//! * [`packet`] — IPv4, UDP, BTH and extension headers (#encapsulation,
+//!   #base-transport-header, #extension-headers), the opcode table (#opcodes),
 //!   whole-packet [`Packet::encode`] / [`Packet::decode`] with every check, and the
 //!   UDP-payload form for sockets. `core` + `alloc` only.
-//! * [`icrc`] — the invariant CRC (§6), checked against a frame captured from real hardware.
-//! * [`seg`] — MTUs and segmentation into FIRST/MIDDLE/LAST/ONLY packets (§7).
-//! * [`transport`] — PSN arithmetic, retransmit and RNR timers, UDP source ports (§1, §8).
-//! * [`gid`] — IPv4-mapped GIDs (§10).
-//! * [`mad`] — the MAD common header and CM constants for QP1 (§11).
+//! * [`icrc`] — the invariant CRC (#icrc), checked against a frame captured from real hardware.
+//! * [`seg`] — MTUs and segmentation into FIRST/MIDDLE/LAST/ONLY packets (#segmentation).
+//! * [`transport`] — PSN arithmetic, retransmit and RNR timers, UDP source ports
+//!   (#encapsulation, #reliability).
+//! * [`gid`] — IPv4-mapped GIDs (#gids).
+//! * [`mad`] — the MAD common header and CM constants for QP1 (#qp1-and-cm-mads).
 //! * [`eth`] — Ethernet II framing and ARP, for the Ethernet fabric.
 //! * `fabric` (feature `std`, on by default) — the [`fabric::Fabric`] / [`fabric::Port`]
 //!   traits and three backends: a deterministic in-process network with seeded fault

@@ -1,8 +1,9 @@
-//! The 24-byte MAD common header of QP1 (GSI) traffic and the CM constants (spec §11).
+//! The 24-byte MAD common header of QP1 (GSI) traffic and the CM constants
+//! (`docs/rocev2.md#qp1-and-cm-mads`).
 //!
 //! A CM message is a 256-byte MAD carried as the payload of a UD SEND ONLY to QP 1 with
-//! Q_Key [`crate::packet::GSI_QKEY`] and DETH SrcQP 1. The CM payload after the header is not
-//! modelled here (its field offsets are unverified in the spec).
+//! Q_Key [`crate::packet::GSI_QKEY`] and DETH SrcQP 1. The CM messages after the header are
+//! the `cm` crate's (`docs/cm.md#message-layouts`), not modelled here.
 
 use crate::packet::{HeaderKind, WireError};
 

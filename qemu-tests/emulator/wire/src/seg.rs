@@ -1,4 +1,4 @@
-//! Segmentation of messages into packets at a path MTU (spec §7).
+//! Segmentation of messages into packets at a path MTU (`docs/rocev2.md#segmentation`).
 //!
 //! A message of at most one MTU (zero bytes included) is one ONLY packet. A longer one is a
 //! FIRST of exactly MTU bytes, zero or more MIDDLEs of exactly MTU bytes, and a LAST of
@@ -6,7 +6,8 @@
 
 use crate::packet::{Opcode, Position, Transport};
 
-/// The IB MTU enumeration (spec §7), as carried in QP contexts and CM messages.
+/// The IB MTU enumeration (`docs/rocev2.md#segmentation`), as carried in QP contexts and CM
+/// messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Mtu {
@@ -76,7 +77,7 @@ pub const fn mtu_bytes(ib_mtu: u8) -> Option<u32> {
 }
 
 /// Packets needed for a message of `len` bytes: `ceil(len / mtu)`, at least 1.
-/// Also the number of PSNs an RDMA READ request reserves (spec §8).
+/// Also the number of PSNs an RDMA READ request reserves (`docs/rocev2.md#reliability`).
 pub const fn packet_count(len: u32, mtu: Mtu) -> u32 {
     let m = mtu.bytes();
     if len == 0 { 1 } else { len.div_ceil(m) }

@@ -1,5 +1,5 @@
-//! RC transport arithmetic (spec §1, §8): 24-bit PSNs, the retransmit and RNR timers, and
-//! the per-QP UDP source port.
+//! RC transport arithmetic (`docs/rocev2.md#encapsulation`, `docs/rocev2.md#reliability`): 24-bit
+//! PSNs, the retransmit and RNR timers, and the per-QP UDP source port.
 
 use core::cmp::Ordering;
 
@@ -28,8 +28,8 @@ pub const fn psn_cmp(a: u32, b: u32) -> Ordering {
     }
 }
 
-/// RNR NAK timer codes (AETH bits 4:0) in microseconds (spec §8; code 25 is 61.44 ms, not
-/// rxe's typo 61.41).
+/// RNR NAK timer codes (AETH bits 4:0) in microseconds (`docs/rocev2.md#rnr-timer-codes`; code 25
+/// is 61.44 ms, not rxe's typo 61.41).
 const RNR_TIMER_US: [u32; 32] = [
     655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,

@@ -1,5 +1,5 @@
-//! Packet encode/decode: golden bytes built by hand from the spec's offsets, rejections, and
-//! property tests (round trips, no panics on any input).
+//! Packet encode/decode: golden bytes built by hand from the offsets of `docs/rocev2.md`,
+//! rejections, and property tests (round trips, no panics on any input).
 
 use std::net::Ipv4Addr;
 
@@ -29,7 +29,8 @@ fn crc32_bitwise(data: &[u8]) -> u32 {
     !crc
 }
 
-/// Spec §6: ICRC of a whole frame (IPv4 … ICRC), last four bytes excluded; wire order.
+/// `docs/rocev2.md#icrc`: ICRC of a whole frame (IPv4 … ICRC), last four bytes excluded; wire
+/// order.
 fn ref_icrc(frame: &[u8]) -> [u8; 4] {
     let mut m = vec![0xFFu8; 8];
     m.extend_from_slice(&frame[..frame.len() - 4]);

@@ -1,6 +1,6 @@
 //! The Ethernet fabric: raw Ethernet frames over UDP on loopback, one frame per datagram, in
 //! the format of QEMU's `-netdev socket,udp=HOST:A,localaddr=HOST:B` backend (no length
-//! prefix, no virtio-net header, no FCS; see `shared/notes/interop-softroce.md`).
+//! prefix, no virtio-net header, no FCS; see `docs/qemu.md#the-socket-netdev`).
 //!
 //! An [`EthLink`] is one point-to-point link: a socket bound at `local` that sends to
 //! `remote`. The port on it is a station with a MAC and an IPv4 address *on the virtual wire*

@@ -1,4 +1,6 @@
-//! Typed headers: IPv4, UDP, BTH and the InfiniBand extension headers (spec §1, §2, §4).
+//! Typed headers: IPv4, UDP, BTH and the InfiniBand extension headers
+//! (`docs/rocev2.md#encapsulation`, `docs/rocev2.md#base-transport-header`,
+//! `docs/rocev2.md#extension-headers`).
 //!
 //! Every header has a `LEN`, `to_bytes` (infallible; a field wider than its wire width is
 //! truncated to it, which [`super::Packet::encode`] rejects beforehand) and `from_bytes`
@@ -64,7 +66,7 @@ pub fn internet_checksum(initial: u32, data: &[u8]) -> u16 {
 /// IPv4 protocol number of UDP.
 pub const IPPROTO_UDP: u8 = 17;
 
-/// The 20-byte IPv4 header (no options), as rxe sends it (spec §1).
+/// The 20-byte IPv4 header (no options), as rxe sends it (`docs/rocev2.md#encapsulation`).
 ///
 /// The header checksum is not a field: [`Ipv4Header::to_bytes`] computes it and
 /// [`Ipv4Header::from_bytes`] verifies it.
@@ -167,7 +169,7 @@ pub struct UdpHeader {
     pub dst_port: u16,
     /// Length of the UDP header plus its payload.
     pub length: u16,
-    /// Checksum; 0 means "not computed", which is what rxe sends (spec §1).
+    /// Checksum; 0 means "not computed", which is what rxe sends (`docs/rocev2.md#encapsulation`).
     pub checksum: u16,
 }
 
@@ -217,7 +219,7 @@ impl UdpHeader {
     }
 }
 
-/// Base Transport Header, 12 bytes (spec §2).
+/// Base Transport Header, 12 bytes (`docs/rocev2.md#base-transport-header`).
 ///
 /// Resv6a (byte 4 bits 5:0) and Resv7 (byte 8 bits 6:0) are written as zero and ignored
 /// when read.
@@ -526,8 +528,9 @@ impl AtomicAckEth {
 
 /// Immediate data, 4 bytes.
 ///
-/// `imm` is the big-endian reading of the four wire bytes; writing it back big-endian (as a
-/// CQE's `imm_inval_pkey` does) passes the bytes through unchanged, as spec §4 requires.
+/// `imm` is the big-endian reading of the four wire bytes; writing it back big-endian (as a CQE's
+/// `imm_inval_pkey` does) passes the bytes through unchanged, as `docs/rocev2.md#extension-headers`
+/// requires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ImmDt {
     /// The immediate value.

@@ -4,10 +4,10 @@
 //!
 //! * **Frame**: IPv4 header + UDP header + BTH + extension headers + payload + pad + ICRC
 //!   ([`Packet::encode`], [`Packet::decode`]). This is what the fabrics carry.
-//! * **UDP payload**: BTH … ICRC only, for a UDP socket where the host stack supplies the
-//!   IP and UDP headers ([`Packet::encode_udp_payload`], [`Packet::decode_udp_payload`]).
-//!   The ICRC still covers a pseudo IPv4 + UDP header (spec §6), rebuilt from the socket
-//!   addresses; see [`crate::icrc::icrc_udp_payload`] for the exact values.
+//! * **UDP payload**: BTH … ICRC only, for a UDP socket where the host stack supplies the IP and
+//!   UDP headers ([`Packet::encode_udp_payload`], [`Packet::decode_udp_payload`]). The ICRC still
+//!   covers a pseudo IPv4 + UDP header (`docs/rocev2.md#icrc`), rebuilt from the socket addresses;
+//!   see [`crate::icrc::icrc_udp_payload`] for the exact values.
 //!
 //! Only `core` and `alloc` are used here.
 
@@ -117,7 +117,8 @@ pub enum WireError {
         /// ICRC found in the trailer.
         found: u32,
     },
-    /// BTH opcode not in the table of spec §3 (or not supported: RD, FLUSH, ATOMIC WRITE).
+    /// BTH opcode not in the table of `docs/rocev2.md#opcodes` (or not supported: RD, FLUSH, ATOMIC
+    /// WRITE).
     UnknownOpcode(u8),
     /// BTH TVer is not 0.
     BadTver(u8),
@@ -506,8 +507,8 @@ impl<P> Packet<P> {
 }
 
 impl Packet<Vec<u8>> {
-    /// A CNP (spec §3): opcode 0x81, BECN set, DestQP `dest_qp`, PSN 0, P_Key 0xFFFF, 16 zero
-    /// bytes after the BTH. ECN bits of the TOS are left to the caller.
+    /// A CNP (`docs/rocev2.md#opcodes`): opcode 0x81, BECN set, DestQP `dest_qp`, PSN 0, P_Key
+    /// 0xFFFF, 16 zero bytes after the BTH. ECN bits of the TOS are left to the caller.
     pub fn cnp(src_ip: Ipv4Addr, dst_ip: Ipv4Addr, dest_qp: u32) -> Self {
         let mut bth = Bth::new(Opcode::Cnp, dest_qp, 0);
         bth.becn = true;
@@ -917,7 +918,7 @@ mod tests {
         assert_eq!(
             Aeth::nak(NakCode::RemoteAccessError, 0).syndrome,
             0x62,
-            "spec §4 NAK codes"
+            "NAK codes of docs/rocev2.md#aeth-syndrome"
         );
         assert_eq!(
             Aeth {

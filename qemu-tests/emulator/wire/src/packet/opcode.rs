@@ -1,4 +1,5 @@
-//! The BTH opcode table (spec §3): numbers, transports, and which extension headers follow.
+//! The BTH opcode table (`docs/rocev2.md#opcodes`): numbers, transports, and which extension
+//! headers follow.
 
 use super::headers::Aeth;
 use super::headers::{AtomicAckEth, AtomicEth, Deth, Ieth, ImmDt, Reth};
@@ -39,8 +40,8 @@ pub enum OpKind {
     Cnp,
 }
 
-/// Where a packet sits in its message (spec §7). Single-packet operations (READ request,
-/// ACK, atomics, UD sends, CNP) are [`Position::Only`].
+/// Where a packet sits in its message (`docs/rocev2.md#segmentation`). Single-packet operations
+/// (READ request, ACK, atomics, UD sends, CNP) are [`Position::Only`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Position {
     /// First packet of a multi-packet message (exactly PMTU bytes).
@@ -149,7 +150,7 @@ impl ExtLayout {
 macro_rules! opcodes {
     ($( $(#[$doc:meta])* $name:ident = $val:literal, $tr:ident, $kind:ident, $pos:ident,
         { $($hdr:ident),* } ; )*) => {
-        /// A BTH opcode this crate knows (spec §3): RC, UC, UD and CNP.
+        /// A BTH opcode this crate knows (`docs/rocev2.md#opcodes`): RC, UC, UD and CNP.
         ///
         /// FLUSH (0x1C), ATOMIC WRITE (0x1D) and the RD opcodes are not supported; they decode
         /// as [`super::WireError::UnknownOpcode`].

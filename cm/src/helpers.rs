@@ -3,7 +3,7 @@
 
 use verbs::{
     AccessFlags, MemRegion, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
-    WorkCompletion, WrOpcode,
+    UdDest, WorkCompletion, WrOpcode,
 };
 
 use crate::error::Error;
@@ -131,11 +131,11 @@ impl<P: Provider> CmId<P> {
             opcode: WrOpcode::Send,
             flags,
             sg_list: &sge,
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah,
                 remote_qpn,
                 remote_qkey: crate::RDMA_UDP_QKEY,
-            },
+            }),
             ..SendWr::default()
         })
     }

@@ -9,7 +9,7 @@ use firmware_interface::{Be16, Be32, eqe};
 use verbs::{
     AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventType, Gid, MemRegion, PostError,
     QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::fake::*;
@@ -523,11 +523,11 @@ fn ud_datagram_segment_from_the_ah() {
     };
     let ah = r.dev.create_ah(r.dev.driver_pd().unwrap(), &attr).unwrap();
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 0x12_3456,
             remote_qkey: 0x1111,
-        },
+        }),
         ..signaled(1, &SG)
     };
     // Six WQEs so that the next one (2 WQEBBs) starts at the last WQEBB and wraps.
@@ -545,11 +545,11 @@ fn ud_datagram_segment_from_the_ah() {
     r.post(&[one]).unwrap(); // position 6: 1 WQEBB (ctrl + AV + 1 inline unit... = 5 units)
     assert_eq!(r.qp.sq_producer(), 8);
     let controlled = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 7,
             remote_qkey: 0x8000_0000,
-        },
+        }),
         ..wr
     };
     // room: 8 WQEBBs, 2 outstanding (6, 7)
@@ -591,10 +591,14 @@ fn ud_datagram_segment_from_the_ah() {
     assert_eq!((data.byte_count.get(), data.lkey.get()), (64, 0x77));
     assert_eq!(ah.datagram().rgid, d.rgid);
 
-    // RC operations and a missing destination are refused on UD
+    // RC operations, remote memory and a missing destination are refused on UD
     for w in [
+        SendWr { dest: None, ..wr },
         SendWr {
-            remote: RemoteOp::None,
+            remote: RemoteOp::Rdma {
+                remote_addr: 0,
+                rkey: 0,
+            },
             ..wr
         },
         SendWr {
@@ -606,11 +610,11 @@ fn ud_datagram_segment_from_the_ah() {
             ..wr
         },
         SendWr {
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah: &ah,
                 remote_qpn: 1 << 24,
                 remote_qkey: 0,
-            },
+            }),
             ..wr
         },
     ] {
@@ -659,11 +663,11 @@ fn ud_wqe_with_av_wrapping_the_ring() {
     let ah = r.dev.create_ah(0, &attr).unwrap();
     let sg3 = [SG[0]; 3];
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 0x42,
             remote_qkey: 0x1,
-        },
+        }),
         ..signaled(5, &sg3)
     };
     // 1 WQEBB filler, then a 2-WQEBB one at 1, a filler at 3 ... use a 1-WQEBB WQE at 0..2
@@ -1800,11 +1804,11 @@ fn provider_ud_qp_and_port_queries() {
     .unwrap();
     // sq_sig_all: an unsignalled request still asks for a CQE
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 9,
             remote_qkey: 0x8000_0000,
-        },
+        }),
         ..send(1, &SG)
     };
     Provider::post_send(&dev, &mut qp, &[wr]).unwrap();

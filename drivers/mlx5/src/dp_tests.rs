@@ -1876,6 +1876,67 @@ fn wqes(r: &Rig) -> Vec<(u32, u32)> {
     out
 }
 
+/// An RC QP does not read `dest` (its destination is the connection): a request naming one
+/// is posted as the same request without, by the fast path and by the general one.
+#[test]
+fn an_rc_qp_does_not_read_the_destination() {
+    let mut a = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    let mut b = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    let ah = a
+        .dev
+        .create_ah(
+            a.dev.driver_pd().unwrap(),
+            &AhAttr {
+                dgid: Gid::from_ipv4([10, 1, 2, 3]),
+                is_global: true,
+                port_num: 1,
+                dmac: [2, 0, 0, 0, 0, 9],
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
+    let dest = Some(UdDest {
+        ah: &ah,
+        remote_qpn: 7,
+        remote_qkey: 0x1111,
+    });
+    let rdma = RemoteOp::Rdma {
+        remote_addr: 0x7000,
+        rkey: 0x42,
+    };
+    let sg2 = [SG[0], SG[0]];
+    let plain: Vec<SendWr<'_, Ah>> = [
+        (WrOpcode::RdmaWrite, rdma, &SG[..]),
+        (WrOpcode::Send, RemoteOp::None, &SG[..]),
+        (WrOpcode::RdmaRead, rdma, &sg2[..]),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (opcode, remote, sg))| SendWr {
+        wr_id: i as u64,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        sg_list: sg,
+        remote,
+        ..SendWr::default()
+    })
+    .collect();
+    let named: Vec<_> = plain.iter().map(|w| SendWr { dest, ..*w }).collect();
+    // Fast path with the destination, general path without; then the other way round.
+    a.dev.post_send(&mut a.qp, &named).unwrap();
+    b.dev.post_send_general(&mut b.qp, &plain).unwrap();
+    a.dev.post_send_general(&mut a.qp, &named).unwrap();
+    b.dev.post_send(&mut b.qp, &plain).unwrap();
+    let list = wqes(&a);
+    assert_eq!(list, wqes(&b));
+    assert_eq!(list.len(), 2 * plain.len());
+    for &(p, ds) in &list {
+        for k in 0..ds {
+            assert_eq!(a.unit(p, k), b.unit(p, k), "WQE at {p}, unit {k}");
+        }
+    }
+}
+
 #[test]
 fn fast_path_writes_what_the_general_path_writes() {
     let mut a = rig_with(ServiceType::Rc, 8, 4, 2, false);

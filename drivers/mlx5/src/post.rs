@@ -2,10 +2,11 @@
 //!
 //! Send, per work request: validate it against the QP (opcode for the QP type, remote memory
 //! and destination: UD/GSI need a destination and take no remote memory, RC does not read
-//! the destination; SGE count, inline size), check ring space, write the transport segments (raddr; raddr +
-//! atomic; the 48-byte datagram segment of the AH with the destination QPN and Q_Key), the
-//! data segments (zero-length SGEs skipped) or the inline data (header `len | 0x80000000`,
-//! wrapping at the end of the ring), then the control segment, and record the WQE in the
+//! the destination; SGE count, inline size), check ring space, write the transport segments
+//! (raddr; raddr + atomic; the 48-byte datagram segment of the AH with the destination QPN
+//! and Q_Key), the data segments (zero-length SGEs skipped) or the inline data (header
+//! `len | 0x80000000`, wrapping at the end of the ring), then the control segment, and
+//! record the WQE in the
 //! driver's bookkeeping. Then once for the batch: publish the producer position, `dma_wmb`,
 //! doorbell record word 1 = `cur_post & 0xffff`, `mmio_wmb`, and either a BlueFlame copy of the
 //! WQE (one small WQE, BlueFlame enabled) or a 64-bit write of the last control segment's first
@@ -578,8 +579,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Posts send work requests (spec §12.1). On error the work requests before the returned
     /// index were posted (and their doorbell rung); the one at the index and the rest were
     /// not. Errors: [`Error::InvalidArgument`] (QP in RESET/INIT/RTR, an opcode or remote
-    /// memory the QP type cannot post, no destination on UD/GSI (RC does not read it), more SGEs than [`Qp::max_send_sge`], inline data over
-    /// [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24
+    /// memory the QP type cannot post, no destination on UD/GSI (RC does not read it), more
+    /// SGEs than [`Qp::max_send_sge`], inline data over [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24
     /// bits), [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
     #[inline]
     pub fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), (Error, usize)> {

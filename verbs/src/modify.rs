@@ -8,7 +8,10 @@
 //! IB table): the UD column, plus `RNR_RETRY` as an optional attribute of RTR → RTS (the
 //! device's RNR retry count for SRD, taken when the device reports RNR-retry support), and
 //! without RESET → ERR (the EFA table has no such entry; from every other state ERR is
-//! allowed).
+//! allowed). Unsure: nothing we found says whether the missing RESET → ERR is deliberate or
+//! an omission of that table; this follows the table as the driver applies it. Which
+//! attributes a given EFA device then accepts (port 1 only, P_Key index 0, `RNR_RETRY` only
+//! with the device's RNR-retry capability) is its provider's check, not this table's.
 
 use crate::error::Error;
 use crate::flags::QpAttrMask as M;

@@ -204,8 +204,9 @@ fn libc_style(
         None => None,
         Some(QpType::Rc) => Some(Sock::Stream),
         Some(QpType::Ud) => Some(Sock::Dgram),
-        // QP1 is the connection manager's, not an endpoint's
-        Some(QpType::Gsi) => return gai(GaiError::SockType),
+        // QP1 is the connection manager's, not an endpoint's; SRD (or a type added later)
+        // has no rdma_cm socket type
+        Some(_) => return gai(GaiError::SockType),
     };
     let proto = hints.ai_port_space.and_then(|ps| match ps.0 {
         port_space::TCP => Some(Sock::Stream),

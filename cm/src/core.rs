@@ -16,7 +16,7 @@ use core::sync::atomic::AtomicU32;
 use nic_hal::Platform;
 use verbs::{
     AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr as VerbsQpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
+    QpInitAttr as VerbsQpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest,
     WcStatus, WorkCompletion, WrOpcode,
 };
 
@@ -564,6 +564,8 @@ pub(crate) fn qp_init<P: Provider>(
             a.sq_psn = 0;
             p.modify_qp(qp, &a, M::STATE | M::SQ_PSN)?;
         }
+        // Types the manager does not bring up (SRD has no rdma_cm).
+        _ => return Err(Error::NotSupported),
     }
     Ok(())
 }
@@ -796,11 +798,11 @@ impl<P: Provider> Gsi<P> {
             opcode: WrOpcode::Send,
             flags: SendFlags::SIGNALED,
             sg_list: &sge,
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah,
                 remote_qpn: to.qpn,
                 remote_qkey: GSI_QKEY,
-            },
+            }),
             ..SendWr::default()
         };
         if p.post_send(&mut self.qp, &[wr]).is_err() {

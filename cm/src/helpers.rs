@@ -2,7 +2,7 @@
 //! its QP, and completions from the CQs it created (`docs/cm.md#verbs-helpers`).
 
 use verbs::{
-    AccessFlags, Buffer, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge,
+    AccessFlags, Buffer, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest,
     WorkCompletion, WrOpcode,
 };
 
@@ -138,11 +138,11 @@ impl<P: Provider> CmId<P> {
             opcode: WrOpcode::Send,
             flags,
             sg_list: &sge,
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah,
                 remote_qpn,
                 remote_qkey: crate::RDMA_UDP_QKEY,
-            },
+            }),
             ..SendWr::default()
         })
     }

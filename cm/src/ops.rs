@@ -197,6 +197,10 @@ impl<P: Provider> State<P> {
         if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type || attr.qp_type == QpType::Gsi {
             return Err(Error::InvalidArgument);
         }
+        // The manager brings up RC and UD QPs only (SRD, EFA's, has no rdma_cm).
+        if !matches!(attr.qp_type, QpType::Rc | QpType::Ud) {
+            return Err(Error::NotSupported);
+        }
         let passive_req = s.fsm == Fsm::ReqRcvd;
         let resp_res = s.responder_resources;
         let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
@@ -294,6 +298,7 @@ impl<P: Provider> State<P> {
                 qp_init(p, &mut qp, QpType::Rc, access, 0)
             }
             QpType::Gsi => Err(Error::InvalidArgument),
+            _ => Err(Error::NotSupported),
         };
         if let Err(e) = init {
             let _ = p.destroy_qp(qp);

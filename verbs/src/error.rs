@@ -1,8 +1,49 @@
 //! The verbs error type.
 
-/// A verbs-level error. Each variant maps to the errno libibverbs returns in that case
-/// ([`Error::errno`]).
+/// A command the device (its firmware) executed and failed, as the device reported it: which
+/// command, the status it answered with and its detail code. Family-neutral: each provider
+/// documents where the three numbers come from (mlx5: the command's opcode, the output
+/// `status` and `syndrome`; an EFA admin command would give its opcode, the completion's
+/// `status` and `extended_status`).
+///
+/// Build one with [`DeviceFailure::new`]; the fields stay readable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct DeviceFailure {
+    /// Opcode of the failed command, in the device family's command set.
+    pub opcode: u16,
+    /// Status the device answered with (never the family's "OK").
+    pub status: u8,
+    /// Family-specific detail of the failure (0 when the device gives none).
+    pub syndrome: u32,
+}
+
+impl DeviceFailure {
+    /// A failure of command `opcode` with `status` and `syndrome`.
+    pub const fn new(opcode: u16, status: u8, syndrome: u32) -> DeviceFailure {
+        DeviceFailure {
+            opcode,
+            status,
+            syndrome,
+        }
+    }
+}
+
+impl core::fmt::Display for DeviceFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "device command {:#06x} failed with status {:#04x}, syndrome {:#010x}",
+            self.opcode, self.status, self.syndrome
+        )
+    }
+}
+
+/// A verbs-level error. Each variant maps to the errno libibverbs returns in that case
+/// ([`Error::errno`]). New variants may be added: match with a wildcard arm (or compare
+/// [`Error::errno`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Error {
     /// EINVAL: an argument or attribute is not valid (a transition the QP state table does not
     /// allow, more SGEs than the QP was created with, inline data larger than its
@@ -17,7 +58,9 @@ pub enum Error {
     /// EBUSY: the object is still in use (a CQ with QPs, a PD with MRs or QPs, a channel with
     /// CQs).
     Busy,
-    /// EIO: the device failed (command error, health failure, a malformed completion).
+    /// EIO: the device failed (health failure, a malformed completion or command output, a
+    /// command not delivered) where no command status says more; a command the device
+    /// executed and failed is [`Error::Device`].
     Io,
     /// ETIMEDOUT: the device did not answer in time.
     TimedOut,
@@ -25,6 +68,10 @@ pub enum Error {
     NotSupported,
     /// ENODEV: the device is gone or was never brought up.
     NoDevice,
+    /// EIO: the device executed a command and failed it with a status that has no more
+    /// precise errno (a provider maps statuses meaning "bad argument", "busy", "no
+    /// resources", ... to those errnos instead); which command and why are kept.
+    Device(DeviceFailure),
 }
 
 impl Error {
@@ -35,7 +82,7 @@ impl Error {
             Error::NoMemory => 12,
             Error::Again => 11,
             Error::Busy => 16,
-            Error::Io => 5,
+            Error::Io | Error::Device(_) => 5,
             Error::TimedOut => 110,
             Error::NotSupported => 95,
             Error::NoDevice => 19,
@@ -45,7 +92,10 @@ impl Error {
 
 impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{self:?} (errno {})", self.errno())
+        match self {
+            Error::Device(d) => write!(f, "{d} (errno {})", self.errno()),
+            _ => write!(f, "{self:?} (errno {})", self.errno()),
+        }
     }
 }
 

@@ -9,8 +9,15 @@
 //!   [`WcOpcode`], [`WrOpcode`], [`QpState`], [`AccessFlags`], [`SendFlags`],
 //!   [`QpAttrMask`], ...), so ported code compares the same numbers;
 //! * [`check_modify`]: the IB specification's QP state transition table (required and
-//!   optional attributes per transition and QP type), as `ibv_modify_qp` applies it;
-//! * [`Error`], each variant an errno libibverbs returns ([`Error::errno`]).
+//!   optional attributes per transition and QP type), as `ibv_modify_qp` applies it, and
+//!   EFA's for SRD;
+//! * [`Error`], each variant an errno libibverbs returns ([`Error::errno`]); a command the
+//!   device failed keeps its opcode, status and syndrome ([`DeviceFailure`]).
+//!
+//! Family-neutral: the types cover what ConnectX (RC, UD, GSI; atomics) and AWS EFA (UD and
+//! SRD, whose RDMA read/write names both a datagram destination and a remote buffer:
+//! [`SendWr::dest`] and [`SendWr::remote`]) need. Enums that will grow are
+//! `#[non_exhaustive]`: match them with a wildcard arm.
 //!
 //! ```
 //! use verbs::{check_modify, Error, QpAttr, QpAttrMask as M, QpState, QpType, WcStatus};
@@ -35,18 +42,18 @@ mod provider;
 mod types;
 mod wr;
 
-pub use error::{DestroyError, Error, PostError};
+pub use error::{DestroyError, DeviceFailure, Error, PostError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use mem::{Buffer, DMA_PAGE_SIZE, DmaMemory};
 pub use modify::{TransitionParams, check_modify, transition_params};
 pub use provider::{CompletionQueue, MemoryRegion, Provider, QueuePair, SharedReceiveQueue};
 pub use types::{
-    AhAttr, DeviceAttr, Gid, LinkLayer, MemRegion, Mtu, PortAttr, PortState, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, SrqAttr,
+    AhAttr, AtomicCap, DeviceAttr, FwVersion, Gid, LinkLayer, MemRegion, Mtu, PortAttr, PortState,
+    QpAttr, QpCap, QpInitAttr, QpState, QpType, SrqAttr,
 };
 pub use wr::{
-    AsyncElement, AsyncEvent, AsyncEventType, CqEvent, RecvWr, RemoteOp, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AsyncElement, AsyncEvent, AsyncEventType, CqEvent, RecvWr, RemoteOp, SendWr, Sge, UdDest,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 #[cfg(test)]

@@ -2,6 +2,16 @@
 //! as libibverbs' `ibv_modify_qp` lets the kernel check it (`ib_modify_qp_is_ok`): which
 //! transitions exist, and for each QP type which attributes a transition requires and which it
 //! may take.
+//!
+//! SRD (EFA) is not in the IB specification. Its table is the one the Linux EFA driver
+//! applies to SRD QPs (its own table, `efa_modify_srd_qp_is_ok`; UD QPs on EFA go through the
+//! IB table): the UD column, plus `RNR_RETRY` as an optional attribute of RTR → RTS (the
+//! device's RNR retry count for SRD, taken when the device reports RNR-retry support), and
+//! without RESET → ERR (the EFA table has no such entry; from every other state ERR is
+//! allowed). Unsure: nothing we found says whether the missing RESET → ERR is deliberate or
+//! an omission of that table; this follows the table as the driver applies it. Which
+//! attributes a given EFA device then accepts (port 1 only, P_Key index 0, `RNR_RETRY` only
+//! with the device's RNR-retry capability) is its provider's check, not this table's.
 
 use crate::error::Error;
 use crate::flags::QpAttrMask as M;
@@ -30,9 +40,12 @@ pub const fn transition_params(
     next: QpState,
 ) -> Option<TransitionParams> {
     use QpState::*;
-    // UD and GSI (QP1) take the same attributes.
+    // UD, GSI (QP1) and SRD take the same attributes, but for SRD's two differences.
     let rc = matches!(qp_type, QpType::Rc);
+    let srd = matches!(qp_type, QpType::Srd);
     Some(match (cur, next) {
+        // SRD: the Linux EFA driver's table has no RESET -> ERR.
+        (Reset, Err) if srd => return None,
         // Any state may go to RESET or ERR, with no attributes.
         (_, Reset) | (_, Err) => p(NONE, NONE),
         (Reset, Init) => {
@@ -78,6 +91,9 @@ pub const fn transition_params(
                         .union(M::MIN_RNR_TIMER)
                         .union(M::PATH_MIG_STATE),
                 )
+            } else if srd {
+                // SRD: the RNR retry count may be set here (EFA's MODIFY_QP `rnr_retry`).
+                p(M::SQ_PSN, M::CUR_STATE.union(M::QKEY).union(M::RNR_RETRY))
             } else {
                 p(M::SQ_PSN, M::CUR_STATE.union(M::QKEY))
             }
@@ -147,6 +163,9 @@ pub const fn transition_params(
 /// assert_eq!(check_modify(QpType::Rc, QpState::Reset, &attr, mask), Ok(QpState::Init));
 /// // a UD QP needs a Q_Key instead of access flags
 /// assert!(check_modify(QpType::Ud, QpState::Reset, &attr, mask).is_err());
+/// // and so does an SRD QP
+/// let srd = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
+/// assert_eq!(check_modify(QpType::Srd, QpState::Reset, &attr, srd), Ok(QpState::Init));
 /// ```
 pub fn check_modify(
     qp_type: QpType,

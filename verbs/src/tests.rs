@@ -103,6 +103,9 @@ fn spec_table() -> Vec<Row> {
 }
 
 fn expected(t: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
+    if t == QpType::Srd {
+        return expected_srd(from, to);
+    }
     if to == Reset || to == ERR {
         return Some((M::empty(), M::empty()));
     }
@@ -110,6 +113,40 @@ fn expected(t: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
         .into_iter()
         .find(|r| r.0 == from && r.1 == to)
         .and_then(|r| if t == QpType::Rc { r.2 } else { r.3 })
+}
+
+/// The Linux EFA driver's SRD table, written out as it is (not derived from the UD column):
+/// (from, to, required, optional).
+fn expected_srd(from: QpState, to: QpState) -> Option<(M, M)> {
+    let e = M::empty();
+    let rts_opt = M::CUR_STATE | M::QKEY;
+    let rows = [
+        (Reset, Reset, e, e),
+        (Reset, Init, M::PKEY_INDEX | M::PORT | M::QKEY, e),
+        (Init, Reset, e, e),
+        (Init, ERR, e, e),
+        (Init, Init, e, M::PKEY_INDEX | M::PORT | M::QKEY),
+        (Init, Rtr, e, M::PKEY_INDEX | M::QKEY),
+        (Rtr, Reset, e, e),
+        (Rtr, ERR, e, e),
+        (Rtr, Rts, M::SQ_PSN, M::CUR_STATE | M::QKEY | M::RNR_RETRY),
+        (Rts, Reset, e, e),
+        (Rts, ERR, e, e),
+        (Rts, Rts, e, rts_opt),
+        (Rts, Sqd, e, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Reset, e, e),
+        (Sqd, ERR, e, e),
+        (Sqd, Rts, e, rts_opt),
+        (Sqd, Sqd, e, M::PKEY_INDEX | M::QKEY),
+        (Sqe, Reset, e, e),
+        (Sqe, ERR, e, e),
+        (Sqe, Rts, e, rts_opt),
+        (ERR, Reset, e, e),
+        (ERR, ERR, e, e),
+    ];
+    rows.into_iter()
+        .find(|r| r.0 == from && r.1 == to)
+        .map(|r| (r.2, r.3))
 }
 
 /// The effective "from" state of a request: with CUR_STATE in the mask it is the attribute.
@@ -128,9 +165,9 @@ fn check(t: QpType, from: QpState, to: QpState, mask: M) -> Result<QpState, Erro
 }
 
 #[test]
-fn every_transition_of_the_table_for_rc_and_ud() {
-    // GSI (QP1) follows the UD column.
-    for t in [QpType::Rc, QpType::Ud, QpType::Gsi] {
+fn every_transition_of_the_table_for_rc_ud_and_srd() {
+    // GSI (QP1) follows the UD column; SRD the EFA driver's table.
+    for t in [QpType::Rc, QpType::Ud, QpType::Gsi, QpType::Srd] {
         for from in ALL_STATES {
             for to in ALL_STATES {
                 let exp = expected(t, from, to);
@@ -221,6 +258,60 @@ fn the_brief_s_required_sets() {
     // Skipping a state is refused.
     assert!(check_modify(QpType::Rc, Reset, &a(Rtr), rc_rtr).is_err());
     assert!(check_modify(QpType::Rc, Init, &a(Rts), rc_rts).is_err());
+}
+
+#[test]
+fn srd_moves_to_rts_as_efa_does() {
+    let a = |s| attr(s);
+    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
+    let t = QpType::Srd;
+    assert_eq!(check_modify(t, Reset, &a(Init), init), Ok(Init));
+    // RC's attributes are not SRD's.
+    assert_eq!(
+        check_modify(
+            t,
+            Reset,
+            &a(Init),
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        ),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(check_modify(t, Init, &a(Rtr), M::STATE), Ok(Rtr));
+    assert_eq!(
+        check_modify(t, Init, &a(Rtr), M::STATE | M::AV | M::DEST_QPN),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(check_modify(t, Rtr, &a(Rts), M::STATE | M::SQ_PSN), Ok(Rts));
+    assert_eq!(
+        check_modify(t, Rtr, &a(Rts), M::STATE),
+        Err(Error::InvalidArgument)
+    );
+    // The RNR retry count: SRD takes it on RTR -> RTS, UD does not, and SRD nowhere else.
+    let rnr = M::STATE | M::SQ_PSN | M::RNR_RETRY;
+    assert_eq!(check_modify(t, Rtr, &a(Rts), rnr), Ok(Rts));
+    assert_eq!(
+        check_modify(QpType::Ud, Rtr, &a(Rts), rnr),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        check_modify(t, Rts, &a(Rts), M::RNR_RETRY),
+        Err(Error::InvalidArgument)
+    );
+    // RESET -> ERR is not in EFA's SRD table; from INIT on, ERR is always allowed.
+    assert_eq!(
+        check_modify(t, Reset, &a(ERR), M::STATE),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(check_modify(QpType::Ud, Reset, &a(ERR), M::STATE), Ok(ERR));
+    for from in [Init, Rtr, Rts, Sqd, Sqe, ERR] {
+        assert_eq!(
+            check_modify(t, from, &a(ERR), M::STATE),
+            Ok(ERR),
+            "{from:?}"
+        );
+    }
+    // SQE -> RTS exists for SRD (a send error leaves the QP usable, as UD).
+    assert_eq!(check_modify(t, Sqe, &a(Rts), M::STATE | M::QKEY), Ok(Rts));
 }
 
 #[test]
@@ -350,6 +441,16 @@ fn libibverbs_numeric_values() {
     assert_eq!(M::DEST_QPN.bits(), 1 << 20);
     assert_eq!(M::all().bits(), (1 << 21) - 1);
     assert_eq!((QpType::Rc as u8, QpType::Ud as u8), (2, 4));
+    // SRD is libibverbs' IBV_QPT_DRIVER.
+    assert_eq!(QpType::Srd as u8, 0xff);
+    assert_eq!(
+        (
+            AtomicCap::None as u8,
+            AtomicCap::Hca as u8,
+            AtomicCap::Glob as u8
+        ),
+        (0, 1, 2)
+    );
     assert_eq!((Reset as u8, ERR as u8, Sqe as u8), (0, 6, 5));
     assert_eq!((Mtu::Mtu256 as u8, Mtu::Mtu4096 as u8), (1, 5));
     assert_eq!(Mtu::Mtu4096.bytes(), 4096);
@@ -370,9 +471,121 @@ fn errno_values() {
         (Error::TimedOut, 110),
         (Error::NotSupported, 95),
         (Error::NoDevice, 19),
+        (Error::Device(DeviceFailure::new(0x500, 0x01, 0x1234)), 5),
     ] {
         assert_eq!(e.errno(), n);
     }
+}
+
+#[test]
+fn a_device_failure_keeps_and_shows_its_command_status_and_syndrome() {
+    let d = DeviceFailure::new(0x0500, 0x01, 0x00c0_ffee);
+    let e = Error::Device(d);
+    let Error::Device(got) = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (got.opcode, got.status, got.syndrome),
+        (0x500, 1, 0xc0_ffee)
+    );
+    assert_eq!(
+        e.to_string(),
+        "device command 0x0500 failed with status 0x01, syndrome 0x00c0ffee (errno 5)"
+    );
+    // Two failures differ by any of the three.
+    assert_ne!(e, Error::Device(DeviceFailure::new(0x0500, 0x01, 0)));
+    assert_ne!(e, Error::Io);
+    assert_eq!(Error::Busy.to_string(), "Busy (errno 16)");
+    // Copy, and small enough to return in registers with an index (PostError).
+    let copy = e;
+    assert_eq!(copy, e);
+    assert!(core::mem::size_of::<Error>() <= 12);
+}
+
+#[test]
+fn fw_version_text_round_trips() {
+    use core::fmt::Write;
+    let v = FwVersion::new("16.35.2000").unwrap();
+    assert_eq!(v.as_str(), "16.35.2000");
+    assert_eq!(v, "16.35.2000");
+    assert_eq!(v.to_string(), "16.35.2000");
+    assert_eq!(format!("{v:?}"), "FwVersion(\"16.35.2000\")");
+    let c = v.to_c_bytes();
+    assert_eq!(&c[..10], b"16.35.2000");
+    assert!(c[10..].iter().all(|&b| b == 0));
+    // Formatting into it gives the same value as building from the text.
+    let mut w = FwVersion::default();
+    assert!(w.is_empty());
+    write!(w, "{}.{}.{:04}", 16, 35, 2000).unwrap();
+    assert_eq!(w, v);
+    // The longest text that fits a char[64] with its NUL; one byte more is refused, whole.
+    let max = "x".repeat(FwVersion::CAPACITY);
+    let full = FwVersion::new(&max).unwrap();
+    assert_eq!(full.as_str(), max);
+    assert_eq!(full.to_c_bytes()[63], 0);
+    assert_eq!(FwVersion::new(&"x".repeat(64)), Err(Error::InvalidArgument));
+    let mut w2 = FwVersion::new("1.2").unwrap();
+    assert!(write!(w2, "{}", "y".repeat(62)).is_err());
+    assert_eq!(w2, "1.2");
+    // Multi-byte text stays whole.
+    let u = FwVersion::new("fw-\u{e9}t\u{e9}").unwrap();
+    assert_eq!(u.as_str(), "fw-\u{e9}t\u{e9}");
+    // A NUL would cut the C string short.
+    assert_eq!(FwVersion::new("1\0"), Err(Error::InvalidArgument));
+    // Equality looks at the text only.
+    assert_ne!(
+        FwVersion::new("1.2").unwrap(),
+        FwVersion::new("1.20").unwrap()
+    );
+    assert_eq!(DeviceAttr::default().fw_ver.as_str(), "");
+}
+
+#[test]
+fn a_send_work_request_names_a_destination_and_remote_memory_independently() {
+    struct Ah(u32);
+    let ah = Ah(9);
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 3,
+    }];
+    // An SRD RDMA write: both parts.
+    let wr = SendWr {
+        opcode: WrOpcode::RdmaWrite,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: 0x8000,
+            rkey: 0x77,
+        },
+        dest: Some(UdDest {
+            ah: &ah,
+            remote_qpn: 0x12,
+            remote_qkey: 0x1111_1111,
+        }),
+        ..SendWr::default()
+    };
+    let copy = wr;
+    let d = copy.dest.unwrap();
+    assert_eq!(
+        (d.ah.0, d.remote_qpn, d.remote_qkey),
+        (9, 0x12, 0x1111_1111)
+    );
+    assert_eq!(
+        copy.remote,
+        RemoteOp::Rdma {
+            remote_addr: 0x8000,
+            rkey: 0x77
+        }
+    );
+    // RC: no destination.
+    let rc: SendWr<'_, Ah> = SendWr {
+        remote: RemoteOp::Rdma {
+            remote_addr: 1,
+            rkey: 2,
+        },
+        ..SendWr::default()
+    };
+    assert!(rc.dest.is_none());
 }
 
 #[test]
@@ -402,4 +615,5 @@ fn flags_debug_and_ops() {
     let wr: SendWr<'_, ()> = SendWr::default();
     assert_eq!(wr.opcode, WrOpcode::Send);
     assert!(matches!(wr.remote, RemoteOp::None));
+    assert!(wr.dest.is_none());
 }

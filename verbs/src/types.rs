@@ -2,11 +2,136 @@
 
 use crate::flags::AccessFlags;
 
-/// Device attributes, as `ibv_query_device` reports the ones a provider knows.
+/// Firmware version text (`ibv_device_attr.fw_ver`, a `char[64]`): at most
+/// [`FwVersion::CAPACITY`] bytes of UTF-8, kept inline (no allocation), read with
+/// [`as_str`](FwVersion::as_str).
+///
+/// Built from a string ([`FwVersion::new`]) or formatted into ([`core::fmt::Write`]: text that
+/// does not fit is refused whole, the version keeps what it had).
+///
+/// ```
+/// use core::fmt::Write;
+/// use verbs::FwVersion;
+/// let mut v = FwVersion::default();
+/// write!(v, "{}.{}.{:04}", 16, 35, 2000).unwrap();
+/// assert_eq!(v.as_str(), "16.35.2000");
+/// assert_eq!(v, FwVersion::new("16.35.2000").unwrap());
+/// assert!(FwVersion::new(&"9".repeat(64)).is_err());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FwVersion {
+    /// Bytes used.
+    len: u8,
+    /// The text in `buf[..len]`; the rest is zero (so the derived comparisons see only the
+    /// text).
+    buf: [u8; FwVersion::CAPACITY],
+}
+
+impl FwVersion {
+    /// Most bytes of text: `ibv_device_attr.fw_ver` is 64 bytes with a terminating NUL.
+    pub const CAPACITY: usize = 63;
+
+    /// The version `text`; [`Error::InvalidArgument`](crate::Error::InvalidArgument) if it is
+    /// longer than [`CAPACITY`](Self::CAPACITY) bytes or holds a NUL byte (C readers would
+    /// stop there).
+    pub fn new(text: &str) -> Result<FwVersion, crate::Error> {
+        let mut v = FwVersion::default();
+        v.push(text).map_err(|_| crate::Error::InvalidArgument)?;
+        Ok(v)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only whole `&str`s are appended, so the bytes are UTF-8; the fallback cannot happen.
+        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+
+    /// Whether there is no text.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The text as `ibv_device_attr.fw_ver` holds it: NUL-terminated, zero-padded to 64
+    /// bytes.
+    pub fn to_c_bytes(&self) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        out[..Self::CAPACITY].copy_from_slice(&self.buf);
+        out
+    }
+
+    /// Appends `text` whole, or nothing when it does not fit or holds a NUL.
+    fn push(&mut self, text: &str) -> Result<(), core::fmt::Error> {
+        let at = self.len as usize;
+        let end = at + text.len();
+        if end > Self::CAPACITY || text.as_bytes().contains(&0) {
+            return Err(core::fmt::Error);
+        }
+        self.buf[at..end].copy_from_slice(text.as_bytes());
+        self.len = end as u8;
+        Ok(())
+    }
+}
+
+impl Default for FwVersion {
+    fn default() -> Self {
+        FwVersion {
+            len: 0,
+            buf: [0; FwVersion::CAPACITY],
+        }
+    }
+}
+
+impl core::fmt::Write for FwVersion {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.push(s)
+    }
+}
+
+impl core::fmt::Display for FwVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::fmt::Debug for FwVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "FwVersion({:?})", self.as_str())
+    }
+}
+
+impl PartialEq<str> for FwVersion {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for FwVersion {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Atomic operation support (`enum ibv_atomic_cap`, with its values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AtomicCap {
+    /// `IBV_ATOMIC_NONE`: no atomic operations.
+    #[default]
+    None = 0,
+    /// `IBV_ATOMIC_HCA`: atomic operations are atomic with respect to other atomics through
+    /// this device only (not to CPU accesses or other devices).
+    Hca = 1,
+    /// `IBV_ATOMIC_GLOB`: atomic with respect to every access, CPU included.
+    Glob = 2,
+}
+
+/// Device attributes, as `ibv_query_device` reports the ones a provider knows (a limit the
+/// device does not have reads 0: an EFA device has no atomics and no SRQs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceAttr {
-    /// Firmware version as (major, minor, sub-minor).
-    pub fw_ver: (u16, u16, u16),
+    /// Firmware version, as the family's tools print it (mlx5: `major.minor.subminor` with
+    /// the sub-minor in 4 digits, e.g. `16.35.2000`).
+    pub fw_ver: FwVersion,
     /// PCI vendor id.
     pub vendor_id: u32,
     /// PCI device id.
@@ -15,6 +140,14 @@ pub struct DeviceAttr {
     pub max_qp: u32,
     /// Maximum work requests per queue.
     pub max_qp_wr: u32,
+    /// Maximum scatter/gather entries per send or receive work request of any QP type (not
+    /// RDMA read; see `max_sge_rd`).
+    pub max_sge: u32,
+    /// Maximum scatter entries per RDMA read work request.
+    pub max_sge_rd: u32,
+    /// Maximum inline data bytes per send work request of any QP type (`QpCap`'s
+    /// `max_inline_data` at creation may ask up to this).
+    pub max_inline_data: u32,
     /// Maximum number of CQs.
     pub max_cq: u32,
     /// Maximum CQEs per CQ.
@@ -23,6 +156,20 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Maximum number of protection domains.
     pub max_pd: u32,
+    /// Maximum outstanding RDMA reads and atomics a QP handles as responder (the largest
+    /// `QpAttr::max_dest_rd_atomic`).
+    pub max_qp_rd_atom: u32,
+    /// Maximum outstanding RDMA reads and atomics a QP initiates (the largest
+    /// `QpAttr::max_rd_atomic`).
+    pub max_qp_init_rd_atom: u32,
+    /// Atomic operation support.
+    pub atomic_cap: AtomicCap,
+    /// Maximum number of SRQs (0: no SRQs).
+    pub max_srq: u32,
+    /// Maximum work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// Maximum scatter entries per SRQ work request.
+    pub max_srq_sge: u32,
     /// Number of physical ports.
     pub phys_port_cnt: u8,
 }
@@ -116,11 +263,12 @@ pub enum PortState {
     ActiveDefer = 5,
 }
 
-/// Link layer of a port (`IBV_LINK_LAYER_*`).
+/// Link layer of a port (`IBV_LINK_LAYER_*`). New values may be added.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum LinkLayer {
-    /// Not reported.
+    /// Not reported, or neither InfiniBand nor Ethernet (an EFA port).
     #[default]
     Unspecified = 0,
     /// InfiniBand.
@@ -201,9 +349,12 @@ pub struct MemRegion<'a> {
     pub pages: &'a [u64],
 }
 
-/// Transport service type of a QP (`enum ibv_qp_type`).
+/// Transport service type of a QP (`enum ibv_qp_type`, with its values). New types may be
+/// added; a provider refuses a type it does not implement with
+/// [`Error::NotSupported`](crate::Error::NotSupported) (EOPNOTSUPP).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum QpType {
     /// `IBV_QPT_RC`.
     #[default]
@@ -220,6 +371,22 @@ pub enum QpType {
     /// takes the UD attributes for it (the kernel's table takes no `PORT` for GSI: there the
     /// port is fixed at creation).
     Gsi = 1,
+    /// AWS EFA's scalable reliable datagram: reliable (the device retransmits) but
+    /// unordered delivery of messages of at most one MTU, no connection; every send work
+    /// request names its destination (address handle, QPN, Q_Key) in
+    /// [`SendWr::dest`](crate::SendWr::dest), and RDMA read/write name a remote buffer as
+    /// well.
+    ///
+    /// The value is 0xff because libibverbs has no SRD type of its own: rdma-core creates an
+    /// SRD QP as `IBV_QPT_DRIVER` (0xff) with EFA's driver QP type `EFA_QP_DRIVER_TYPE_SRD`
+    /// (0) through `efadv_create_qp_ex`, and `ibv_qp.qp_type` of such a QP reads 0xff, so
+    /// ported code comparing numbers sees the same one. (Should a second driver-specific
+    /// type ever be added here, it gets its own variant and 0xff then no longer names SRD
+    /// alone.)
+    ///
+    /// Modify-QP attributes as UD (Q_Key, SQ PSN), see
+    /// [`check_modify`](crate::check_modify).
+    Srd = 0xff,
 }
 
 /// QP state (`enum ibv_qp_state`).

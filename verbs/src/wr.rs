@@ -14,9 +14,11 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Send work request opcode (`enum ibv_wr_opcode`, with its values).
+/// Send work request opcode (`enum ibv_wr_opcode`, with its values). New opcodes may be
+/// added; a provider refuses one its QP cannot post with EINVAL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum WrOpcode {
     /// `IBV_WR_RDMA_WRITE`.
     RdmaWrite = 0,
@@ -35,20 +37,24 @@ pub enum WrOpcode {
     AtomicFetchAndAdd = 6,
 }
 
-/// The remote part of a send work request (`ibv_send_wr.wr`); `A` is the provider's address
-/// handle type.
-#[derive(Debug, Default)]
-pub enum RemoteOp<'a, A> {
-    /// Nothing remote (RC SEND).
-    #[default]
-    None,
-    /// RDMA write / read target.
+/// The remote memory a send work request operates on (`ibv_send_wr.wr.rdma` /
+/// `wr.atomic`): none for sends, a buffer for RDMA write and read, a word for atomics. Where
+/// the request goes is [`SendWr::dest`] on datagram QPs (the connection on RC). New kinds may
+/// be added; a provider refuses one it does not know with EINVAL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RemoteOp {
+    /// RDMA write / read target. (Declared first: a provider's fast path tests for it
+    /// first.)
     Rdma {
         /// Remote address.
         remote_addr: u64,
         /// Remote key.
         rkey: u32,
     },
+    /// No remote memory (SEND, SEND_WITH_IMM).
+    #[default]
+    None,
     /// Atomic target: compare-and-swap compares with `compare_add` and writes `swap`;
     /// fetch-and-add adds `compare_add` (`swap` is ignored).
     Atomic {
@@ -61,26 +67,42 @@ pub enum RemoteOp<'a, A> {
         /// Swap value (CAS).
         swap: u64,
     },
-    /// UD destination.
-    Ud {
-        /// Address handle of the destination.
-        ah: &'a A,
-        /// Destination QP number.
-        remote_qpn: u32,
-        /// Q_Key; with bit 31 set the QP's own Q_Key is used instead (controlled Q_Key).
-        remote_qkey: u32,
-    },
 }
 
-impl<A> Clone for RemoteOp<'_, A> {
+/// The destination of a send work request on a datagram QP (UD, GSI, SRD:
+/// `ibv_send_wr.wr.ud`, or `ibv_wr_set_ud_addr`); `A` is the provider's address handle type.
+#[derive(Debug)]
+pub struct UdDest<'a, A> {
+    /// Address handle of the destination.
+    pub ah: &'a A,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key; with bit 31 set the QP's own Q_Key is used instead (controlled Q_Key).
+    pub remote_qkey: u32,
+}
+
+impl<A> Clone for UdDest<'_, A> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<A> Copy for RemoteOp<'_, A> {}
+impl<A> Copy for UdDest<'_, A> {}
 
 /// A send work request (`ibv_send_wr`, one element of the list).
+///
+/// What it targets is two independent parts, as the QP type needs them:
+///
+/// | QP type | `dest` | `remote` |
+/// |---|---|---|
+/// | RC | not read (the connection is the destination) | `None` (send), `Rdma`, `Atomic` |
+/// | UD, GSI | `Some` | `None` (send only) |
+/// | SRD (EFA) | `Some` | `None` (send), `Rdma` (RDMA read / write) |
+///
+/// A provider refuses (EINVAL) a request whose QP type needs a destination and finds none, or
+/// whose `remote` is not what the opcode and QP type take. An RC QP does not read `dest`, as
+/// libibverbs' RC does not read `wr.ud` (leave it `None`); so the fast paths spend no test on
+/// it.
 ///
 /// Inline sends: Rust cannot read memory it knows only by a device address, so with
 /// [`SendFlags::INLINE`] the payload is `inline_data` (CPU memory, copied into the work queue
@@ -88,6 +110,21 @@ impl<A> Copy for RemoteOp<'_, A> {}
 ///
 /// `imm_data` is in network byte order, as libibverbs' `__be32 imm_data` (write
 /// `value.to_be()`).
+///
+/// ```
+/// use verbs::{RemoteOp, SendWr, Sge, UdDest, WrOpcode};
+/// struct Ah; // a provider's address handle
+/// let (ah, sge) = (Ah, [Sge { addr: 0x1000, length: 64, lkey: 7 }]);
+/// // An SRD RDMA read: from 64 bytes at 0x9000 (rkey 5) of QP 12 behind `ah`.
+/// let wr = SendWr {
+///     opcode: WrOpcode::RdmaRead,
+///     sg_list: &sge,
+///     remote: RemoteOp::Rdma { remote_addr: 0x9000, rkey: 5 },
+///     dest: Some(UdDest { ah: &ah, remote_qpn: 12, remote_qkey: 0x1111 }),
+///     ..SendWr::default()
+/// };
+/// assert!(wr.dest.is_some());
+/// ```
 #[derive(Debug)]
 pub struct SendWr<'a, A> {
     /// Caller's identifier, returned in the completion.
@@ -102,8 +139,10 @@ pub struct SendWr<'a, A> {
     pub inline_data: &'a [u8],
     /// Immediate data for the *_WITH_IMM opcodes, network byte order.
     pub imm_data: u32,
-    /// Remote target.
-    pub remote: RemoteOp<'a, A>,
+    /// Remote memory the operation targets.
+    pub remote: RemoteOp,
+    /// Destination on a datagram QP (UD, GSI, SRD); not read on RC (leave it `None`).
+    pub dest: Option<UdDest<'a, A>>,
 }
 
 impl<A> Clone for SendWr<'_, A> {
@@ -124,6 +163,7 @@ impl<A> Default for SendWr<'_, A> {
             inline_data: &[],
             imm_data: 0,
             remote: RemoteOp::None,
+            dest: None,
         }
     }
 }
@@ -137,9 +177,10 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
-/// Completion status (`enum ibv_wc_status`, with its values).
+/// Completion status (`enum ibv_wc_status`, with its values). New statuses may be added.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// `IBV_WC_SUCCESS`.
     #[default]
@@ -192,9 +233,10 @@ pub enum WcStatus {
     TmRndvIncomplete = 23,
 }
 
-/// Completion opcode (`enum ibv_wc_opcode`, with its values).
+/// Completion opcode (`enum ibv_wc_opcode`, with its values). New opcodes may be added.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// `IBV_WC_SEND`.
     #[default]
@@ -280,9 +322,10 @@ pub struct CqEvent {
     pub cq_context: u64,
 }
 
-/// Asynchronous event type (`enum ibv_event_type`, with its values).
+/// Asynchronous event type (`enum ibv_event_type`, with its values). New types may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum AsyncEventType {
     /// `IBV_EVENT_CQ_ERR` (CQ overrun or access error).
     CqErr = 0,
@@ -326,8 +369,9 @@ pub enum AsyncEventType {
     WqFatal = 19,
 }
 
-/// What an asynchronous event is about.
+/// What an asynchronous event is about. New kinds of objects may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncElement {
     /// A CQ, by number.
     Cq(u32),

@@ -8,8 +8,8 @@ use firmware_interface::wqe::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, Ra
 use firmware_interface::{Be16, Be32, eqe};
 use verbs::{
     AccessFlags, AhAttr, AsyncElement, AsyncEvent, AsyncEventType, Gid, PostError, QpAttr,
-    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    QpAttrMask as M, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::fake::*;
@@ -555,11 +555,11 @@ fn ud_datagram_segment_from_the_ah() {
     };
     let ah = r.dev.create_ah(r.dev.driver_pd().unwrap(), &attr).unwrap();
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 0x12_3456,
             remote_qkey: 0x1111,
-        },
+        }),
         ..signaled(1, &SG)
     };
     // Six WQEs so that the next one (2 WQEBBs) starts at the last WQEBB and wraps.
@@ -577,11 +577,11 @@ fn ud_datagram_segment_from_the_ah() {
     r.post(&[one]).unwrap(); // position 6: 1 WQEBB (ctrl + AV + 1 inline unit... = 5 units)
     assert_eq!(r.qp.sq_producer(), 8);
     let controlled = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 7,
             remote_qkey: 0x8000_0000,
-        },
+        }),
         ..wr
     };
     // room: 8 WQEBBs, 2 outstanding (6, 7)
@@ -623,10 +623,14 @@ fn ud_datagram_segment_from_the_ah() {
     assert_eq!((data.byte_count.get(), data.lkey.get()), (64, 0x77));
     assert_eq!(ah.datagram().rgid, d.rgid);
 
-    // RC operations and a missing destination are refused on UD
+    // RC operations, remote memory and a missing destination are refused on UD
     for w in [
+        SendWr { dest: None, ..wr },
         SendWr {
-            remote: RemoteOp::None,
+            remote: RemoteOp::Rdma {
+                remote_addr: 0,
+                rkey: 0,
+            },
             ..wr
         },
         SendWr {
@@ -638,11 +642,11 @@ fn ud_datagram_segment_from_the_ah() {
             ..wr
         },
         SendWr {
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah: &ah,
                 remote_qpn: 1 << 24,
                 remote_qkey: 0,
-            },
+            }),
             ..wr
         },
     ] {
@@ -691,11 +695,11 @@ fn ud_wqe_with_av_wrapping_the_ring() {
     let ah = r.dev.create_ah(0, &attr).unwrap();
     let sg3 = [SG[0]; 3];
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 0x42,
             remote_qkey: 0x1,
-        },
+        }),
         ..signaled(5, &sg3)
     };
     // 1 WQEBB filler, then a 2-WQEBB one at 1, a filler at 3 ... use a 1-WQEBB WQE at 0..2
@@ -1955,11 +1959,11 @@ fn provider_ud_qp_and_port_queries() {
     .unwrap();
     // sq_sig_all: an unsignalled request still asks for a CQE
     let wr = SendWr {
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 9,
             remote_qkey: 0x8000_0000,
-        },
+        }),
         ..send(1, &SG)
     };
     Provider::post_send(&dev, &mut qp, &[wr]).unwrap();
@@ -2025,6 +2029,67 @@ fn wqes(r: &Rig) -> Vec<(u32, u32)> {
         p += ds.div_ceil(4);
     }
     out
+}
+
+/// An RC QP does not read `dest` (its destination is the connection): a request naming one
+/// is posted as the same request without, by the fast path and by the general one.
+#[test]
+fn an_rc_qp_does_not_read_the_destination() {
+    let mut a = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    let mut b = rig_with(ServiceType::Rc, 8, 4, 2, false);
+    let ah = a
+        .dev
+        .create_ah(
+            a.dev.driver_pd().unwrap(),
+            &AhAttr {
+                dgid: Gid::from_ipv4([10, 1, 2, 3]),
+                is_global: true,
+                port_num: 1,
+                dmac: [2, 0, 0, 0, 0, 9],
+                ..AhAttr::default()
+            },
+        )
+        .unwrap();
+    let dest = Some(UdDest {
+        ah: &ah,
+        remote_qpn: 7,
+        remote_qkey: 0x1111,
+    });
+    let rdma = RemoteOp::Rdma {
+        remote_addr: 0x7000,
+        rkey: 0x42,
+    };
+    let sg2 = [SG[0], SG[0]];
+    let plain: Vec<SendWr<'_, Ah>> = [
+        (WrOpcode::RdmaWrite, rdma, &SG[..]),
+        (WrOpcode::Send, RemoteOp::None, &SG[..]),
+        (WrOpcode::RdmaRead, rdma, &sg2[..]),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (opcode, remote, sg))| SendWr {
+        wr_id: i as u64,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        sg_list: sg,
+        remote,
+        ..SendWr::default()
+    })
+    .collect();
+    let named: Vec<_> = plain.iter().map(|w| SendWr { dest, ..*w }).collect();
+    // Fast path with the destination, general path without; then the other way round.
+    a.dev.post_send(&mut a.qp, &named).unwrap();
+    b.dev.post_send_general(&mut b.qp, &plain).unwrap();
+    a.dev.post_send_general(&mut a.qp, &named).unwrap();
+    b.dev.post_send(&mut b.qp, &plain).unwrap();
+    let list = wqes(&a);
+    assert_eq!(list, wqes(&b));
+    assert_eq!(list.len(), 2 * plain.len());
+    for &(p, ds) in &list {
+        for k in 0..ds {
+            assert_eq!(a.unit(p, k), b.unit(p, k), "WQE at {p}, unit {k}");
+        }
+    }
 }
 
 #[test]

@@ -356,6 +356,9 @@ impl Error {
     }
 }
 
+/// The verbs error of a driver error: the same errno, and for a command the firmware failed
+/// with a status that has no more precise errno than EIO, the command's opcode, status and
+/// syndrome ([`verbs::Error::Device`]).
 impl From<Error> for verbs::Error {
     fn from(e: Error) -> Self {
         match e {
@@ -364,6 +367,13 @@ impl From<Error> for verbs::Error {
                 verbs::Error::TimedOut
             }
             Error::UnsupportedCmdIf { .. } | Error::NotSupported => verbs::Error::NotSupported,
+            Error::Cmd {
+                opcode,
+                status,
+                syndrome,
+            } if cmd_status_errno(status) == errno::EIO => {
+                verbs::Error::Device(verbs::DeviceFailure::new(opcode, status, syndrome))
+            }
             _ => match e.errno() {
                 errno::EINVAL => verbs::Error::InvalidArgument,
                 errno::ENOMEM => verbs::Error::NoMemory,

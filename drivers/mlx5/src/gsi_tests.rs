@@ -4,8 +4,8 @@ use firmware_interface::ctx::qpc;
 use firmware_interface::wqe::DatagramSeg;
 use firmware_interface::{cmd_status, opcode};
 use verbs::{
-    AhAttr, Gid, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, QueuePair, RemoteOp,
-    SendWr, Sge, WrOpcode,
+    AhAttr, Gid, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType, QueuePair, SendWr,
+    Sge, UdDest, WrOpcode,
 };
 
 use crate::fake::*;
@@ -110,11 +110,11 @@ fn gsi_qp_is_qp1_once_and_posts_datagram_wqes() {
         wr_id: 1,
         opcode: WrOpcode::Send,
         sg_list: &sg,
-        remote: RemoteOp::Ud {
+        dest: Some(UdDest {
             ah: &ah,
             remote_qpn: 1,
             remote_qkey: GSI_QKEY,
-        },
+        }),
         ..SendWr::default()
     };
     Provider::post_send(&dev, &mut qp, &[wr]).unwrap();

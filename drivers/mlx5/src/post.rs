@@ -1,10 +1,12 @@
 //! Posting work requests (`docs/mlx5.md#work-queue-entries`, `docs/mlx5.md#posting`).
 //!
-//! Send, per work request: validate it against the QP (opcode for the QP type, remote part,
-//! SGE count, inline size), check ring space, write the transport segments (raddr; raddr +
-//! atomic; the 48-byte datagram segment of the AH with the destination QPN and Q_Key), the
-//! data segments (zero-length SGEs skipped) or the inline data (header `len | 0x80000000`,
-//! wrapping at the end of the ring), then the control segment, and record the WQE in the
+//! Send, per work request: validate it against the QP (opcode for the QP type, remote memory
+//! and destination: UD/GSI need a destination and take no remote memory, RC does not read
+//! the destination; SGE count, inline size), check ring space, write the transport segments
+//! (raddr; raddr + atomic; the 48-byte datagram segment of the AH with the destination QPN
+//! and Q_Key), the data segments (zero-length SGEs skipped) or the inline data (header
+//! `len | 0x80000000`, wrapping at the end of the ring), then the control segment, and
+//! record the WQE in the
 //! driver's bookkeeping. Then once for the batch: publish the producer position, `dma_wmb`,
 //! doorbell record word 1 = `cur_post & 0xffff`, `mmio_wmb`, and either a BlueFlame copy of the
 //! WQE (one small WQE, BlueFlame enabled) or a 64-bit write of the last control segment's first
@@ -31,7 +33,7 @@ use firmware_interface::dbr;
 use firmware_interface::wqe::{self, FENCE_SMALL_AND, INLINE_SEG, INVALID_LKEY, opcode as op};
 use nic_hal::barrier::{dma_wmb, mmio_wmb};
 use nic_hal::{Platform, RegisterIo};
-use verbs::{RecvWr, RemoteOp, SendFlags, SendWr, Sge, WrOpcode};
+use verbs::{RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
 use crate::ah::Ah;
 use crate::device::Device;
@@ -43,13 +45,13 @@ use crate::wq::{
     SqSlot, SqState, SqView,
 };
 
-/// `WrEnt::kind`: the opcode takes no remote part.
+/// `WrEnt::kind`: the opcode takes no remote memory.
 const KIND_NONE: u8 = 1;
 /// `WrEnt::kind`: RDMA (address, rkey).
 const KIND_RDMA: u8 = 2;
 /// `WrEnt::kind`: atomic.
 const KIND_ATOMIC: u8 = 3;
-/// `WrEnt::kind`: UD destination.
+/// `WrEnt::kind`: a datagram destination (`SendWr::dest`), no remote memory.
 const KIND_UD: u8 = 4;
 
 /// `WrEnt::flags`: the opcode may be inline.
@@ -315,10 +317,10 @@ impl Poster<'_> {
             // the data segment, written twice (the second copy lies past `ds`, in the same
             // free WQEBB, and is never read).
             let (r0, r1) = match wr.remote {
-                RemoteOp::None if e.fast1 == KIND_NONE => (a, b),
                 RemoteOp::Rdma { remote_addr, rkey } if e.fast1 == KIND_RDMA => {
                     raddr_seg(remote_addr, rkey)
                 }
+                RemoteOp::None if e.fast1 == KIND_NONE => (a, b),
                 _ => return false,
             };
             blk.put(2, r0);
@@ -427,16 +429,10 @@ impl<'q> Slow<'q> {
         let base = ((cur & self.bb_mask) as usize) << 6;
         let want = e.kind;
         let opcode = (e.meta >> 8) as u8;
+        // The remote memory: what the opcode takes (a datagram QP posts sends only).
         match wr.remote {
-            RemoteOp::None => {
-                if want != KIND_NONE {
-                    return Err(Error::InvalidArgument);
-                }
-            }
-            RemoteOp::Rdma { remote_addr, rkey } => {
-                if want != KIND_RDMA {
-                    return Err(Error::InvalidArgument);
-                }
+            RemoteOp::None if want == KIND_NONE || want == KIND_UD => {}
+            RemoteOp::Rdma { remote_addr, rkey } if want == KIND_RDMA => {
                 let (a, b) = raddr_seg(remote_addr, rkey);
                 ring.put2(base + 16, a, b);
             }
@@ -445,10 +441,7 @@ impl<'q> Slow<'q> {
                 rkey,
                 compare_add,
                 swap,
-            } => {
-                if want != KIND_ATOMIC {
-                    return Err(Error::InvalidArgument);
-                }
+            } if want == KIND_ATOMIC => {
                 let (a, b) = raddr_seg(remote_addr, rkey);
                 ring.put2(base + 16, a, b);
                 // compare-and-swap: swap_add = swap, compare; fetch-and-add: swap_add = add.
@@ -459,27 +452,36 @@ impl<'q> Slow<'q> {
                 };
                 ring.put2(base + 32, swap_add.to_be(), compare.to_be());
             }
-            RemoteOp::Ud {
+            // Another kind, or one the opcode does not take.
+            _ => return Err(Error::InvalidArgument),
+        }
+        // The destination: a datagram QP's work requests name one. An RC QP's is its
+        // connection: it does not read `dest` (as libibverbs' RC does not read `wr.ud`; the
+        // fast path does not look at it either).
+        if want == KIND_UD {
+            let Some(UdDest {
                 ah,
                 remote_qpn,
                 remote_qkey,
-            } => {
-                if want != KIND_UD || remote_qpn > 0xff_ffff {
-                    return Err(Error::InvalidArgument);
-                }
-                // A Q_Key with bit 31 set asks for the QP's own (controlled Q_Key).
-                let qkey = if remote_qkey & 0x8000_0000 != 0 {
-                    self.qkey
-                } else {
-                    remote_qkey
-                };
-                let mut u0 = ah.av[0];
-                u0[0..4].copy_from_slice(&qkey.to_be_bytes());
-                u0[8..12].copy_from_slice(&(wqe::EXTENDED_UD_AV | remote_qpn).to_be_bytes());
-                ring.put16(base + 16, u0);
-                ring.put16(base + 32, ah.av[1]);
-                ring.put16(base + 48, ah.av[2]);
+            }) = wr.dest
+            else {
+                return Err(Error::InvalidArgument);
+            };
+            if remote_qpn > 0xff_ffff {
+                return Err(Error::InvalidArgument);
             }
+            // A Q_Key with bit 31 set asks for the QP's own (controlled Q_Key).
+            let qkey = if remote_qkey & 0x8000_0000 != 0 {
+                self.qkey
+            } else {
+                remote_qkey
+            };
+            let mut u0 = ah.av[0];
+            u0[0..4].copy_from_slice(&qkey.to_be_bytes());
+            u0[8..12].copy_from_slice(&(wqe::EXTENDED_UD_AV | remote_qpn).to_be_bytes());
+            ring.put16(base + 16, u0);
+            ring.put16(base + 32, ah.av[1]);
+            ring.put16(base + 48, ah.av[2]);
         }
 
         let mut off = base + (hdr as usize) * 16;
@@ -574,12 +576,12 @@ fn post_rest<const FAST: bool>(
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// Posts send work requests (`docs/mlx5.md#posting`). On error the work requests before the
-    /// returned index were posted (and their doorbell rung); the one at the index and the rest were
-    /// not. Errors: [`Error::InvalidArgument`] (QP in RESET/INIT/RTR, an opcode or remote part the
-    /// QP type cannot post, more SGEs than [`Qp::max_send_sge`], inline data over
-    /// [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24 bits),
-    /// [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
+    /// Posts send work requests (`docs/mlx5.md#posting`). On error the work requests before the returned
+    /// index were posted (and their doorbell rung); the one at the index and the rest were
+    /// not. Errors: [`Error::InvalidArgument`] (QP in RESET/INIT/RTR, an opcode or remote
+    /// memory the QP type cannot post, no destination on UD/GSI (RC does not read it), more
+    /// SGEs than [`Qp::max_send_sge`], inline data over [`Qp::max_inline_data`], an atomic without exactly one 8-byte SGE, a UD QPN over 24
+    /// bits), [`Error::QueueFull`] (no room: ENOMEM). No heap allocation.
     #[inline]
     pub fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), (Error, usize)> {
         self.post_send_with::<true>(qp, wrs)

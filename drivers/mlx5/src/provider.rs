@@ -24,12 +24,12 @@ use alloc::vec::Vec;
 
 use firmware_interface::cmds::{query_nic_vport_context_out, query_roce_address_in};
 use firmware_interface::ctx::{nic_vport_context, qpc, roce_addr_layout};
-use firmware_interface::{cmds::query_roce_address_out, opcode};
+use firmware_interface::{cmds::query_roce_address_out, opcode, wqe};
 use nic_hal::{Platform, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, AsyncEvent, Buffer, CqEvent, DestroyError, DeviceAttr, Gid, LinkLayer,
-    MemRegion, PortAttr, PortState, PostError, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpType,
-    RecvWr, SendWr, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, AtomicCap, Buffer, CqEvent, DestroyError, DeviceAttr, Gid,
+    LinkLayer, MemRegion, PortAttr, PortState, PostError, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpType, RecvWr, SendWr, WorkCompletion,
 };
 
 use crate::ah::{Ah, roce_udp_sport};
@@ -348,6 +348,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 }
 
+/// The largest power of two not above `n` (0 for 0).
+fn prev_power_of_two(n: u32) -> u32 {
+    if n == 0 {
+        0
+    } else {
+        1 << (31 - n.leading_zeros())
+    }
+}
+
 impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     type Pd = Pd;
     type Mr = Mr;
@@ -357,18 +366,70 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     type Ah = Ah;
     type CompChannel = CompChannel;
 
+    /// The limits are the ones `create_qp`, `create_srq` and `modify_qp` apply to the
+    /// capabilities (so what is reported is accepted), where Linux' mlx5 derives them from the
+    /// same fields:
+    ///
+    /// * `max_sge` / `max_inline_data`: what a send WQE of the largest size
+    ///   (`max_wqe_sz_sq`, at most 16 WQEBBs and 63 units) holds after the headers of every QP
+    ///   type (UD's datagram segment is the largest), and what a receive WQE of the largest
+    ///   power-of-two stride within `max_wqe_sz_rq` holds;
+    /// * `max_sge_rd`: an RDMA read's scatter list after the control and remote address
+    ///   segments (RC);
+    /// * `max_qp_rd_atom` / `max_qp_init_rd_atom`: `2^log_max_ra_res_qp` /
+    ///   `2^log_max_ra_req_qp`, at most 128 (the QP context's 3-bit log fields);
+    /// * `atomic_cap`: HCA when the `atomic` capability is set (ConnectX atomics are atomic
+    ///   among the device's own accesses);
+    /// * SRQs: `2^log_max_srq` (none when 0) of up to `2^log_max_srq_sz - 1` work requests
+    ///   (one WQE stays free), `max_wqe_sz_rq` stride less the next-WQE segment;
+    /// * `fw_ver`: `major.minor.subminor` as `ibv_devinfo` prints an mlx5's
+    ///   (`%d.%d.%04d`).
     fn query_device(&self) -> Result<DeviceAttr, verbs::Error> {
+        use core::fmt::Write;
         let c = &self.caps;
+        let (maj, min, sub) = self.fw_version();
+        let mut fw_ver = verbs::FwVersion::default();
+        // Three numbers of at most 5 digits each always fit.
+        write!(fw_ver, "{maj}.{min}.{sub:04}").map_err(|_| verbs::Error::InvalidArgument)?;
+        let sq_bytes = max_wqe_bytes(c.max_wqe_sz_sq, 16);
+        // UD has the largest headers: its limits hold for every QP type.
+        let (max_send_sge, max_inline_data) = sq_limits(sq_bytes, true);
+        let (max_sge_rd, _) = sq_limits(sq_bytes, false);
+        // The largest power-of-two receive stride (`create_qp`, `create_srq`).
+        let rq_stride = prev_power_of_two((c.max_wqe_sz_rq as u32).min(16 << 7));
+        let max_recv_sge = rq_stride / 16;
+        let (max_srq, max_srq_wr, max_srq_sge) = if c.log_max_srq == 0 {
+            (0, 0, 0)
+        } else {
+            (
+                1u32 << c.log_max_srq.min(24),
+                (1u32 << c.log_max_srq_sz.min(15)) - 1,
+                rq_stride.saturating_sub(wqe::SrqNextSeg::SIZE as u32) / 16,
+            )
+        };
         Ok(DeviceAttr {
-            fw_ver: self.fw_version(),
+            fw_ver,
             vendor_id: self.config.vendor_id as u32,
             vendor_part_id: self.config.device_id as u32,
             max_qp: 1u32 << c.log_max_qp.min(24),
             max_qp_wr: 1u32 << c.log_max_qp_sz.min(15),
+            max_sge: max_send_sge.min(max_recv_sge),
+            max_sge_rd,
+            max_inline_data,
             max_cq: 1u32 << c.log_max_cq.min(24),
             max_cqe: (1u32 << c.log_max_cq_sz.min(24)) - 1,
             max_mr: 1u32 << c.log_max_mkey.min(24),
             max_pd: 1u32 << c.log_max_pd.min(24),
+            max_qp_rd_atom: 1u32 << c.log_max_ra_res_qp.min(7),
+            max_qp_init_rd_atom: 1u32 << c.log_max_ra_req_qp.min(7),
+            atomic_cap: if c.atomic {
+                AtomicCap::Hca
+            } else {
+                AtomicCap::None
+            },
+            max_srq,
+            max_srq_wr,
+            max_srq_sge,
             phys_port_cnt: c.num_ports,
         })
     }
@@ -556,6 +617,9 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             QpType::Rc => ServiceType::Rc,
             QpType::Ud => ServiceType::Ud,
             QpType::Gsi => ServiceType::Gsi,
+            // SRD is EFA's; a ConnectX has no such transport. Any type added later is not
+            // one this driver implements either.
+            _ => return Err(verbs::Error::NotSupported),
         };
         let ud = service.is_datagram();
         let c = attr.cap;

@@ -1207,11 +1207,28 @@ fn provider_and_port_queries() {
         })
         .unwrap();
     let a = dev.query_device().unwrap();
-    assert_eq!(a.fw_ver, (14, 32, 1010));
+    // fw_ver 0x0e20_03f2 in the health buffer: 14.32.1010, as ibv_devinfo prints it.
+    assert_eq!(a.fw_ver, "14.32.1010");
     assert_eq!((a.vendor_id, a.vendor_part_id), (0x15b3, 0x1017));
     assert_eq!(a.max_qp, 1024);
     assert_eq!(a.max_cqe, 65535);
     assert_eq!(a.phys_port_cnt, 1);
+    // From the fake's capabilities (`default_caps`): max_wqe_sz_sq 1024 (a 1008-byte WQE at
+    // most: 63 units), max_wqe_sz_rq 512, log_max_ra_*_qp 4, log_max_srq 10 of 2^12,
+    // atomics.
+    assert_eq!(
+        a.max_sge, 32,
+        "512-byte receive WQE: 32 SGEs (a UD send takes 59)"
+    );
+    assert_eq!(a.max_sge_rd, (1008 - 32) / 16);
+    assert_eq!(
+        a.max_inline_data,
+        1008 - 64 - 4,
+        "UD: control + datagram + header"
+    );
+    assert_eq!((a.max_qp_rd_atom, a.max_qp_init_rd_atom), (16, 16));
+    assert_eq!(a.atomic_cap, verbs::AtomicCap::Hca);
+    assert_eq!((a.max_srq, a.max_srq_wr, a.max_srq_sge), (1024, 4095, 31));
     assert_eq!(dev.mac().unwrap(), [2, 0, 0, 0, 0, 7]);
     assert!(dev.port_up().unwrap());
 
@@ -1233,6 +1250,111 @@ fn provider_and_port_queries() {
         Err(Error::InvalidArgument)
     );
     assert_eq!(dev.dealloc_pd(dev.driver_pd().unwrap()), Err(Error::Busy));
+}
+
+#[test]
+fn query_device_follows_the_capabilities() {
+    use verbs::Provider;
+    let b = bench();
+    {
+        let mut fw = b.fw();
+        let c = &mut fw.caps;
+        assert!(cap::LOG_MAX_RA_RES_QP.set(c, 9));
+        assert!(cap::LOG_MAX_RA_REQ_QP.set(c, 2));
+        assert!(cap::ATOMIC.set(c, 0));
+        assert!(cap::LOG_MAX_SRQ.set(c, 0));
+        assert!(cap::MAX_WQE_SZ_SQ.set(c, 256));
+        assert!(cap::MAX_WQE_SZ_RQ.set(c, 100));
+    }
+    let dev = b.probe().unwrap();
+    let a = dev.query_device().unwrap();
+    // A QP context takes at most 2^7 outstanding reads.
+    assert_eq!((a.max_qp_rd_atom, a.max_qp_init_rd_atom), (128, 4));
+    assert_eq!(a.atomic_cap, verbs::AtomicCap::None);
+    assert_eq!((a.max_srq, a.max_srq_wr, a.max_srq_sge), (0, 0, 0));
+    // 256-byte send WQEs: UD 12 SGEs / 188 inline bytes, RC 14; a 64-byte receive stride.
+    assert_eq!((a.max_sge, a.max_sge_rd, a.max_inline_data), (4, 14, 188));
+}
+
+#[test]
+fn an_srd_qp_is_not_supported() {
+    use verbs::Provider;
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let cq = Provider::create_cq(&dev, 16, 0, None).unwrap();
+    let attr = verbs::QpInitAttr {
+        qp_type: verbs::QpType::Srd,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: verbs::QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    let before = b.opcodes().len();
+    let err = Provider::create_qp(&dev, &pd, &attr).unwrap_err();
+    assert_eq!(err, verbs::Error::NotSupported);
+    assert_eq!(err.errno(), 95);
+    assert_eq!(b.opcodes().len(), before, "no command for an SRD QP");
+}
+
+#[test]
+fn a_failed_command_reaches_verbs_with_its_opcode_status_and_syndrome() {
+    use firmware_interface::cmd_status as st;
+    use verbs::{DeviceFailure, Provider};
+    let fail = |opc: u16, status: u8, syndrome: u32| {
+        let b = bench();
+        let dev = b.probe().unwrap();
+        b.hook(on(
+            opc,
+            Reply::ok(out_with(16, |o| {
+                o[0] = status;
+                o[4..8].copy_from_slice(&syndrome.to_be_bytes());
+            })),
+        ));
+        (b, dev)
+    };
+    // INTERNAL_ERR has no errno but EIO: the failure itself comes up.
+    let (_b, dev) = fail(opcode::CREATE_CQ, st::INTERNAL_ERR, 0x00c0_ffee);
+    let err = Provider::create_cq(&dev, 16, 7, None).unwrap_err();
+    assert_eq!(
+        err,
+        verbs::Error::Device(DeviceFailure::new(
+            opcode::CREATE_CQ,
+            st::INTERNAL_ERR,
+            0x00c0_ffee
+        ))
+    );
+    assert_eq!(err.errno(), 5);
+    assert_eq!(
+        err.to_string(),
+        "device command 0x0400 failed with status 0x01, syndrome 0x00c0ffee (errno 5)"
+    );
+    let (_b, dev) = fail(opcode::ALLOC_PD, st::BAD_SYS_STATE, 0x1234_5678);
+    let Err(verbs::Error::Device(d)) = Provider::alloc_pd(&dev) else {
+        panic!("ALLOC_PD failure not kept")
+    };
+    assert_eq!(
+        (d.opcode, d.status, d.syndrome),
+        (opcode::ALLOC_PD, st::BAD_SYS_STATE, 0x1234_5678)
+    );
+    // A status with its own errno keeps the errno libibverbs users compare.
+    let (_b, dev) = fail(opcode::ALLOC_PD, st::BAD_PARAM, 1);
+    assert_eq!(
+        Provider::alloc_pd(&dev).unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    let (_b, dev) = fail(opcode::ALLOC_PD, st::LIM, 1);
+    assert_eq!(
+        Provider::alloc_pd(&dev).unwrap_err(),
+        verbs::Error::NoMemory
+    );
 }
 
 #[test]
@@ -1269,6 +1391,38 @@ fn errno_mapping() {
     assert_eq!(
         verbs::Error::from(Error::NotSupported),
         verbs::Error::NotSupported
+    );
+    // Statuses Linux maps to EIO keep the command's opcode, status and syndrome.
+    use firmware_interface::cmd_status as st;
+    for status in [
+        st::INTERNAL_ERR,
+        st::BAD_SYS_STATE,
+        st::BAD_INPUT_LEN,
+        st::BAD_OUTPUT_LEN,
+        0x99,
+    ] {
+        let e = Error::Cmd {
+            opcode: 0x501,
+            status,
+            syndrome: 0xabcd,
+        };
+        assert_eq!(e.errno(), 5);
+        assert_eq!(
+            verbs::Error::from(e),
+            verbs::Error::Device(verbs::DeviceFailure::new(0x501, status, 0xabcd))
+        );
+    }
+    // Failures without a command status stay plain EIO.
+    assert_eq!(
+        verbs::Error::from(Error::Delivery {
+            opcode: 0x501,
+            status: 3
+        }),
+        verbs::Error::Io
+    );
+    assert_eq!(
+        verbs::Error::from(Error::Health { syndrome: 1 }),
+        verbs::Error::Io
     );
     assert!(is_supported_pci(0x15b3, 0x101d));
     assert!(!is_supported_pci(0x15b3, 0x6750));

@@ -11,8 +11,8 @@ use nic_emulator::Profile;
 use nic_testbed::{EmuDevice, Testbed, World};
 use verbs::{
     AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// One NIC's driver and the objects a test needs.
@@ -543,11 +543,11 @@ fn two_nics_rc_and_ud_over_the_fabric() {
         &n1.dev,
         &mut u1,
         &[SendWr {
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah: &ah,
                 remote_qpn: u2.qpn(),
                 remote_qkey: 0x8000_0000, // the QP's own Q_Key
-            },
+            }),
             ..wr(8, WrOpcode::Send, &usg)
         }],
     )

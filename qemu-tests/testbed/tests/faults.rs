@@ -89,6 +89,65 @@ fn failed_command_gives_its_status_and_syndrome_and_unwinds() {
     }
 }
 
+/// A command the firmware fails after bring-up reaches the verbs caller with its opcode,
+/// status and syndrome (EIO statuses), or as the errno its status maps to; the device is left
+/// as it was and the same call then succeeds.
+#[test]
+fn a_failed_command_reaches_the_verbs_caller_intact() {
+    use verbs::{DeviceFailure, Provider};
+    let tb = Testbed::new(Profile::default());
+    let dev = tb.probe(quick()).unwrap();
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let before = tb.live();
+    for (op, status, want) in [
+        (
+            opcode::CREATE_CQ,
+            cmd_status::INTERNAL_ERR,
+            verbs::Error::Device(DeviceFailure::new(
+                opcode::CREATE_CQ,
+                cmd_status::INTERNAL_ERR,
+                0x0bad_cafe,
+            )),
+        ),
+        (opcode::CREATE_CQ, cmd_status::NO_RES, verbs::Error::Again),
+        (
+            opcode::ALLOC_PD,
+            cmd_status::BAD_SYS_STATE,
+            verbs::Error::Device(DeviceFailure::new(
+                opcode::ALLOC_PD,
+                cmd_status::BAD_SYS_STATE,
+                0x0bad_cafe,
+            )),
+        ),
+    ] {
+        tb.device().faults().fail_command = Some(FailCommand {
+            opcode: op,
+            status,
+            syndrome: 0x0bad_cafe,
+            times: Some(1),
+        });
+        let err = if op == opcode::CREATE_CQ {
+            Provider::create_cq(&dev, 64, 0, None)
+                .map(|_| ())
+                .unwrap_err()
+        } else {
+            Provider::alloc_pd(&dev).map(|_| ()).unwrap_err()
+        };
+        assert_eq!(err, want, "{}", opcode::name(op).unwrap());
+        if let verbs::Error::Device(d) = err {
+            assert_eq!(err.errno(), 5);
+            assert_eq!((d.opcode, d.status, d.syndrome), (op, status, 0x0bad_cafe));
+            assert!(err.to_string().contains(&format!("{op:#06x}")), "{err}");
+        }
+        assert_eq!(tb.live(), before, "a failed command left something behind");
+    }
+    // The knob ran out: the calls go through again.
+    let cq = Provider::create_cq(&dev, 64, 0, None).unwrap();
+    Provider::destroy_cq(&dev, cq).unwrap();
+    Provider::dealloc_pd(&dev, pd).unwrap();
+    dev.shutdown().unwrap();
+}
+
 #[test]
 fn delivery_failure_gives_a_delivery_error() {
     let tb = Testbed::new(Profile::default());

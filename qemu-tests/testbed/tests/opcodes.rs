@@ -8,8 +8,9 @@ mod common;
 use common::*;
 use mlx5::{Ah, Qp};
 use verbs::{
-    MemoryRegion, Mtu, PostError, Provider, QpCap, QpType, RemoteOp, SendFlags, SendWr, WcFlags,
-    WcOpcode, WcStatus, WrOpcode,
+    AtomicCap, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask, QpCap, QpInitAttr,
+    QpState, QpType, RemoteOp, SendFlags, SendWr, SrqAttr, UdDest, WcFlags, WcOpcode, WcStatus,
+    WrOpcode,
 };
 
 const MIB: usize = 1 << 20;
@@ -804,11 +805,11 @@ fn ud_send_recv_with_grh() {
                 &[SendWr {
                     flags: SendFlags::SIGNALED,
                     imm_data: imm.to_be(),
-                    remote: RemoteOp::Ud {
+                    dest: Some(UdDest {
                         ah: &ah,
                         remote_qpn: ub.qpn(),
                         remote_qkey: QKEY,
-                    },
+                    }),
                     ..wr(case, opcode, &sg)
                 }],
             );
@@ -866,11 +867,11 @@ fn ud_send_recv_with_grh() {
         &mut ua,
         &[SendWr {
             flags: SendFlags::SIGNALED,
-            remote: RemoteOp::Ud {
+            dest: Some(UdDest {
                 ah: &ah,
                 remote_qpn: ub.qpn(),
                 remote_qkey: QKEY,
-            },
+            }),
             ..wr(99, WrOpcode::Send, &sg)
         }],
     );
@@ -1052,4 +1053,155 @@ fn post_time_validation() {
     assert_eq!(t.qb.rq_producer().wrapping_sub(before) as usize, depth);
     Provider::destroy_qp(&t.a.dev, ud).unwrap();
     t.finish();
+}
+
+/// What `query_device` reports is what the device takes: QPs and SRQs at the reported SGE and
+/// inline limits (one SGE more is refused), an RC connection at the reported read/atomic
+/// depths (a deeper one is refused) over which an RDMA READ scattering into `max_sge_rd`
+/// SGEs lands every byte.
+#[test]
+fn query_device_reports_the_limits_the_device_takes() {
+    let (world, a, b) = pair(0x51, MEM);
+    let attr = Provider::query_device(&a.dev).unwrap();
+    // The emulated device's capabilities: atomics, 2^4 outstanding reads each way,
+    // 1024-byte send and 512-byte receive WQEs, 2^log_max_qp SRQs of 2^15 WQEs.
+    let p = nic_emulator::Profile::default();
+    let (maj, min, sub) = p.fw_rev;
+    assert_eq!(attr.fw_ver, format!("{maj}.{min}.{sub:04}").as_str());
+    assert_eq!(attr.atomic_cap, AtomicCap::Hca);
+    assert_eq!((attr.max_qp_rd_atom, attr.max_qp_init_rd_atom), (16, 16));
+    assert_eq!((attr.max_sge, attr.max_sge_rd), (32, 61));
+    assert_eq!(attr.max_inline_data, 1008 - 64 - 4);
+    assert_eq!(
+        (attr.max_srq, attr.max_srq_wr, attr.max_srq_sge),
+        (1 << p.log_max_qp, (1 << 15) - 1, 31)
+    );
+
+    let create = |n: &Node, qp_type, cap| {
+        Provider::create_qp(
+            &n.dev,
+            &n.pd,
+            &QpInitAttr {
+                qp_type,
+                send_cq: &n.cq,
+                recv_cq: &n.cq,
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            },
+        )
+    };
+    let full = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: attr.max_sge,
+        max_recv_sge: attr.max_sge,
+        max_inline_data: attr.max_inline_data,
+    };
+    let (ud, ud_cap) = create(&a, QpType::Ud, full).expect("UD QP at the limits");
+    assert!(ud_cap.max_send_sge >= attr.max_sge && ud_cap.max_recv_sge >= attr.max_sge);
+    assert!(ud_cap.max_inline_data >= attr.max_inline_data);
+    let over = QpCap {
+        max_recv_sge: attr.max_sge + 1,
+        ..full
+    };
+    assert_eq!(
+        create(&a, QpType::Ud, over).unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    let srq_attr = SrqAttr {
+        max_wr: 16,
+        max_sge: attr.max_srq_sge,
+        srq_limit: 0,
+    };
+    let srq = Provider::create_srq(&a.dev, &a.pd, &srq_attr).expect("SRQ at max_srq_sge");
+    assert!(verbs::SharedReceiveQueue::attr(&srq).max_sge >= attr.max_srq_sge);
+    let too_wide = SrqAttr {
+        max_sge: attr.max_srq_sge + 1,
+        ..srq_attr
+    };
+    assert_eq!(
+        Provider::create_srq(&a.dev, &a.pd, &too_wide).unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    Provider::destroy_srq(&a.dev, srq).unwrap();
+
+    // RC at the reported depths, sending up to max_sge_rd SGEs.
+    let rc_cap = QpCap {
+        max_send_sge: attr.max_sge_rd,
+        ..full
+    };
+    let (mut qa, _) = create(&a, QpType::Rc, rc_cap).expect("RC QP at max_sge_rd");
+    let (mut qb, _) = create(&b, QpType::Rc, rc_cap).unwrap();
+    let c = Conn {
+        max_rd_atomic: attr.max_qp_init_rd_atom as u8,
+        max_dest_rd_atomic: attr.max_qp_rd_atom as u8,
+        ..Conn::default()
+    };
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    a.connect(&mut qa, &b, nb, &c);
+    b.connect(&mut qb, &a, na, &c);
+    let sizes = vec![7; attr.max_sge_rd as usize];
+    let lay = place(SRC, &sizes, 3);
+    let want = pattern(0x51, layout_end(&lay) - SRC);
+    let total: usize = sizes.iter().sum();
+    b.write(DST, &want[..total]);
+    let sg = a.sges(&lay);
+    a.post_send(
+        &mut qa,
+        &[SendWr {
+            flags: SendFlags::SIGNALED,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.addr(DST),
+                rkey: b.mr.rkey(),
+            },
+            ..wr(1, WrOpcode::RdmaRead, &sg)
+        }],
+    );
+    let wc = poll_n(&world, &a, &a.cq, 1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    assert_eq!(wc[0].byte_len as usize, total);
+    assert_bytes(&a.read_gathered(&lay, total), &want[..total], "RDMA READ");
+
+    // One outstanding read more than reported is refused at INIT -> RTR.
+    let (mut deep, _) = create(&a, QpType::Rc, full).unwrap();
+    let mut at = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    use QpAttrMask as M;
+    Provider::modify_qp(
+        &a.dev,
+        &mut deep,
+        &at,
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+    )
+    .unwrap();
+    at.qp_state = QpState::Rtr;
+    at.path_mtu = Mtu::Mtu1024;
+    at.dest_qp_num = nb;
+    at.ah_attr = a.path_to(&b);
+    at.max_dest_rd_atomic = attr.max_qp_rd_atom as u8 + 1;
+    let rtr = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER;
+    assert_eq!(
+        Provider::modify_qp(&a.dev, &mut deep, &at, rtr).unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    at.max_dest_rd_atomic = attr.max_qp_rd_atom as u8;
+    Provider::modify_qp(&a.dev, &mut deep, &at, rtr).expect("INIT -> RTR at the depth");
+
+    a.no_device_errors();
+    b.no_device_errors();
+    a.teardown(vec![ud, qa, deep]);
+    b.teardown(vec![qb]);
 }

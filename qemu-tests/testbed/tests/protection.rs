@@ -118,6 +118,7 @@ fn violation(
         WrOpcode::RdmaRead => WcOpcode::RdmaRead,
         WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
         WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        other => panic!("{what}: no test posts {other:?}"),
     };
     assert_eq!(
         s[0].opcode, posted_op,
@@ -186,7 +187,7 @@ fn violation(
     Provider::destroy_qp(&b.dev, qb).unwrap();
 }
 
-fn rdma(n: &Node, off: usize, rkey: u32) -> RemoteOp<'static, Ah> {
+fn rdma(n: &Node, off: usize, rkey: u32) -> RemoteOp {
     RemoteOp::Rdma {
         remote_addr: n.addr(off),
         rkey,

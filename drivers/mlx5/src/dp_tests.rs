@@ -12,7 +12,10 @@ use verbs::{
     WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
+use crate::ah::roce_udp_sport;
 use crate::fake::*;
+use crate::poll::wc_status;
+use crate::qp::*;
 use crate::*;
 
 /// The CQ's ring, for the test to play the device.

@@ -21,6 +21,7 @@ mod query;
 pub use create::QpCreate;
 pub use modify::{QpAccess, QpModify, Transition};
 pub use path::{AddressPath, Mtu};
+#[cfg(any(test, feature = "raw"))]
 pub use query::QueryQp;
 
 use alloc::sync::Arc;
@@ -152,12 +153,12 @@ impl Qp {
     }
 
     /// Service type.
-    pub fn service(&self) -> ServiceType {
+    pub(crate) fn service(&self) -> ServiceType {
         self.service
     }
 
     /// State after the last successful transition.
-    pub fn state(&self) -> QpState {
+    pub(crate) fn state(&self) -> QpState {
         self.state
     }
 

@@ -191,7 +191,7 @@ impl CqCore {
 /// [`Cq::poll`](Cq::poll) (from any thread: pollers of one CQ are serialised by a spin lock
 /// taken once per call); arm it with [`Device::req_notify_cq`].
 ///
-/// Dropped without [`Device::destroy_cq`], its memory is leaked (the device may still write
+/// Dropped without `destroy_cq`, its memory is leaked (the device may still write
 /// it).
 pub struct Cq {
     pub(crate) core: Arc<CqCore>,
@@ -256,7 +256,7 @@ impl Cq {
         &self.core.dbrec
     }
 
-    /// The context value given at creation (0 for [`Device::create_cq`]).
+    /// The context value given at creation (0 for a CQ made without one).
     pub fn cq_context(&self) -> u64 {
         self.core.cq_context
     }

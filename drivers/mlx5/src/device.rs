@@ -66,7 +66,7 @@ pub(crate) const PENDING_MAX: usize = 4096;
 /// An mlx5 device (one PCI function) after bring-up.
 ///
 /// Every method takes `&self`: command slots and object state sit behind `spin` mutexes. Objects
-/// ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), [`Mkey`](crate::Mkey)) are
+/// ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), memory keys) are
 /// plain values owned by the caller and handed back to the matching `destroy_*`.
 ///
 /// Dropping the device without [`shutdown`](Self::shutdown) runs the same teardown, ignoring

@@ -53,7 +53,7 @@ impl core::ops::BitOrAssign for MkeyAccess {
 }
 
 /// A memory key. The memory it maps belongs to the caller and must stay valid (and
-/// DMA-mapped) until [`Device::destroy_mkey`] returned `Ok`.
+/// DMA-mapped) until [`destroy_mkey`](crate::raw::RawDevice::destroy_mkey) returned `Ok`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mkey {
     index: u32,

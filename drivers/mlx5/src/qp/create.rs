@@ -19,7 +19,7 @@ use crate::wq::{BfReg, QpCore, RqState, SqState, max_wqe_bytes, sq_limits};
 
 use super::{GSI_QPN, Qp, QpState, ServiceType, q};
 
-/// Parameters of [`Device::create_qp`].
+/// Parameters of [`create_qp`](crate::raw::RawDevice::create_qp).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpCreate {
     /// Service type.

@@ -9,6 +9,8 @@ use nic_hal::Platform;
 
 use crate::dp_tests::{cq_rec, cq_ring};
 use crate::fake::*;
+use crate::mkey::*;
+use crate::qp::*;
 use crate::*;
 
 // ------------------------------------------------------------------------------------------

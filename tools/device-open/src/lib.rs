@@ -25,10 +25,20 @@ use verbs::{Gid, Provider};
 
 /// A provider the tools can run on.
 ///
-/// The associated objects must cross threads: the tools run one QP, CQ and buffer per thread
-/// on one device.
+/// The device and its objects must cross threads: the tools run one QP, CQ and buffer per
+/// thread on one device (and a connection manager shares them between its callers).
 pub trait Device:
-    Provider<Pd: Send + Sync, Mr: Send + Sync, Cq: Send, Qp: Send> + Send + Sync + 'static
+    Provider<
+        Pd: Send + Sync,
+        Mr: Send + Sync,
+        Cq: Send + Sync,
+        Qp: Send + Sync,
+        Srq: Send + Sync,
+        Ah: Send + Sync,
+        CompChannel: Send + Sync,
+    > + Send
+    + Sync
+    + 'static
 {
     /// The port's MAC (the RoCE path's source address; the peer's destination).
     fn mac(&self) -> Result<[u8; 6], String>;

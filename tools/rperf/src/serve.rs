@@ -353,7 +353,7 @@ mod tests {
                 inline: 0,
                 mtu: None,
             };
-            let mut pair = Pair::new(bw::slots(size) * size, &qp).unwrap();
+            let mut pair = Pair::new(bw::slots(size) * size, &qp, 1).unwrap();
             let mut p = Progress::with_terminal(vec![1.0], false);
             let plan = Plan::Iters(20);
             let (c, mut near, world) = pair.split(test, size, false, 32, 20).unwrap();

@@ -183,7 +183,10 @@ fn emu_check(
         return Err(format!("{ip}: device errors: {:?}", dev.errors()));
     }
     if dev.live() != nic_emulator::Live::default() {
-        return Err(format!("{ip}: objects left on the device: {:?}", dev.live()));
+        return Err(format!(
+            "{ip}: objects left on the device: {:?}",
+            dev.live()
+        ));
     }
     if dma.live_buffers() != 0 {
         return Err(format!(

@@ -836,7 +836,11 @@ mod tests {
             CliError::Usage(m) if m.contains("not available")
         ));
         assert_eq!(run(&["write_bw", "-q", "4"]).qps(), 4);
-        for bad in [&["write_bw", "-q", "0"][..], &["write_bw", "-q", "17"], &["write_bw", "--server", "-q", "2"]] {
+        for bad in [
+            &["write_bw", "-q", "0"][..],
+            &["write_bw", "-q", "17"],
+            &["write_bw", "--server", "-q", "2"],
+        ] {
             assert!(matches!(err(bad), CliError::Usage(_)), "{bad:?}");
         }
         for bad in [

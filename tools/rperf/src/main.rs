@@ -92,9 +92,11 @@ fn run(o: &Options) -> Result<bool, BoxError> {
         #[cfg(feature = "emulator")]
         return run_tests(o, &mut embedded::Embedded);
         #[cfg(not(feature = "emulator"))]
-        return Err("the embedded mode runs on emulated NICs: this rperf was built without \
+        return Err(
+            "the embedded mode runs on emulated NICs: this rperf was built without \
                     the `emulator` feature (use --server or PEER with --device vfio:BDF)"
-            .into());
+                .into(),
+        );
     }
     let net = o.net();
     device_open::open_remote(

@@ -27,8 +27,7 @@ use cm::{
 };
 use device_open::{Device, mac_for};
 use verbs::{
-    AccessFlags, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion,
-    WrOpcode,
+    AccessFlags, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion, WrOpcode,
 };
 
 use crate::bw::{self, BwConfig, BwRun};
@@ -106,7 +105,14 @@ impl<D: Device> Local<D> {
     /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
     /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with
     /// the caller, to be dropped after this.
-    pub fn new(dev: D, ip: Ipv4Addr, mac: [u8; 6], clock: device_open::Clock, label: String, net: &Net) -> Result<Self> {
+    pub fn new(
+        dev: D,
+        ip: Ipv4Addr,
+        mac: [u8; 6],
+        clock: device_open::Clock,
+        label: String,
+        net: &Net,
+    ) -> Result<Self> {
         let fw = dev.fw_version();
         let mtu = Provider::query_port(&dev, 1)
             .map_err(|err| Error::Verbs {
@@ -861,11 +867,14 @@ pub fn serve_group<D: Device>(
         for _ in 1..n {
             match next_request(listener, only) {
                 Ok((id, r)) => {
-                    let same = (r.test, r.size, r.qps, r.last) == (first.test, first.size, n, first.last);
+                    let same =
+                        (r.test, r.size, r.qps, r.last) == (first.test, first.size, n, first.last);
                     if !same {
                         reject_with(&id, "not a connection of the run being served");
                         id.destroy_ep();
-                        err = Some(format!("a connection request that is not of the run being served: {r:?}"));
+                        err = Some(format!(
+                            "a connection request that is not of the run being served: {r:?}"
+                        ));
                         break;
                     }
                     hs.push(serve(id, r));
@@ -878,7 +887,10 @@ pub fn serve_group<D: Device>(
         }
         let mut out: Vec<_> = hs
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a connection's thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a connection's thread panicked".into()))
+            })
             .collect();
         if let Some(e) = err {
             out.push(Err(e));

@@ -98,11 +98,7 @@ pub fn banner(info: &RunInfo, bi: &BannerInfo<'_>) -> String {
         " Device          : {} (fw {maj}.{min}.{sub})\tTransport type : IB",
         bi.device
     );
-    let _ = writeln!(
-        b,
-        " Number of qps   : {}\t\tConnection type : RC",
-        info.qps
-    );
+    let _ = writeln!(b, " Number of qps   : {}\t\tConnection type : RC", info.qps);
     if info.test.is_lat() {
         let _ = writeln!(b, " TX depth        : 1");
     } else {

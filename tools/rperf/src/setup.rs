@@ -207,8 +207,8 @@ impl<D: Device> End<D> {
             what: "allocate buffer",
             err,
         })?;
-        let mr = Provider::reg_mr(dev, &nic.pd, mem.clone(), ALL_ACCESS)
-            .map_err(verbs_err("reg_mr"))?;
+        let mr =
+            Provider::reg_mr(dev, &nic.pd, mem.clone(), ALL_ACCESS).map_err(verbs_err("reg_mr"))?;
         let want = QpCap {
             max_send_wr: cfg.sq,
             max_recv_wr: cfg.rq,
@@ -332,7 +332,12 @@ impl<D: Device> End<D> {
     /// the buffer.
     fn teardown(self) -> Result<()> {
         let End {
-            nic, cq, buf, mr, qp, ..
+            nic,
+            cq,
+            buf,
+            mr,
+            qp,
+            ..
         } = self;
         let dev = &nic.dev;
         let destroy = |what: &'static str, err: verbs::Error| Error::Verbs { what, err };
@@ -377,7 +382,10 @@ fn profile_for(ip: Ipv4Addr) -> Profile {
     }
 }
 
-fn open_nic(world: &Arc<World>, ip: Ipv4Addr) -> Result<(Nic<EmbeddedDevice>, device_open::Backing)> {
+fn open_nic(
+    world: &Arc<World>,
+    ip: Ipv4Addr,
+) -> Result<(Nic<EmbeddedDevice>, device_open::Backing)> {
     let o = InProcess {
         world,
         ip,

@@ -15,7 +15,9 @@ use crate::cli::{Plan, Test};
 use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
 use crate::serve::Peer;
-use crate::setup::{Error, Pair, Result, check_ok, compare};
+#[cfg(feature = "emulator")]
+use crate::setup::Pair;
+use crate::setup::{Error, Result, check_ok, compare};
 
 /// Slots of one side fit in this many bytes (at least one slot).
 const SLOT_BUDGET: usize = 1 << 20;
@@ -66,6 +68,7 @@ impl BwConfig {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// Runs `test` (a bandwidth test) at `size` on `pair`: the client's loop with the server
 /// driven from this thread.
 pub fn run(
@@ -237,6 +240,7 @@ mod tests {
         assert_eq!(slots(8 << 20), 1);
     }
 
+    #[cfg(feature = "emulator")]
     #[test]
     fn a_run_verifies_and_a_corrupted_target_does_not() {
         use crate::port::Port;

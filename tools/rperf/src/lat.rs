@@ -21,7 +21,9 @@ use crate::cli::{Plan, Test};
 use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
 use crate::serve::{Peer, Queue};
-use crate::setup::{Error, Pair, Result, check_ok, compare};
+#[cfg(feature = "emulator")]
+use crate::setup::Pair;
+use crate::setup::{Error, Result, check_ok, compare};
 
 /// Send queue depth of the latency QPs (one request in flight; room to reap lazily).
 pub const LAT_SQ: u32 = 16;
@@ -56,6 +58,7 @@ pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f
     }
 }
 
+#[cfg(feature = "emulator")]
 /// Runs `test` (a latency test) at `size` on `pair`: the client's loop with the server driven
 /// from this thread.
 pub fn run(
@@ -256,6 +259,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "emulator")]
     #[test]
     fn runs_verify_and_corruption_is_found() {
         use crate::port::Port;

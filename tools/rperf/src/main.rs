@@ -42,7 +42,7 @@ mod stats;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cli::{Command, Mode, Options, Plan, Test};
+use cli::{Command, Mode, Options, Test};
 use device_open::{Device, WithDevice};
 use progress::Progress;
 use remote::{Local, Net, Outcome};
@@ -281,7 +281,7 @@ mod embedded {
             banner: bool,
             progress: &mut Progress,
         ) -> Result<(RunInfo, Outcome), BoxError> {
-            let plan: Plan = o.plan();
+            let plan: cli::Plan = o.plan();
             let inline = o.inline(test);
             let qp = QpConfig {
                 sq: if test.is_lat() {
@@ -343,7 +343,7 @@ mod embedded {
         pair: &mut Pair,
         test: Test,
         size: usize,
-        plan: Plan,
+        plan: cli::Plan,
         cfg: bw::BwConfig,
     ) -> Result<Vec<Outcome>, BoxError> {
         let Pair { world, lanes, .. } = pair;

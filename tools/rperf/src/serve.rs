@@ -335,7 +335,7 @@ pub fn check<E: Port>(e: &E, test: Test, size: usize, count: u64) -> Verdict {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "emulator"))]
 mod tests {
     use super::*;
     use crate::bw::{self, BwConfig};

@@ -9,12 +9,20 @@
 //! The client NIC runs the loops of [`crate::lat`] and [`crate::bw`]; the server NIC is their
 //! far end ([`Near`]), a [`Responder`] driven from the same thread.
 
+// Without the emulator only the two-process mode is built: the embedded fixture (and what only
+// it uses) is left out.
+#![cfg_attr(not(feature = "emulator"), allow(unused_imports, dead_code))]
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use device_open::{Device, InProcess, Open};
+use device_open::Device;
+#[cfg(feature = "emulator")]
+use device_open::{InProcess, Open};
+#[cfg(feature = "emulator")]
 use nic_emulator::Profile;
+#[cfg(feature = "emulator")]
 use nic_testbed::World;
 use verbs::{
     AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask as M,
@@ -25,10 +33,13 @@ use crate::cli::Test;
 use crate::port::{Buffer, Pace, Port, Request, Wait};
 use crate::serve::{Peer, Responder, Verdict};
 
+#[cfg(feature = "emulator")]
 /// Port address of the client (requester) NIC.
 pub const IP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+#[cfg(feature = "emulator")]
 /// Port address of the server (responder) NIC.
 pub const IP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+#[cfg(feature = "emulator")]
 /// Seed of the fabric (no faults are configured; the seed only fixes the run).
 const WORLD_SEED: u64 = 0x0072_7065_7266;
 /// A wait fails when the virtual clock moved this far without the awaited progress (RC
@@ -142,6 +153,7 @@ const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
+#[cfg(feature = "emulator")]
 /// One NIC: the opened device and its PD (shared by every lane on it).
 pub struct Nic<D: Device> {
     /// The driver.
@@ -155,6 +167,7 @@ pub struct Nic<D: Device> {
     pub ip: Ipv4Addr,
 }
 
+#[cfg(feature = "emulator")]
 impl<D: Device> Nic<D> {
     /// Allocates the PD of `dev`, whose port is at `ip` with MAC `mac`.
     pub fn new(dev: D, ip: Ipv4Addr, mac: [u8; 6]) -> Result<Nic<D>> {
@@ -180,6 +193,7 @@ impl<D: Device> Nic<D> {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// One lane's end on one NIC: its CQ, its registered buffer and its RC QP.
 pub struct End<D: Device> {
     /// The NIC.
@@ -197,6 +211,7 @@ pub struct End<D: Device> {
     pub buf: Buffer,
 }
 
+#[cfg(feature = "emulator")]
 impl<D: Device> End<D> {
     /// Lane `lane`'s end on `nic`.
     pub fn new(nic: &Arc<Nic<D>>, lane: usize, region: usize, cfg: &QpConfig) -> Result<End<D>> {
@@ -353,9 +368,11 @@ impl<D: Device> End<D> {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// The device type of the embedded mode.
 pub type EmbeddedDevice = nic_testbed::EmuDevice;
 
+#[cfg(feature = "emulator")]
 /// Both NICs, one connection per lane, and the world they live in.
 pub struct Pair {
     /// The fabric, the devices and the virtual clock.
@@ -375,6 +392,7 @@ pub struct Pair {
     pub rd_atomic: u8,
 }
 
+#[cfg(feature = "emulator")]
 fn profile_for(ip: Ipv4Addr) -> Profile {
     Profile {
         mac: [0x02, 0, 0, 0, 0x01, ip.octets()[3]],
@@ -382,6 +400,7 @@ fn profile_for(ip: Ipv4Addr) -> Profile {
     }
 }
 
+#[cfg(feature = "emulator")]
 fn open_nic(
     world: &Arc<World>,
     ip: Ipv4Addr,
@@ -396,6 +415,7 @@ fn open_nic(
     Ok((Nic::new(o.dev, ip, o.mac)?, o.backing))
 }
 
+#[cfg(feature = "emulator")]
 impl Pair {
     /// Two NICs with `lanes` connected RC QPs between them, each end with `region` bytes of
     /// SRC and of DST.
@@ -484,6 +504,7 @@ impl Pair {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// For a run of `test` at `size` on one lane: the client end, the server end as its far end
 /// (a [`Responder`] driven from the client's thread, see [`Responder::new`]) and the world
 /// that paces both.
@@ -510,6 +531,7 @@ pub fn split_lane<'a, D: Device>(
     ))
 }
 
+#[cfg(feature = "emulator")]
 /// Fails a wait that makes no progress for [`STALL_LIMIT_NS`] of virtual time, or for
 /// [`STALL_LIMIT_WALL`] of wall-clock time (a device that keeps "making progress" without
 /// getting anywhere would never move the virtual clock); each spin runs the world one step.
@@ -524,6 +546,7 @@ pub struct Watchdog<'a> {
 /// Wall-clock limit of a wait without progress.
 pub const STALL_LIMIT_WALL: Duration = Duration::from_secs(120);
 
+#[cfg(feature = "emulator")]
 impl Pace for World {
     type Wait<'a> = Watchdog<'a>;
 
@@ -538,6 +561,7 @@ impl Pace for World {
     }
 }
 
+#[cfg(feature = "emulator")]
 impl Wait for Watchdog<'_> {
     fn progress(&mut self) {
         self.since_ns = self.world.now_ns();
@@ -558,6 +582,7 @@ impl Wait for Watchdog<'_> {
     }
 }
 
+#[cfg(feature = "emulator")]
 impl<D: Device> Port for End<D> {
     fn post(&mut self, r: &Request) -> Result<()> {
         let mut sg = [Sge::default()];
@@ -584,6 +609,7 @@ impl<D: Device> Port for End<D> {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// The server NIC of a [`Pair`] as the client's loops see it: a [`Responder`] driven from
 /// the client's thread.
 pub struct Near<'a, D: Device> {
@@ -592,6 +618,7 @@ pub struct Near<'a, D: Device> {
     resp: Responder,
 }
 
+#[cfg(feature = "emulator")]
 impl<D: Device> Peer<End<D>> for Near<'_, D> {
     fn answer(&mut self) -> Result<()> {
         let want = self.resp.answered + 1;

@@ -25,8 +25,8 @@ use nic_emulator::Profile;
 #[cfg(feature = "emulator")]
 use nic_testbed::World;
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr, QpType, RecvWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpCap, QpInitAttr, QpType,
+    RecvWr, Sge, WcStatus, WorkCompletion,
 };
 
 use crate::cli::Test;
@@ -290,57 +290,24 @@ impl<D: Device> End<D> {
         }
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `peer`.
+    /// RESET -> INIT -> RTR -> RTS towards `peer`, with perftest's timers (the defaults of
+    /// [`verbs::rc::RcParams`]: RNR timer 0.64 ms, ACK timeout 14, 7 retries each).
     fn connect(&mut self, peer: &End<D>, mtu: Mtu, rd_atomic: u8) -> Result<()> {
-        let dev = &self.nic.dev;
-        let mut a = QpAttr {
-            qp_state: verbs::QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
+        let params = verbs::rc::RcParams {
+            access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
+            ah_attr: self.path_to(peer),
+            path_mtu: mtu,
+            dest_qp_num: peer.qpn(),
+            rq_psn: peer.psn,
+            max_dest_rd_atomic: rd_atomic,
+            sq_psn: self.psn,
+            max_rd_atomic: rd_atomic,
+            ..Default::default()
         };
-        Provider::modify_qp(
-            dev,
-            &mut self.qp,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .map_err(verbs_err("modify_qp RESET -> INIT"))?;
-        a.qp_state = verbs::QpState::Rtr;
-        a.path_mtu = mtu;
-        a.dest_qp_num = peer.qpn();
-        a.rq_psn = peer.psn;
-        a.max_dest_rd_atomic = rd_atomic;
-        a.min_rnr_timer = 12; // 0.64 ms, perftest's value
-        a.ah_attr = self.path_to(peer);
-        Provider::modify_qp(
-            dev,
-            &mut self.qp,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .map_err(verbs_err("modify_qp INIT -> RTR"))?;
-        a.qp_state = verbs::QpState::Rts;
-        a.sq_psn = self.psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = rd_atomic;
-        Provider::modify_qp(
-            dev,
-            &mut self.qp,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .map_err(verbs_err("modify_qp RTR -> RTS"))
+        verbs::rc::connect(&self.nic.dev, &mut self.qp, &params)
+            .map_err(verbs_err("modify_qp RESET -> INIT -> RTR -> RTS"))
     }
 
     /// Destroys the QP, the CQ (checking it saw no malformed entry) and the MR, and frees

@@ -53,12 +53,27 @@ pub(crate) const DRIVER_EQ_EVENTS: u64 = {
 const SPARE_EQES: u32 = 0x80;
 
 /// Events read from the driver's EQ (while draining command-completion EQEs after each
-/// command) and not yet handed to [`Device::poll_events`]. Bounded; overflow is counted.
+/// command, or while waiting for one) and not yet handed to [`Device::poll_events`], and the
+/// firmware page requests not served yet. Bounded; overflow is counted.
 pub(crate) struct Pending {
     pub(crate) events: VecDeque<Event>,
+    pub(crate) page_requests: VecDeque<PageRequest>,
     pub(crate) lost: u64,
     pub(crate) error: Option<Error>,
 }
+
+/// A firmware page request (EQE type PAGE_REQUEST) waiting to be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageRequest {
+    pub(crate) function_id: u16,
+    pub(crate) ec_function: bool,
+    pub(crate) release_all: bool,
+    pub(crate) num_pages: i32,
+}
+
+/// Page requests served per look at the EQ while a command waits (the wait goes on until the
+/// command completes; this only interleaves the looks at the ownership bit).
+const PAGE_REQUESTS_PER_WAIT: usize = 4;
 
 /// Most events kept in [`Pending`].
 pub(crate) const PENDING_MAX: usize = 4096;
@@ -219,6 +234,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             event_eq: Mutex::new(None),
             pending: Mutex::new(Pending {
                 events: VecDeque::new(),
+                page_requests: VecDeque::new(),
                 lost: 0,
                 error: None,
             }),
@@ -597,18 +613,42 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         self.cmd_on(SlotKind::Ordinary, input, out_len)
     }
 
-    /// A command on the page slot.
+    /// A command on the slot of `kind`. While an ordinary command waits, the driver's EQ is
+    /// looked at between two polls of the ownership bit and the firmware's page requests are
+    /// served on the page slot (firmware may need pages to complete the command); a page
+    /// command's wait does nothing else.
     pub(crate) fn cmd_on(
         &self,
         kind: SlotKind,
         input: &[u8],
         out_len: usize,
     ) -> Result<Vec<u8>, Error> {
-        let r = self
-            .cmdq
-            .exec(&self.regs, &self.platform, &self.dma, kind, input, out_len);
+        let serve = kind == SlotKind::Ordinary && self.cmdq.has_page_slot();
+        let waiting = || {
+            if serve {
+                self.serve_pages_while_waiting();
+            }
+        };
+        let r = self.cmdq.exec(
+            &self.regs,
+            &self.platform,
+            &self.dma,
+            kind,
+            input,
+            out_len,
+            &waiting,
+        );
         self.drain_driver_eq();
         r
+    }
+
+    /// The wait hook of an ordinary command: moves the driver EQ's events into the pending
+    /// queues and serves a few page requests; an error is kept for [`Device::poll_events`].
+    fn serve_pages_while_waiting(&self) {
+        self.drain_driver_eq();
+        if let Err(e) = self.serve_page_requests(PAGE_REQUESTS_PER_WAIT) {
+            self.pending.lock().error.get_or_insert(e);
+        }
     }
 
     /// Allocates a UAR page. Its index is checked against the BAR: the page must lie inside

@@ -15,6 +15,9 @@
 //!   capabilities, the PF's HOST_ENDIANNESS register refused);
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
 //!   and its state machine, vport, RoCE GIDs) — `commands`;
+//! * firmware pages: QUERY_PAGES / MANAGE_PAGES at boot and init, and at run time
+//!   ([`PageRequests`]): creates that wait in their slot until the driver gave the pages a
+//!   PAGE_REQUEST event asked for, destroyed objects' pages offered back — `pages`;
 //! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`;
 //! * the data path — `dp`: send doorbells and BlueFlame bursts, QP doorbell records, send and
 //!   receive WQE parsing and validation, MKEY checks (key variant, PD, bounds, access flags)
@@ -32,7 +35,7 @@
 //!
 //! Not modelled yet: XRC, UMR/KLM keys, memory windows, SEND with invalidate,
 //! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
-//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
+//! MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
 //! wire, APM, congestion control (CNPs). The ATOMIC capability page offers 8-byte CAS/FAA and
 //! host-endian atomic responses (`atomic_req_8B_endianness_mode`, which SET_HCA_CAP checks).
 //!
@@ -90,6 +93,7 @@ mod faults;
 pub mod host;
 mod mem;
 mod objects;
+mod pages;
 mod poller;
 mod profile;
 mod regs;
@@ -106,7 +110,7 @@ pub use dp::{Clock, PortStats};
 pub use faults::{FailCommand, Faults, OutputHook};
 pub use mem::{AddressSpace, BarMemory, DmaFault, VecBar};
 pub use poller::{Poller, spawn_poller};
-pub use profile::Profile;
+pub use profile::{PageRequests, Profile};
 /// The RoCEv2 wire crate the device speaks (packets, fabrics), re-exported so that users
 /// attach devices without naming a second dependency.
 pub use roce_wire;
@@ -479,6 +483,18 @@ impl Device {
             hca_enabled: self.hca.enabled,
             hca_initialized: self.hca.initialized,
         }
+    }
+
+    /// PAGE_REQUEST events the device raised at run time (asking for pages or offering them
+    /// back; see [`PageRequests`] and [`Faults::page_storm`]).
+    pub fn page_requests_raised(&self) -> u64 {
+        self.hca.rt.posted
+    }
+
+    /// Command slots whose command waits for pages (a create the driver has not given the
+    /// pages for yet), ascending.
+    pub fn waiting_for_pages(&self) -> Vec<u8> {
+        self.hca.rt.parked.keys().copied().collect()
     }
 
     /// Every command completed so far, in completion order.

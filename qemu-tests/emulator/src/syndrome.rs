@@ -66,6 +66,9 @@ pub const PAGE_NOT_MAPPED: u32 = s(0x21);
 pub const DUPLICATE_PAGE: u32 = s(0x22);
 /// NO_RES: the device would hold more than its page limit (1 << 20 pages).
 pub const TOO_MANY_PAGES: u32 = s(0x23);
+/// NO_RES: a create waited for pages (a runtime PAGE_REQUEST) and the driver answered
+/// MANAGE_PAGES CANT_GIVE.
+pub const PAGES_REFUSED: u32 = s(0x24);
 
 // ------------------------------------------------------------------ capabilities, registers
 

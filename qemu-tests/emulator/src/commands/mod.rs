@@ -525,7 +525,8 @@ fn lookup(opcode: u16) -> Option<&'static Spec> {
 /// Input header dword 1 bits 31:16 (reserved).
 const HDR_RESERVED: Field = Field::dw(0x4, 31, 16);
 
-fn header(status: u8, syndrome: u32) -> Vec<u8> {
+/// An output message of just a header with `status` and `syndrome`.
+pub(crate) fn header(status: u8, syndrome: u32) -> Vec<u8> {
     let mut o = out(mbox_out::HEADER_SIZE);
     mbox_out::STATUS.set(&mut o, u32::from(status));
     mbox_out::SYNDROME.set(&mut o, syndrome);

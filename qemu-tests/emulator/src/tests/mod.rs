@@ -5,6 +5,7 @@ mod delivery;
 mod dp;
 mod faults;
 mod objects;
+mod pages;
 mod qp;
 mod regs;
 mod srq;

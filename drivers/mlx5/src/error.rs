@@ -126,6 +126,12 @@ pub enum OutputFault {
         /// The raw `state` (or `st`) value.
         value: u32,
     },
+    /// QUERY_RMP reported a context that is not the SRQ's (another size, stride, PD, doorbell
+    /// record or ring format, not ready) or a limit beyond its size.
+    SrqContext {
+        /// The limit (`wq.lwm`) as reported.
+        lwm: u32,
+    },
     /// An EQE of an event type that is unknown or was not subscribed on that EQ.
     EventType {
         /// The EQE `type`.

@@ -6,7 +6,7 @@
 //! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::Buffer`] it holds, or of a raw [`verbs::MemRegion`]) |
 //! | `Cq` | [`Cq`] (64-byte CQEs, `2^n ≥ cqe + 1` entries) |
 //! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used; on an SRQ: no RQ) |
-//! | `Srq` | [`Srq`] (CREATE_SRQ: a linked ring of `2^n > max_wr` WQEs) |
+//! | `Srq` | [`Srq`] (CREATE_RMP at ISSI 1, CREATE_SRQ at ISSI 0: a linked ring of `2^n > max_wr` WQEs) |
 //! | `Ah` | [`Ah`] (a prepared datagram segment) |
 //! | `CompChannel` | [`CompChannel`] (an EQ the caller polls) |
 //!

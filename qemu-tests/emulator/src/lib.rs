@@ -14,7 +14,9 @@
 //! * a physical function (default) or a virtual function ([`Profile::connectx5_vf`]: VF
 //!   capabilities, the PF's HOST_ENDIANNESS register refused);
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
-//!   and its state machine, vport, RoCE GIDs) — `commands`;
+//!   and its state machine, SRQs — as receive memory pools (CREATE/MODIFY/QUERY/DESTROY_RMP)
+//!   once ISSI 1 is set, CREATE_SRQ refused then, as at ISSI 0 the RMP commands —, vport,
+//!   RoCE GIDs) — `commands`;
 //! * firmware pages: QUERY_PAGES / MANAGE_PAGES at boot and init, and at run time
 //!   ([`PageRequests`]): creates that wait in their slot until the driver gave the pages a
 //!   PAGE_REQUEST event asked for, destroyed objects' pages offered back — `pages`;

@@ -138,6 +138,8 @@ pub const BAD_DBR: u32 = s(0x65);
 pub const BAD_CQE_SIZE: u32 = s(0x66);
 /// BAD_PARAM: an RQ WQE stride above `max_wqe_sz_rq`.
 pub const BAD_WQE_SIZE: u32 = s(0x67);
+/// BAD_PARAM: an SRQ / RMP limit watermark (`lwm`) not below the number of WQEs.
+pub const BAD_LWM: u32 = s(0x68);
 
 // ------------------------------------------------------------------ MKEY
 

@@ -363,6 +363,38 @@ static TABLE: &[Spec] = &[
         srq::destroy_srq
     ),
     spec!(
+        op::CREATE_RMP,
+        cmds::create_rmp_in::SIZE,
+        cmds::create_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::create_rmp
+    ),
+    spec!(
+        op::MODIFY_RMP,
+        cmds::modify_rmp_in::SIZE,
+        cmds::modify_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::modify_rmp
+    ),
+    spec!(
+        op::QUERY_RMP,
+        cmds::query_rmp_in::SIZE,
+        cmds::query_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::query_rmp
+    ),
+    spec!(
+        op::DESTROY_RMP,
+        cmds::destroy_rmp_in::SIZE,
+        cmds::destroy_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::destroy_rmp
+    ),
+    spec!(
         op::CREATE_MKEY,
         cmds::create_mkey_in::SIZE,
         cmds::create_mkey_out::SIZE,

@@ -240,6 +240,16 @@ impl CmdQueue {
         lay.sig = cmd::signature(&lay.to_bytes());
         lay.status_own = 0;
 
+        // Everything that can fail for want of memory happens before the doorbell: after it,
+        // the command may have executed, and every failure says so (`BadOutput`).
+        let mut out = Vec::new();
+        out.try_reserve_exact(out_len)
+            .map_err(|_| Error::Dma(nic_hal::DmaError::NoMemory))?;
+        let unreadable = Error::BadOutput {
+            opcode,
+            what: OutputFault::Unreadable,
+        };
+
         let entry = (slot.index as usize) << self.log_stride;
         page.write(entry, &lay.to_bytes())?;
         dma_wmb();
@@ -250,7 +260,11 @@ impl CmdQueue {
         // Poll the ownership bit.
         let deadline = platform.now_ns().saturating_add(self.timeout_ns);
         loop {
-            let own = page.read_u8(entry + STATUS_OWN_OFFSET)?;
+            let Ok(own) = page.read_u8(entry + STATUS_OWN_OFFSET) else {
+                // Who owns the slot is unknown: as after a timeout, nothing is reused.
+                self.broken.store(true, Ordering::Release);
+                return Err(unreadable);
+            };
             if own & cmd::OWNER_HW == 0 {
                 break;
             }
@@ -268,20 +282,17 @@ impl CmdQueue {
         dma_rmb();
 
         let mut raw = [0u8; ENTRY_SIZE];
-        page.read(entry, &mut raw)?;
+        page.read(entry, &mut raw).map_err(|_| unreadable)?;
         let done = CmdLayout::from_bytes(&raw);
         let status = done.delivery_status();
         if status != 0 {
             return Err(Error::Delivery { opcode, status });
         }
 
-        let mut out = Vec::new();
-        out.try_reserve_exact(out_len)
-            .map_err(|_| Error::Dma(nic_hal::DmaError::NoMemory))?;
         out.extend_from_slice(&done.out);
         let mut block = [0u8; MAILBOX_SIZE];
         for k in 0..n_out {
-            slot.outbox[k].read(0, &mut block)?;
+            slot.outbox[k].read(0, &mut block).map_err(|_| unreadable)?;
             let found = block[MAILBOX_TOKEN_OFFSET];
             if found != token {
                 return Err(Error::BadOutput {

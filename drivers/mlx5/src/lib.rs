@@ -139,7 +139,7 @@ pub use caps::{Caps, PortType};
 pub use channel::{CHANNEL_MAX_CQS, CompChannel, async_event};
 pub use cmdq::MAX_MSG_LEN;
 pub use cq::Cq;
-pub use device::Device;
+pub use device::{Device, LiveObjects};
 pub use eq::{Eq, Event};
 pub use error::{CapField, CqeFault, Error, OutputFault};
 pub use mkey::{Mkey, MkeyAccess};

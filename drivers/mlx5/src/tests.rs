@@ -286,6 +286,59 @@ fn srqs_are_rmps_at_issi_1_and_srqs_at_issi_0() {
     assert!(!ops.iter().any(|o| (0x90c..=0x90f).contains(o)));
 }
 
+/// With a CQ left alive the firmware refuses the graceful teardown; the driver forces it,
+/// checks the force profile's `state`, still takes the pages back and disables the function,
+/// and reports what was left.
+#[test]
+fn teardown_with_objects_alive_forces_and_reports() {
+    for force_fails in [false, true] {
+        let b = bench();
+        let dev = b.probe().unwrap();
+        let cq = dev.create_cq(4, dev.driver_eqn().unwrap()).unwrap();
+        assert_eq!(dev.live_objects().cqs, 1);
+        b.hook(move |inp, outlen| {
+            if mbox_in::OPCODE.get(inp) as u16 != opcode::TEARDOWN_HCA {
+                return None;
+            }
+            let profile = teardown_hca_in::PROFILE.get(inp) as u16;
+            Some(Reply::ok(out_with(outlen, |o| {
+                if profile == op_mod::TEARDOWN_GRACEFUL {
+                    o[0] = firmware_interface::cmd_status::BAD_RES_STATE;
+                } else if force_fails {
+                    teardown_hca_out::STATE.set(o, teardown_hca_out::STATE_FORCE_FAIL);
+                }
+            })))
+        });
+        let e = dev.shutdown().unwrap_err();
+        let Error::ObjectsAlive { live, stopped } = e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(live.cqs, 1);
+        // The driver's EQ could not go while the CQ named it.
+        assert!(stopped);
+        let ops = b.opcodes();
+        let tail: Vec<u16> = ops
+            .iter()
+            .copied()
+            .filter(|o| matches!(*o, opcode::TEARDOWN_HCA | opcode::DISABLE_HCA))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                opcode::TEARDOWN_HCA,
+                opcode::TEARDOWN_HCA,
+                opcode::DISABLE_HCA
+            ]
+        );
+        assert_eq!(
+            teardown_hca_in::PROFILE.get(&b.fw().inputs[&opcode::TEARDOWN_HCA]),
+            u32::from(op_mod::TEARDOWN_FORCE)
+        );
+        assert!(format!("{e}").contains("1 CQ"), "{e}");
+        drop(cq);
+    }
+}
+
 #[test]
 fn failed_probe_undoes_what_was_done() {
     let b = bench();

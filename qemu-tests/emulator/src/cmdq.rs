@@ -109,7 +109,7 @@ impl Device {
         let stride = u32::from(self.profile.log_cmdq_stride.min(12));
         let addr = base.wrapping_add(u64::from(slot) << stride);
         let mut raw = [0u8; cmd::ENTRY_SIZE];
-        if self.dma_read(addr, &mut raw).is_err() {
+        if self.cmd_dma_read(addr, &mut raw).is_err() {
             return;
         }
         let e = CmdLayout::from_bytes(&raw);
@@ -157,15 +157,15 @@ impl Device {
             fin[cmd::SIG_OFFSET] = cmd::signature(&fin);
         }
         if head.is_some() {
-            let _ = self.dma_write(addr + 0x20, &fin[0x20..0x30]);
+            let _ = self.cmd_dma_write(addr + 0x20, &fin[0x20..0x30]);
         }
         if sig {
-            let _ = self.dma_write(
+            let _ = self.cmd_dma_write(
                 addr + cmd::SIG_OFFSET as u64,
                 &fin[cmd::SIG_OFFSET..cmd::SIG_OFFSET + 1],
             );
         }
-        let _ = self.dma_write(
+        let _ = self.cmd_dma_write(
             addr + cmd::STATUS_OWN_OFFSET as u64,
             &fin[cmd::STATUS_OWN_OFFSET..],
         );
@@ -272,7 +272,7 @@ impl Device {
             return Err(align_err);
         }
         let mut b = Box::new([0u8; MAILBOX_SIZE]);
-        if self.dma_read(ptr, &mut b[..]).is_err() {
+        if self.cmd_dma_read(ptr, &mut b[..]).is_err() {
             return Err(ds::FW_ERR);
         }
         if be32(&b[BLOCK_NUM..]) as usize != i {
@@ -334,7 +334,7 @@ impl Device {
         for (i, (addr, blk)) in chain.iter().enumerate() {
             let start = cmd::INLINE_LEN + i * MAILBOX_DATA;
             let data = &output[start..output.len().min(start + MAILBOX_DATA)];
-            if self.dma_write(*addr, data).is_err() {
+            if self.cmd_dma_write(*addr, data).is_err() {
                 return Err(ds::FW_ERR);
             }
             let mut b = blk.clone();
@@ -358,7 +358,10 @@ impl Device {
                 b[cmd::MAILBOX_CTRL_SIG_OFFSET] = cmd::signature(&b[cmd::MAILBOX_CTRL_SIG_RANGE]);
                 b[cmd::MAILBOX_SIG_OFFSET] = cmd::signature(&b[cmd::MAILBOX_SIG_RANGE]);
                 let off = cmd::MAILBOX_CTRL_SIG_OFFSET;
-                if self.dma_write(addr + off as u64, &b[off..off + 2]).is_err() {
+                if self
+                    .cmd_dma_write(addr + off as u64, &b[off..off + 2])
+                    .is_err()
+                {
                     return Err(ds::FW_ERR);
                 }
             }

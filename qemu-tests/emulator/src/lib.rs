@@ -168,6 +168,9 @@ pub struct CmdRecord {
 pub enum DeviceError {
     /// A DMA the IOMMU refused.
     Dma(DmaFault),
+    /// A DMA the function refused because it is disabled (before ENABLE_HCA or after
+    /// DISABLE_HCA): nothing reaches host memory then but the command interface.
+    DmaWhileDisabled(DmaFault),
     /// A write to a UAR page that is not allocated, to an offset of a UAR page that is no
     /// doorbell, naming an object that does not exist or does not belong to that UAR, or a
     /// command doorbell with bits for slots beyond the queue.
@@ -541,8 +544,51 @@ impl Device {
         self.uar_log.push(w);
     }
 
-    /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`].
+    /// Whether the function may reach host memory beyond its command queue: between
+    /// ENABLE_HCA and DISABLE_HCA. A disabled function (never enabled, or disabled since)
+    /// refuses every other DMA, so that nothing a peer sends can make it read or write host
+    /// memory once the driver stopped it.
+    pub(crate) fn dma_allowed(&self) -> bool {
+        self.hca.enabled
+    }
+
+    /// A DMA the disabled function refuses: recorded, and a fault for the caller.
+    fn dma_blocked(&mut self, iova: u64, len: usize, write: bool) -> DmaFault {
+        let f = DmaFault { iova, len, write };
+        self.error(DeviceError::DmaWhileDisabled(f));
+        f
+    }
+
+    /// DMA read of the command interface (queue entries, mailboxes): allowed whether the
+    /// function is enabled or not (ENABLE_HCA itself comes this way).
+    pub(crate) fn cmd_dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        self.raw_dma_read(iova, buf)
+    }
+
+    /// DMA write of the command interface (see [`Device::cmd_dma_read`]).
+    pub(crate) fn cmd_dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+        self.raw_dma_write(iova, data)
+    }
+
+    /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`]. Refused while
+    /// the function is disabled ([`DeviceError::DmaWhileDisabled`]).
     pub(crate) fn dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if !self.dma_allowed() {
+            return Err(self.dma_blocked(iova, buf.len(), false));
+        }
+        self.raw_dma_read(iova, buf)
+    }
+
+    /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`]. Refused while
+    /// the function is disabled ([`DeviceError::DmaWhileDisabled`]).
+    pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+        if !self.dma_allowed() {
+            return Err(self.dma_blocked(iova, data.len(), true));
+        }
+        self.raw_dma_write(iova, data)
+    }
+
+    fn raw_dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
         if iova.checked_add(buf.len() as u64).is_none() {
             let f = DmaFault {
                 iova,
@@ -559,8 +605,7 @@ impl Device {
         r
     }
 
-    /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`].
-    pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+    fn raw_dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
         if iova.checked_add(data.len() as u64).is_none() {
             let f = DmaFault {
                 iova,

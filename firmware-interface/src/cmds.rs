@@ -404,6 +404,84 @@ layout! {
     fields {}
 }
 
+// ---------------------------------------------------------------- RMP (the SRQ of ISSI 1)
+
+layout! {
+    /// CREATE_RMP (0x90c) input; the RMP's PAS list follows its `wq` (from 0x110).
+    pub mod create_rmp_in: size 0x110;
+    fields {
+        /// `rmpc` context (240 bytes, `ctx::rmpc`).
+        CTX = bytes(0x20, 0xf0);
+        /// Flexible array of BE64 page addresses (`ctx.wq.pas`).
+        PAS = bytes(0x110, 0);
+    }
+}
+
+layout! {
+    /// CREATE_RMP (0x90c) output.
+    pub mod create_rmp_out: size 16;
+    fields {
+        /// RMP number.
+        RMPN = dw(0x8, 23, 0);
+    }
+}
+
+layout! {
+    /// MODIFY_RMP (0x90d) input: the fields the bitmask selects, from the context.
+    pub mod modify_rmp_in: size 0x110;
+    fields {
+        /// State the RMP is in (`ctx::rmpc::STATE_*`).
+        RMP_STATE = dw(0x8, 31, 28);
+        /// RMP number.
+        RMPN = dw(0x8, 23, 0);
+        /// `rmp_bitmask.lwm`: modify `ctx.wq.lwm`.
+        BITMASK_LWM = dw(0x14, 0, 0);
+        /// `rmpc` context (240 bytes, `ctx::rmpc`).
+        CTX = bytes(0x20, 0xf0);
+    }
+}
+
+layout! {
+    /// MODIFY_RMP (0x90d) output: header only.
+    pub mod modify_rmp_out: size 16;
+    fields {}
+}
+
+layout! {
+    /// QUERY_RMP (0x90f) input.
+    pub mod query_rmp_in: size 16;
+    fields {
+        /// RMP number.
+        RMPN = dw(0x8, 23, 0);
+    }
+}
+
+layout! {
+    /// QUERY_RMP (0x90f) output; the PAS list follows (from 0x110).
+    pub mod query_rmp_out: size 0x110;
+    fields {
+        /// `rmpc` context (240 bytes, `ctx::rmpc`).
+        RMP_CONTEXT = bytes(0x20, 0xf0);
+        /// Flexible array of BE64 page addresses.
+        PAS = bytes(0x110, 0);
+    }
+}
+
+layout! {
+    /// DESTROY_RMP (0x90e) input.
+    pub mod destroy_rmp_in: size 16;
+    fields {
+        /// RMP number.
+        RMPN = dw(0x8, 23, 0);
+    }
+}
+
+layout! {
+    /// DESTROY_RMP (0x90e) output: header only.
+    pub mod destroy_rmp_out: size 16;
+    fields {}
+}
+
 // ---------------------------------------------------------------- CREATE_QP / DESTROY_QP
 
 layout! {

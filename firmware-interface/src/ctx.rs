@@ -329,6 +329,66 @@ layout! {
 }
 
 layout! {
+    /// Work queue (`wq`, 192 bytes; Linux `mlx5_ifc_wq_bits`): the ring part of an RMP, RQ or
+    /// SQ context, its PAS list right after it.
+    pub mod wq: size 0xc0;
+    fields {
+        /// Ring format ([`TYPE_LINKED_LIST`], [`TYPE_CYCLIC`], ...).
+        WQ_TYPE = dw(0x0, 31, 28);
+        /// WQE signature enable.
+        WQ_SIGNATURE = dw(0x0, 27, 27);
+        /// End padding mode.
+        END_PADDING_MODE = dw(0x0, 26, 25);
+        /// CD slave.
+        CD_SLAVE = dw(0x0, 24, 24);
+        /// Start offset in the first page, units of page_size/64.
+        PAGE_OFFSET = dw(0x4, 20, 16);
+        /// Limit water mark: a limit event when fewer WQEs are posted (0: none).
+        LWM = dw(0x4, 15, 0);
+        /// Protection domain.
+        PD = dw(0x8, 23, 0);
+        /// UAR page (send queues).
+        UAR_PAGE = dw(0xc, 23, 0);
+        /// DMA address of the doorbell record.
+        DBR_ADDR = bytes(0x10, 8);
+        /// Hardware counter (read-back).
+        HW_COUNTER = bytes(0x18, 4);
+        /// Software counter (read-back).
+        SW_COUNTER = bytes(0x1c, 4);
+        /// log2 of the WQE stride in bytes (an SRQC's `log_rq_stride` + 4).
+        LOG_WQ_STRIDE = dw(0x20, 19, 16);
+        /// page_shift - 12.
+        LOG_WQ_PG_SZ = dw(0x20, 12, 8);
+        /// log2 number of WQEs.
+        LOG_WQ_SZ = dw(0x20, 4, 0);
+        /// Flexible array of BE64 page addresses.
+        PAS = bytes(0xc0, 0);
+    }
+    /// `wq_type`: linked list (the SRQ format: each WQE starts with a next segment).
+    pub const TYPE_LINKED_LIST: u32 = 0x0;
+    /// `wq_type`: cyclic.
+    pub const TYPE_CYCLIC: u32 = 0x1;
+}
+
+layout! {
+    /// Receive memory pool context (`rmpc`, 240 bytes, at 0x20 of CREATE_RMP / MODIFY_RMP /
+    /// QUERY_RMP; Linux `mlx5_ifc_rmpc_bits`): what an SRQ is at ISSI 1.
+    pub mod rmpc: size 0xf0;
+    fields {
+        /// State ([`STATE_RDY`], [`STATE_ERR`]).
+        STATE = dw(0x0, 23, 20);
+        /// Basic cyclic receive WQE.
+        BASIC_CYCLIC_RCV_WQE = dw(0x4, 31, 31);
+        /// The work queue (`ctx::wq`), PAS list after it.
+        WQ = bytes(0x30, 0xc0);
+    }
+    /// `state`: ready.
+    pub const STATE_RDY: u32 = 0x1;
+    /// `state`: error.
+    pub const STATE_ERR: u32 = 0x3;
+}
+
+layout! {
     /// EQ context (`eqc`, 64 bytes, at 0x10 of CREATE_EQ).
     pub mod eqc: size 64;
     fields {

@@ -96,6 +96,14 @@ pub const MODIFY_HCA_VPORT_CONTEXT: u16 = 0x763;
 pub const QUERY_HCA_VPORT_GID: u16 = 0x764;
 /// `0x765`: Query IB P_Keys.
 pub const QUERY_HCA_VPORT_PKEY: u16 = 0x765;
+/// `0x90c`: Create a receive memory pool (the SRQ of ISSI 1).
+pub const CREATE_RMP: u16 = 0x90c;
+/// `0x90d`: Modify a receive memory pool (its limit watermark).
+pub const MODIFY_RMP: u16 = 0x90d;
+/// `0x90e`: Destroy a receive memory pool.
+pub const DESTROY_RMP: u16 = 0x90e;
+/// `0x90f`: Query a receive memory pool.
+pub const QUERY_RMP: u16 = 0x90f;
 /// `0x800`: Allocate a protection domain.
 pub const ALLOC_PD: u16 = 0x800;
 /// `0x801`: Free a protection domain.
@@ -183,6 +191,10 @@ pub const ALL: &[(u16, &str)] = &[
     (DEALLOC_XRCD, "DEALLOC_XRCD"),
     (ALLOC_TRANSPORT_DOMAIN, "ALLOC_TRANSPORT_DOMAIN"),
     (DEALLOC_TRANSPORT_DOMAIN, "DEALLOC_TRANSPORT_DOMAIN"),
+    (CREATE_RMP, "CREATE_RMP"),
+    (MODIFY_RMP, "MODIFY_RMP"),
+    (DESTROY_RMP, "DESTROY_RMP"),
+    (QUERY_RMP, "QUERY_RMP"),
 ];
 
 /// The PRM name of an opcode (without `MLX5_CMD_OP_`), for logs; `None` if unknown.

@@ -211,34 +211,29 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// The next asynchronous event (CQ error, QP error, port change, fatal error), if any.
-    /// Drains the driver's EQ; serves firmware page requests on the way; completion and
-    /// command events there are dropped. A malformed EQE is reported as an error once.
+    /// Drains the driver's EQ (one ring's worth); serves the firmware page requests queued at
+    /// that point (bounded work: a request that brings another leaves it for the next call);
+    /// completion and command events there are dropped. A malformed EQE is reported as an
+    /// error once.
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>, Error> {
         self.drain_driver_eq();
-        loop {
-            let next = {
-                let mut p = self.pending.lock();
-                if let Some(e) = p.error.take() {
-                    return Err(e);
-                }
-                p.events.pop_front()
-            };
-            let Some(ev) = next else {
-                return Ok(None);
-            };
-            match ev {
-                Event::PageRequest {
-                    function_id,
-                    ec_function,
-                    release_all,
-                    num_pages,
-                } => self.handle_page_request(function_id, ec_function, release_all, num_pages)?,
-                other => {
-                    if let Some(a) = async_event(&other) {
-                        return Ok(Some(a));
-                    }
-                }
+        let budget = self.pending.lock().page_requests.len();
+        let served = self.serve_page_requests(budget);
+        let n = {
+            let mut p = self.pending.lock();
+            if let Some(e) = p.error.take() {
+                return Err(e);
+            }
+            p.events.len()
+        };
+        served?;
+        for _ in 0..n {
+            let next = self.pending.lock().events.pop_front();
+            let Some(ev) = next else { break };
+            if let Some(a) = async_event(&ev) {
+                return Ok(Some(a));
             }
         }
+        Ok(None)
     }
 }

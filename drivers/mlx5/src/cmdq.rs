@@ -1,8 +1,11 @@
 //! The firmware command interface (`docs/mlx5.md#command-interface`), in polling mode.
 //!
 //! One command at a time per slot: slot 0 carries ordinary commands, the last slot the page
-//! commands (MANAGE_PAGES), as Linux does, so that a page request can be served while an
-//! ordinary command waits. Each slot owns its input and output mailbox chains (1 KiB aligned
+//! commands (MANAGE_PAGES), as rdma-core's `mlx5_vfio.c` does, so that a page request can be
+//! served while an ordinary command waits: firmware may ask for pages in the middle of a
+//! create and complete it only once they arrived, so the wait for an ordinary command looks
+//! at the driver's EQ between two polls of the ownership bit (the `waiting` hook of
+//! [`CmdQueue::exec`]) and answers page requests on the page slot. Each slot owns its input and output mailbox chains (1 KiB aligned
 //! 576-byte blocks), grown on demand.
 //!
 //! Posting (`docs/mlx5.md#posting-a-command`): zero the entry and fill it with `status_own = 0`,
@@ -127,9 +130,17 @@ impl CmdQueue {
         }
     }
 
+    /// Whether page commands have a slot of their own (the queue has more than one entry):
+    /// only then can a page request be served while an ordinary command waits.
+    pub(crate) fn has_page_slot(&self) -> bool {
+        self.pages.is_some()
+    }
+
     /// Executes one command: `input` (header included, at least 16 bytes) in, `out_len` bytes
     /// (at least 16) out. Returns the whole output; fails on timeout, delivery error, bad output
-    /// chain or a non-zero output status.
+    /// chain or a non-zero output status. `waiting` runs between two looks at the ownership
+    /// bit while the firmware still owns the entry (the caller serves page requests there).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn exec<R: RegisterIo, P: Platform>(
         &self,
         regs: &R,
@@ -138,6 +149,7 @@ impl CmdQueue {
         kind: SlotKind,
         input: &[u8],
         out_len: usize,
+        waiting: &dyn Fn(),
     ) -> Result<Vec<u8>, Error> {
         let opcode = mbox_in::OPCODE.get(input) as u16;
         if input.len() < INLINE_LEN
@@ -158,7 +170,9 @@ impl CmdQueue {
         let Some(page) = self.page.as_ref() else {
             return Err(Error::CmdTimeout { opcode });
         };
-        let res = self.exec_locked(regs, platform, dma, page, &mut slot, opcode, input, out_len);
+        let res = self.exec_locked(
+            regs, platform, dma, page, &mut slot, opcode, input, out_len, waiting,
+        );
         if !self.is_broken() {
             trim(&mut slot.inbox);
             trim(&mut slot.outbox);
@@ -177,6 +191,7 @@ impl CmdQueue {
         opcode: u16,
         input: &[u8],
         out_len: usize,
+        waiting: &dyn Fn(),
     ) -> Result<Vec<u8>, Error> {
         let n_in = cmd::mailbox_count(input.len());
         let n_out = cmd::mailbox_count(out_len);
@@ -225,6 +240,16 @@ impl CmdQueue {
         lay.sig = cmd::signature(&lay.to_bytes());
         lay.status_own = 0;
 
+        // Everything that can fail for want of memory happens before the doorbell: after it,
+        // the command may have executed, and every failure says so (`BadOutput`).
+        let mut out = Vec::new();
+        out.try_reserve_exact(out_len)
+            .map_err(|_| Error::Dma(nic_hal::DmaError::NoMemory))?;
+        let unreadable = Error::BadOutput {
+            opcode,
+            what: OutputFault::Unreadable,
+        };
+
         let entry = (slot.index as usize) << self.log_stride;
         page.write(entry, &lay.to_bytes())?;
         dma_wmb();
@@ -235,7 +260,11 @@ impl CmdQueue {
         // Poll the ownership bit.
         let deadline = platform.now_ns().saturating_add(self.timeout_ns);
         loop {
-            let own = page.read_u8(entry + STATUS_OWN_OFFSET)?;
+            let Ok(own) = page.read_u8(entry + STATUS_OWN_OFFSET) else {
+                // Who owns the slot is unknown: as after a timeout, nothing is reused.
+                self.broken.store(true, Ordering::Release);
+                return Err(unreadable);
+            };
             if own & cmd::OWNER_HW == 0 {
                 break;
             }
@@ -245,6 +274,7 @@ impl CmdQueue {
                 self.broken.store(true, Ordering::Release);
                 return Err(Error::CmdTimeout { opcode });
             }
+            waiting();
             for _ in 0..self.poll_relax {
                 platform.relax();
             }
@@ -252,20 +282,17 @@ impl CmdQueue {
         dma_rmb();
 
         let mut raw = [0u8; ENTRY_SIZE];
-        page.read(entry, &mut raw)?;
+        page.read(entry, &mut raw).map_err(|_| unreadable)?;
         let done = CmdLayout::from_bytes(&raw);
         let status = done.delivery_status();
         if status != 0 {
             return Err(Error::Delivery { opcode, status });
         }
 
-        let mut out = Vec::new();
-        out.try_reserve_exact(out_len)
-            .map_err(|_| Error::Dma(nic_hal::DmaError::NoMemory))?;
         out.extend_from_slice(&done.out);
         let mut block = [0u8; MAILBOX_SIZE];
         for k in 0..n_out {
-            slot.outbox[k].read(0, &mut block)?;
+            slot.outbox[k].read(0, &mut block).map_err(|_| unreadable)?;
             let found = block[MAILBOX_TOKEN_OFFSET];
             if found != token {
                 return Err(Error::BadOutput {

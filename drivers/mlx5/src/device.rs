@@ -11,7 +11,7 @@ use firmware_interface::cmds::{
     access_register_in, alloc_pd_out, alloc_transport_domain_out, alloc_uar_out, dealloc_pd_in,
     dealloc_transport_domain_in, dealloc_uar_in, modify_nic_vport_context_in, query_hca_cap_out,
     query_issi_out, query_nic_vport_context_out, query_vport_state_out, set_hca_cap_in,
-    set_issi_in, set_roce_address_in, teardown_hca_in,
+    set_issi_in, set_roce_address_in, teardown_hca_in, teardown_hca_out,
 };
 use firmware_interface::ctx::{
     atomic_caps, cmd_hca_cap, host_endianness_reg, nic_vport_context, roce_addr_layout, roce_cap,
@@ -53,11 +53,108 @@ pub(crate) const DRIVER_EQ_EVENTS: u64 = {
 const SPARE_EQES: u32 = 0x80;
 
 /// Events read from the driver's EQ (while draining command-completion EQEs after each
-/// command) and not yet handed to [`Device::poll_events`]. Bounded; overflow is counted.
+/// command, or while waiting for one) and not yet handed to [`Device::poll_events`], and the
+/// firmware page requests not served yet. Bounded; overflow is counted.
 pub(crate) struct Pending {
     pub(crate) events: VecDeque<Event>,
+    pub(crate) page_requests: VecDeque<PageRequest>,
     pub(crate) lost: u64,
     pub(crate) error: Option<Error>,
+}
+
+/// A firmware page request (EQE type PAGE_REQUEST) waiting to be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageRequest {
+    pub(crate) function_id: u16,
+    pub(crate) ec_function: bool,
+    pub(crate) release_all: bool,
+    pub(crate) num_pages: i32,
+}
+
+/// Page requests served per look at the EQ while a command waits (the wait goes on until the
+/// command completes; this only interleaves the looks at the ownership bit).
+const PAGE_REQUESTS_PER_WAIT: usize = 4;
+
+/// Objects made through a [`Device`] and not destroyed, by kind (see
+/// [`Device::live_objects`]). An object counts from the create command that made it (or whose
+/// outcome is unknown: a timeout, an output the driver refused) to the destroy command that
+/// succeeded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Queue pairs.
+    pub qps: u32,
+    /// Completion queues.
+    pub cqs: u32,
+    /// Shared receive queues (RMPs or SRQs).
+    pub srqs: u32,
+    /// Memory keys.
+    pub mkeys: u32,
+    /// Event queues (completion channels among them).
+    pub eqs: u32,
+    /// Protection domains.
+    pub pds: u32,
+    /// UAR pages.
+    pub uars: u32,
+    /// Transport domains.
+    pub tds: u32,
+}
+
+impl LiveObjects {
+    /// Whether nothing is left.
+    pub fn is_empty(&self) -> bool {
+        *self == LiveObjects::default()
+    }
+
+    /// The counter an object command changes: `(counter, +1 for a create)`.
+    fn counter(&mut self, op: u16) -> Option<(&mut u32, bool)> {
+        use opcode as o;
+        Some(match op {
+            o::CREATE_QP => (&mut self.qps, true),
+            o::DESTROY_QP => (&mut self.qps, false),
+            o::CREATE_CQ => (&mut self.cqs, true),
+            o::DESTROY_CQ => (&mut self.cqs, false),
+            o::CREATE_SRQ | o::CREATE_RMP => (&mut self.srqs, true),
+            o::DESTROY_SRQ | o::DESTROY_RMP => (&mut self.srqs, false),
+            o::CREATE_MKEY => (&mut self.mkeys, true),
+            o::DESTROY_MKEY => (&mut self.mkeys, false),
+            o::CREATE_EQ => (&mut self.eqs, true),
+            o::DESTROY_EQ => (&mut self.eqs, false),
+            o::ALLOC_PD => (&mut self.pds, true),
+            o::DEALLOC_PD => (&mut self.pds, false),
+            o::ALLOC_UAR => (&mut self.uars, true),
+            o::DEALLOC_UAR => (&mut self.uars, false),
+            o::ALLOC_TRANSPORT_DOMAIN => (&mut self.tds, true),
+            o::DEALLOC_TRANSPORT_DOMAIN => (&mut self.tds, false),
+            _ => return None,
+        })
+    }
+}
+
+impl core::fmt::Display for LiveObjects {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let all = [
+            ("QP", self.qps),
+            ("CQ", self.cqs),
+            ("SRQ", self.srqs),
+            ("MKEY", self.mkeys),
+            ("EQ", self.eqs),
+            ("PD", self.pds),
+            ("UAR", self.uars),
+            ("TD", self.tds),
+        ];
+        let mut first = true;
+        for (name, n) in all.into_iter().filter(|(_, n)| *n > 0) {
+            if !first {
+                f.write_str(", ")?;
+            }
+            write!(f, "{n} {name}")?;
+            first = false;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
 }
 
 /// Most events kept in [`Pending`].
@@ -90,6 +187,8 @@ pub struct Device<R: RegisterIo, P: Platform> {
     hca_initialized: bool,
     pub(crate) mkey_variant: AtomicU8,
     heartbeat: Mutex<Option<(u32, u64)>>,
+    /// Objects made and not destroyed (the driver's own included).
+    live: Mutex<LiveObjects>,
     closed: bool,
     /// This device among the program's (objects that name their device, as an SRQ does).
     pub(crate) uid: u32,
@@ -219,6 +318,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             event_eq: Mutex::new(None),
             pending: Mutex::new(Pending {
                 events: VecDeque::new(),
+                page_requests: VecDeque::new(),
                 lost: 0,
                 error: None,
             }),
@@ -229,6 +329,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             hca_initialized: false,
             mkey_variant: AtomicU8::new(0),
             heartbeat: Mutex::new(None),
+            live: Mutex::new(LiveObjects::default()),
             closed: false,
             uid: crate::srq::NEXT_DEV_UID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         };
@@ -441,13 +542,20 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Tears the device down (`docs/mlx5.md#teardown`): destroys the driver's EQ, deallocates its
-    /// transport domain, PD and UAR, TEARDOWN_HCA (graceful), takes back every page given to the
-    /// firmware (MANAGE_PAGES TAKE until none are left, bounded by [`Config::reclaim_timeout_ns`]),
+    /// transport domain, PD and UAR, TEARDOWN_HCA, takes back every page given to the firmware
+    /// (MANAGE_PAGES TAKE until none are left, bounded by [`Config::reclaim_timeout_ns`]),
     /// DISABLE_HCA, then frees the command queue.
     ///
-    /// Every step is attempted even if an earlier one failed; the first error is returned.
-    /// Objects the caller still holds (CQs, QPs, mkeys) are destroyed by TEARDOWN_HCA on the
-    /// device side; their memory stays leaked.
+    /// With objects still alive (see [`live_objects`](Self::live_objects)) the firmware
+    /// refuses the graceful TEARDOWN_HCA; the driver then falls back as Linux does: TEARDOWN_HCA
+    /// with the force profile (its `state` output checked), then the pages and DISABLE_HCA.
+    /// After that the function reaches host memory no more, whatever a peer sends; the
+    /// objects' memory stays leaked and the result is [`Error::ObjectsAlive`] with what was
+    /// left, the driver's own objects whose destroy failed included (and whether the
+    /// function was disabled in the end).
+    ///
+    /// Every step is attempted even if an earlier one failed; otherwise the first error is
+    /// returned.
     pub fn shutdown(mut self) -> Result<(), Error> {
         let r = self.teardown();
         self.closed = true;
@@ -455,6 +563,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     fn teardown(&mut self) -> Result<(), Error> {
+        // The caller's objects decide the report: with none, a failure of the driver's own
+        // destroys is an ordinary error (a timeout, say).
+        let callers = self.live_objects();
         let mut first: Option<Error> = None;
         let mut note = |r: Result<(), Error>| {
             if let Err(e) = r {
@@ -473,20 +584,56 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if let Some(uar) = self.uar.take() {
             note(self.dealloc_uar(uar));
         }
+        // What is left now (the driver's own objects whose destroy failed included).
+        let left = *self.live.get_mut();
         if self.hca_initialized {
             self.hca_initialized = false;
-            let mut inp = cmd_in(opcode::TEARDOWN_HCA, 0, 16);
-            teardown_hca_in::PROFILE.set(&mut inp, op_mod::TEARDOWN_GRACEFUL as u32);
-            note(self.cmd(&inp, 16).map(drop));
+            let graceful = self.teardown_hca(op_mod::TEARDOWN_GRACEFUL);
+            if let Err(e) = graceful {
+                // Objects left: the refusal is expected, and the force profile follows.
+                if left.is_empty() {
+                    note(Err(e));
+                }
+                if !self.cmdq.is_broken() {
+                    note(self.teardown_hca(op_mod::TEARDOWN_FORCE));
+                }
+            }
         }
         note(self.reclaim_all_pages());
+        let mut stopped = !self.hca_enabled;
         if self.hca_enabled {
             self.hca_enabled = false;
-            note(self.cmd(&cmd_in(opcode::DISABLE_HCA, 0, 16), 16).map(drop));
+            let r = self.cmd(&cmd_in(opcode::DISABLE_HCA, 0, 16), 16).map(drop);
+            stopped = r.is_ok();
+            note(r);
         }
         // After a timeout the firmware may still own a slot: the queue memory then stays.
         self.cmdq.release();
+        if !callers.is_empty() {
+            return Err(Error::ObjectsAlive {
+                live: left,
+                stopped,
+            });
+        }
         first.map_or(Ok(()), Err)
+    }
+
+    /// TEARDOWN_HCA with `profile`; a force teardown's `state` must say it succeeded.
+    fn teardown_hca(&self, profile: u16) -> Result<(), Error> {
+        let mut inp = cmd_in(opcode::TEARDOWN_HCA, 0, 16);
+        teardown_hca_in::PROFILE.set(&mut inp, profile as u32);
+        let out = self.cmd(&inp, teardown_hca_out::SIZE)?;
+        if profile == op_mod::TEARDOWN_FORCE
+            && teardown_hca_out::STATE.get(&out) != teardown_hca_out::STATE_SUCCESS
+        {
+            return Err(Error::BadOutput {
+                opcode: opcode::TEARDOWN_HCA,
+                what: OutputFault::TeardownState {
+                    state: teardown_hca_out::STATE.get(&out),
+                },
+            });
+        }
+        Ok(())
     }
 
     /// Validated general capabilities (current values after INIT_HCA).
@@ -598,18 +745,76 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         self.cmd_on(SlotKind::Ordinary, input, out_len)
     }
 
-    /// A command on the page slot.
+    /// A command on the slot of `kind`. While an ordinary command waits, the driver's EQ is
+    /// looked at between two polls of the ownership bit and the firmware's page requests are
+    /// served on the page slot (firmware may need pages to complete the command); a page
+    /// command's wait does nothing else.
     pub(crate) fn cmd_on(
         &self,
         kind: SlotKind,
         input: &[u8],
         out_len: usize,
     ) -> Result<Vec<u8>, Error> {
-        let r = self
-            .cmdq
-            .exec(&self.regs, &self.platform, &self.dma, kind, input, out_len);
+        let serve = kind == SlotKind::Ordinary && self.cmdq.has_page_slot();
+        let waiting = || {
+            if serve {
+                self.serve_pages_while_waiting();
+            }
+        };
+        let r = self.cmdq.exec(
+            &self.regs,
+            &self.platform,
+            &self.dma,
+            kind,
+            input,
+            out_len,
+            &waiting,
+        );
+        self.count_objects(input, &r);
         self.drain_driver_eq();
         r
+    }
+
+    /// Books an object command: a create counts its object while the device may hold it (it
+    /// succeeded, or its outcome is unknown), a destroy that succeeded uncounts it.
+    fn count_objects(&self, input: &[u8], r: &Result<Vec<u8>, Error>) {
+        let op = mbox_in::OPCODE.get(input) as u16;
+        let mut live = self.live.lock();
+        let Some((n, create)) = live.counter(op) else {
+            return;
+        };
+        let made = match r {
+            Ok(_) => true,
+            Err(e) => crate::device_may_hold(e),
+        };
+        if create && made {
+            *n = n.saturating_add(1);
+        } else if !create && r.is_ok() {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// The objects made through this device (by the caller, through any API, raw commands
+    /// included) that were not destroyed yet: what [`shutdown`](Self::shutdown) would report
+    /// as [`Error::ObjectsAlive`]. The driver's own EQ, PD, UAR and transport domain are not
+    /// counted.
+    pub fn live_objects(&self) -> LiveObjects {
+        let mut l = *self.live.lock();
+        let own = |n: &mut u32, held: bool| *n = n.saturating_sub(held as u32);
+        own(&mut l.eqs, self.event_eq.lock().is_some());
+        own(&mut l.pds, self.pd.is_some());
+        own(&mut l.uars, self.uar.is_some());
+        own(&mut l.tds, self.td.is_some());
+        l
+    }
+
+    /// The wait hook of an ordinary command: moves the driver EQ's events into the pending
+    /// queues and serves a few page requests; an error is kept for [`Device::poll_events`].
+    fn serve_pages_while_waiting(&self) {
+        self.drain_driver_eq();
+        if let Err(e) = self.serve_page_requests(PAGE_REQUESTS_PER_WAIT) {
+            self.pending.lock().error.get_or_insert(e);
+        }
     }
 
     /// Allocates a UAR page. Its index is checked against the BAR: the page must lie inside

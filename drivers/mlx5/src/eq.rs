@@ -11,7 +11,7 @@ use nic_hal::barrier::dma_rmb;
 use nic_hal::{DmaBuf, Platform, RegisterIo};
 
 use crate::caps::Caps;
-use crate::device::{Device, PENDING_MAX, cmd_in};
+use crate::device::{Device, PENDING_MAX, PageRequest, cmd_in};
 use crate::error::{Error, OutputFault};
 use crate::mem::{Shared, write_pas};
 
@@ -381,8 +381,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .ok_or(Error::NotSupported)
     }
 
-    /// Moves the driver EQ's events into the pending queue (command completions are dropped).
-    /// Does nothing if someone else is reading the EQ.
+    /// Moves the driver EQ's events into the pending queues (page requests to their own;
+    /// command completions are dropped). Reads at most one ring's worth. Does nothing if
+    /// someone else is reading the EQ.
     pub(crate) fn drain_driver_eq(&self) {
         let Some(mut guard) = self.event_eq.try_lock() else {
             return;
@@ -402,10 +403,24 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         }
         let mut p = self.pending.lock();
         for ev in got {
-            if p.events.len() >= PENDING_MAX {
+            let full = p.events.len() + p.page_requests.len() >= PENDING_MAX;
+            if full {
                 p.lost += 1;
-            } else {
-                p.events.push_back(ev);
+                continue;
+            }
+            match ev {
+                Event::PageRequest {
+                    function_id,
+                    ec_function,
+                    release_all,
+                    num_pages,
+                } => p.page_requests.push_back(PageRequest {
+                    function_id,
+                    ec_function,
+                    release_all,
+                    num_pages,
+                }),
+                other => p.events.push_back(other),
             }
         }
         if let Err(e) = r {
@@ -417,37 +432,37 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// page slot), drops command completions, and hands every other event to `f`. Returns the
     /// number of events handed to `f`, or the first error (a bad EQE, a failed page request),
     /// after everything pending was processed.
+    ///
+    /// One call does bounded work: it reads the EQ once (at most one ring's worth), serves the
+    /// page requests queued at that point (each served request's command may bring the next
+    /// one, which waits for the next call: a device that answers every page command with
+    /// another request cannot keep a call busy) and delivers the events queued then.
     pub fn poll_events(&self, mut f: impl FnMut(Event)) -> Result<usize, Error> {
         self.drain_driver_eq();
-        let mut first = self.pending.lock().error.take();
+        let (mut first, budget) = {
+            let mut p = self.pending.lock();
+            (p.error.take(), p.page_requests.len())
+        };
+        if let Err(e) = self.serve_page_requests(budget) {
+            first.get_or_insert(e);
+        }
+        let n = self.pending.lock().events.len();
         let mut delivered = 0;
-        loop {
+        for _ in 0..n {
             let next = self.pending.lock().events.pop_front();
             let Some(ev) = next else { break };
-            match ev {
-                Event::PageRequest {
-                    function_id,
-                    ec_function,
-                    release_all,
-                    num_pages,
-                } => {
-                    if let Err(e) =
-                        self.handle_page_request(function_id, ec_function, release_all, num_pages)
-                    {
-                        first.get_or_insert(e);
-                    }
-                }
-                Event::Command { .. } => {}
-                other => {
-                    f(other);
-                    delivered += 1;
-                }
-            }
+            f(ev);
+            delivered += 1;
         }
         if let Some(e) = self.pending.lock().error.take() {
             first.get_or_insert(e);
         }
         first.map_or(Ok(delivered), Err)
+    }
+
+    /// Firmware page requests read from the driver's EQ and not served yet.
+    pub fn page_requests_pending(&self) -> usize {
+        self.pending.lock().page_requests.len()
     }
 
     /// Events dropped because the pending queue was full (it holds 4096).

@@ -126,6 +126,20 @@ pub enum OutputFault {
         /// The raw `state` (or `st`) value.
         value: u32,
     },
+    /// QUERY_RMP reported a context that is not the SRQ's (another size, stride, PD, doorbell
+    /// record or ring format, not ready) or a limit beyond its size.
+    SrqContext {
+        /// The limit (`wq.lwm`) as reported.
+        lwm: u32,
+    },
+    /// The completed entry or an output mailbox could not be read back (the driver's own
+    /// memory access failed after the doorbell): the command may have executed.
+    Unreadable,
+    /// A force TEARDOWN_HCA reported that it failed (`state` FORCE_STATE_FAIL).
+    TeardownState {
+        /// The `state` output.
+        state: u32,
+    },
     /// An EQE of an event type that is unknown or was not subscribed on that EQ.
     EventType {
         /// The EQE `type`.
@@ -308,6 +322,17 @@ pub enum Error {
         /// Pages still held by the firmware.
         left: u32,
     },
+    /// Teardown found objects alive (made through the device and never destroyed, or whose
+    /// destroy failed). The device was torn down anyway — graceful TEARDOWN_HCA, then the
+    /// force profile when the firmware refused, then DISABLE_HCA, as Linux falls back — and
+    /// the objects' memory stays leaked (never freed: the device may have used it until then).
+    ObjectsAlive {
+        /// What was left.
+        live: crate::LiveObjects,
+        /// The function was disabled in the end (DISABLE_HCA succeeded): it reaches host
+        /// memory no more. False: it may still, and the queue memory stays too.
+        stopped: bool,
+    },
 }
 
 impl From<DmaError> for Error {
@@ -351,7 +376,9 @@ impl Error {
             Error::Dma(DmaError::NoMemory) | Error::NoResources | Error::QueueFull => errno::ENOMEM,
             Error::Dma(DmaError::InvalidRequest) => errno::EINVAL,
             Error::Dma(_) => errno::EIO,
-            Error::Busy | Error::PagesNotReclaimed { .. } => errno::EBUSY,
+            Error::Busy | Error::PagesNotReclaimed { .. } | Error::ObjectsAlive { .. } => {
+                errno::EBUSY
+            }
         }
     }
 }
@@ -396,6 +423,15 @@ impl core::fmt::Display for Error {
                 f,
                 "command {opcode:#x} failed: status {status:#x} ({}), syndrome {syndrome:#x}",
                 cmd_status::name(status).unwrap_or("unknown")
+            ),
+            Error::ObjectsAlive { live, stopped } => write!(
+                f,
+                "teardown with objects alive ({live}); the device was {}",
+                if stopped {
+                    "stopped anyway"
+                } else {
+                    "NOT stopped"
+                }
             ),
             other => write!(f, "{other:?}"),
         }

@@ -504,6 +504,10 @@ impl Fw {
                 let n = self.obj();
                 firmware_interface::cmds::create_srq_out::SRQN.set(&mut out, n);
             }
+            opcode::CREATE_RMP => {
+                let n = self.obj();
+                firmware_interface::cmds::create_rmp_out::RMPN.set(&mut out, n);
+            }
             opcode::QUERY_NIC_VPORT_CONTEXT => {
                 out[0x106..0x10c].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
                 // Ethernet MTU 1500 (nic_vport_context.mtu)

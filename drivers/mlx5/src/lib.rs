@@ -162,7 +162,7 @@ pub use caps::{Caps, PortType};
 pub use channel::{CHANNEL_MAX_CQS, CompChannel};
 pub use cmdq::MAX_MSG_LEN;
 pub use cq::Cq;
-pub use device::Device;
+pub use device::{Device, LiveObjects};
 pub use eq::{Eq, Event};
 pub use error::{CapField, CqeFault, Error, OutputFault};
 pub use provider::{Mr, Pd};

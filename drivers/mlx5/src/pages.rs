@@ -207,6 +207,25 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         }
     }
 
+    /// Serves at most `budget` of the queued page requests, oldest first; returns how many,
+    /// or the first error after all of them were tried.
+    pub(crate) fn serve_page_requests(&self, budget: usize) -> Result<usize, Error> {
+        let mut first = None;
+        let mut n = 0;
+        while n < budget {
+            let Some(r) = self.pending.lock().page_requests.pop_front() else {
+                break;
+            };
+            n += 1;
+            if let Err(e) =
+                self.handle_page_request(r.function_id, r.ec_function, r.release_all, r.num_pages)
+            {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(n), Err)
+    }
+
     /// Serves a firmware page request (EQE type PAGE_REQUEST): give `num_pages` (> 0), take
     /// back `-num_pages` (< 0), or everything when `release_all`. If the pages cannot be given,
     /// the firmware is told (MANAGE_PAGES CANT_GIVE) and the error returned.

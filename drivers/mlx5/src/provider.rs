@@ -6,7 +6,7 @@
 //! | `Mr` | [`Mr`] (an MTT mkey over the pages of a [`verbs::Buffer`] it holds, or of a raw [`verbs::MemRegion`]) |
 //! | `Cq` | [`Cq`] (64-byte CQEs, `2^n ≥ cqe + 1` entries) |
 //! | `Qp` | [`Qp`] (RC or UD; its own UAR when BlueFlame is used; on an SRQ: no RQ) |
-//! | `Srq` | [`Srq`] (CREATE_SRQ: a linked ring of `2^n > max_wr` WQEs) |
+//! | `Srq` | [`Srq`] (CREATE_RMP at ISSI 1, CREATE_SRQ at ISSI 0: a linked ring of `2^n > max_wr` WQEs) |
 //! | `Ah` | [`Ah`] (a prepared datagram segment) |
 //! | `CompChannel` | [`CompChannel`] (an EQ the caller polls) |
 //!
@@ -350,6 +350,59 @@ fn prev_power_of_two(n: u32) -> u32 {
     }
 }
 
+impl<R: RegisterIo, P: Platform> Device<R, P> {
+    /// `reg_mr_raw` with the driver's error (the safe `reg_mr` needs to know whether the
+    /// device may hold the key after a failure).
+    ///
+    /// # Safety
+    ///
+    /// As [`verbs::Provider::reg_mr_raw`]: the memory stays allocated, mapped and unused by
+    /// anything else until the key's deregistration succeeded, forever if none does.
+    unsafe fn register(
+        &self,
+        pd: &Pd,
+        mem: &MemRegion<'_>,
+        access: AccessFlags,
+    ) -> Result<Mr, Error> {
+        if !AccessFlags::all().contains(access) {
+            return Err(Error::InvalidArgument);
+        }
+        let mut a = MkeyAccess::LOCAL_READ;
+        for (v, m) in [
+            (AccessFlags::LOCAL_WRITE, MkeyAccess::LOCAL_WRITE),
+            (AccessFlags::REMOTE_WRITE, MkeyAccess::REMOTE_WRITE),
+            (AccessFlags::REMOTE_READ, MkeyAccess::REMOTE_READ),
+            (AccessFlags::REMOTE_ATOMIC, MkeyAccess::REMOTE_ATOMIC),
+        ] {
+            if access.contains(v) {
+                a |= m;
+            }
+        }
+        let end = mem
+            .addr
+            .checked_add(mem.length)
+            .ok_or(Error::InvalidArgument)?;
+        let contiguous: Vec<u64>;
+        let pages = if mem.pages.is_empty() {
+            let first = mem.addr & !0xfff;
+            let n = end.div_ceil(4096).saturating_sub(first / 4096);
+            // More pages than one mkey translates: refused before the list is built (a
+            // length near 2^64 would otherwise ask for an impossible allocation).
+            if mem.length == 0 || n > crate::mkey::MAX_MTT as u64 {
+                return Err(Error::InvalidArgument);
+            }
+            contiguous = (0..n).map(|i| first + i * 4096).collect();
+            &contiguous[..]
+        } else {
+            mem.pages
+        };
+        // SAFETY: the caller's contract (`reg_mr_raw`'s) is `create_mkey`'s: the memory stays
+        // valid until `dereg_mr` (= `destroy_mkey`) succeeded.
+        let mkey = unsafe { self.create_mkey(pd.pdn, mem.addr, mem.length, a, pages)? };
+        Ok(Mr { mkey, mem: None })
+    }
+}
+
 impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     type Pd = Pd;
     type Mr = Mr;
@@ -496,9 +549,21 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         // SAFETY: the Mr holds `mem` until `dereg_mr` succeeded, and leaks it otherwise (its
         // Drop), so the memory stays allocated and mapped (`DmaMemory`'s contract) for as
         // long as the key may be live; it is in this device's address space (checked above).
-        let mut mr = unsafe { self.reg_mr_raw(pd, &mem.region(), access)? };
-        mr.mem = Some(mem);
-        Ok(mr)
+        // A registration whose outcome is unknown (the device may have made the key) leaks
+        // `mem` below.
+        match unsafe { self.register(pd, &mem.region(), access) } {
+            Ok(mut mr) => {
+                mr.mem = Some(mem);
+                Ok(mr)
+            }
+            Err(e) => {
+                if crate::device_may_hold(&e) {
+                    // The key may exist and reach the memory: never freed.
+                    core::mem::forget(mem);
+                }
+                Err(e.into())
+            }
+        }
     }
 
     unsafe fn reg_mr_raw(
@@ -507,42 +572,8 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         mem: &MemRegion<'_>,
         access: AccessFlags,
     ) -> Result<Mr, verbs::Error> {
-        if !AccessFlags::all().contains(access) {
-            return Err(verbs::Error::InvalidArgument);
-        }
-        let mut a = MkeyAccess::LOCAL_READ;
-        for (v, m) in [
-            (AccessFlags::LOCAL_WRITE, MkeyAccess::LOCAL_WRITE),
-            (AccessFlags::REMOTE_WRITE, MkeyAccess::REMOTE_WRITE),
-            (AccessFlags::REMOTE_READ, MkeyAccess::REMOTE_READ),
-            (AccessFlags::REMOTE_ATOMIC, MkeyAccess::REMOTE_ATOMIC),
-        ] {
-            if access.contains(v) {
-                a |= m;
-            }
-        }
-        let end = mem
-            .addr
-            .checked_add(mem.length)
-            .ok_or(verbs::Error::InvalidArgument)?;
-        let contiguous: Vec<u64>;
-        let pages = if mem.pages.is_empty() {
-            let first = mem.addr & !0xfff;
-            let n = end.div_ceil(4096).saturating_sub(first / 4096);
-            // More pages than one mkey translates: refused before the list is built (a
-            // length near 2^64 would otherwise ask for an impossible allocation).
-            if mem.length == 0 || n > crate::mkey::MAX_MTT as u64 {
-                return Err(verbs::Error::InvalidArgument);
-            }
-            contiguous = (0..n).map(|i| first + i * 4096).collect();
-            &contiguous[..]
-        } else {
-            mem.pages
-        };
-        // SAFETY: the caller's contract (`reg_mr_raw`'s) is `create_mkey`'s: the memory stays
-        // valid until `dereg_mr` (= `destroy_mkey`) succeeded.
-        let mkey = unsafe { self.create_mkey(pd.pdn, mem.addr, mem.length, a, pages)? };
-        Ok(Mr { mkey, mem: None })
+        // SAFETY: the caller's contract is `register`'s.
+        Ok(unsafe { self.register(pd, mem, access) }?)
     }
 
     fn dereg_mr(&self, mut mr: Mr) -> Result<(), DestroyError<Mr>> {

@@ -1,5 +1,11 @@
-//! Shared receive queues (CREATE_SRQ / DESTROY_SRQ, `srqc`): a ring of receive WQEs any QP
-//! created on it (`rq_type` SRQ, `srqn`) consumes.
+//! Shared receive queues: a ring of receive WQEs any QP created on it (`rq_type` SRQ,
+//! `srqn_rmpn_xrqn`) consumes.
+//!
+//! Made as Linux's `srq_cmd.c` makes them: at ISSI 1 a receive memory pool (CREATE_RMP with an
+//! `rmpc` in state RDY whose `wq` is a linked list: `log_wq_stride` = log2 of the WQE stride in
+//! bytes, `log_wq_sz`, `pd`, `dbr_addr`, `log_wq_pg_sz` and the page list; the limit armed
+//! with MODIFY_RMP, `lwm` selected in its bitmask; DESTROY_RMP), at ISSI 0 CREATE_SRQ
+//! (`srqc`, whose `log_rq_stride` counts 16-byte units) / DESTROY_SRQ.
 //!
 //! The ring is a linked list (as rdma-core's mlx5 provider keeps it): every WQE starts with a
 //! 16-byte next segment (`next_wqe_index` BE16 at offset 2), then `max_sge` data segments.
@@ -17,15 +23,18 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec;
 
-use firmware_interface::cmds::{create_srq_in, create_srq_out, destroy_srq_in};
-use firmware_interface::ctx::srqc;
+use firmware_interface::cmds::{
+    create_rmp_in, create_rmp_out, create_srq_in, create_srq_out, destroy_rmp_in, destroy_srq_in,
+    modify_rmp_in, query_rmp_in, query_rmp_out,
+};
+use firmware_interface::ctx::{rmpc, srqc, wq};
 use firmware_interface::{dbr, opcode, wqe};
 use nic_hal::barrier::dma_wmb;
 use nic_hal::{Platform, RegisterIo};
 use verbs::{RecvWr, SrqAttr};
 
 use crate::device::{Device, cmd_in};
-use crate::error::Error;
+use crate::error::{Error, OutputFault};
 use crate::mem::{Shared, write_pas};
 use crate::ring::{DbRec, Ring};
 
@@ -56,6 +65,8 @@ pub(crate) struct SrqState {
 /// The part of an SRQ the QPs on it and their CQs' pollers share.
 pub(crate) struct SrqCore {
     pub(crate) srqn: u32,
+    /// Made with CREATE_RMP (ISSI 1), else CREATE_SRQ.
+    rmp: bool,
     /// The device (`NEXT_DEV_UID`) and PD it was made on.
     pub(crate) dev_uid: u32,
     pub(crate) pd: u32,
@@ -248,40 +259,37 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             write_next(&ring, log_stride, i as u16, *n);
         }
 
-        let npages = buf.len() / 4096;
-        let mut inp = cmd_in(opcode::CREATE_SRQ, 0, create_srq_in::SIZE + npages * 8);
-        let ctx = create_srq_in::SRQ_CONTEXT_ENTRY.byte_off();
-        srqc::STATE.at(ctx).set(&mut inp, srqc::STATE_GOOD);
-        srqc::LOG_SRQ_SIZE
-            .at(ctx)
-            .set(&mut inp, wqe_cnt.trailing_zeros());
-        srqc::LOG_RQ_STRIDE.at(ctx).set(&mut inp, log_stride - 4);
-        srqc::LOG_PAGE_SIZE.at(ctx).set(&mut inp, 0);
-        srqc::PD.at(ctx).set(&mut inp, pdn);
-        srqc::LWM.at(ctx).set(&mut inp, attr.srq_limit);
-        srqc::DBR_ADDR.at(ctx).set64(&mut inp, dbrec.iova());
-        write_pas(&buf, &mut inp, create_srq_in::PAS.byte_off());
-        let out = match self.cmd(&inp, 16) {
-            Ok(out) => out,
+        let rmp = self.issi() >= 1;
+        let log_size = wqe_cnt.trailing_zeros();
+        let lwm = if rmp { 0 } else { attr.srq_limit };
+        let made = self.create_srq_cmd(rmp, pdn, log_size, log_stride, lwm, &buf, &dbrec);
+        let srqn = match made {
+            Ok(n) => n,
             Err(e) => {
                 if !crate::device_may_hold(&e) {
                     buf.release();
                     dbrec.release();
                 }
+                // else: the device may hold the queue; its memory stays (leaked).
                 return Err(e);
             }
         };
-        // On a bad number the SRQ may exist in the device: its memory stays (leaked).
-        let srqn = self.object_number(
-            opcode::CREATE_SRQ,
-            &out,
-            create_srq_out::SRQN,
-            caps.log_max_srq,
-        )?;
+        if rmp
+            && attr.srq_limit > 0
+            && let Err(e) = self.arm_rmp(srqn, attr.srq_limit)
+        {
+            // Undo the create; if that fails too, the memory stays with the device.
+            if self.destroy_srq_cmd(rmp, srqn).is_ok() {
+                buf.release();
+                dbrec.release();
+            }
+            return Err(e);
+        }
         let n = wqe_cnt as usize;
         Ok(Srq {
             core: Arc::new(SrqCore {
                 srqn,
+                rmp,
                 dev_uid: self.uid,
                 pd: pdn,
                 wqe_cnt,
@@ -314,9 +322,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if Arc::strong_count(&srq.core) != 1 {
             return Err((Error::Busy, Some(srq)));
         }
-        let mut inp = cmd_in(opcode::DESTROY_SRQ, 0, 16);
-        destroy_srq_in::SRQN.set(&mut inp, srq.core.srqn);
-        if let Err(e) = self.cmd(&inp, 16) {
+        if let Err(e) = self.destroy_srq_cmd(srq.core.rmp, srq.core.srqn) {
             if crate::device_may_hold(&e) {
                 return Err((e, None));
             }
@@ -332,6 +338,125 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             // Not reachable: the count was 1 and the Srq was owned here.
             Err(_) => Err((Error::Busy, None)),
         }
+    }
+
+    /// CREATE_RMP (`rmp`) or CREATE_SRQ for a linked-list ring of `2^log_size` WQEs of
+    /// `2^log_stride` bytes in `buf`, doorbell record `dbrec`, on PD `pdn`, with limit `lwm`
+    /// (an RMP is made without one and armed with MODIFY_RMP, the SRQ context carries it).
+    /// Returns the checked number.
+    #[allow(clippy::too_many_arguments)]
+    fn create_srq_cmd(
+        &self,
+        rmp: bool,
+        pdn: u32,
+        log_size: u32,
+        log_stride: u32,
+        lwm: u32,
+        buf: &Shared,
+        dbrec: &Shared,
+    ) -> Result<u32, Error> {
+        let npages = buf.len() / 4096;
+        let log_max = self.caps.log_max_srq;
+        if rmp {
+            let mut inp = cmd_in(opcode::CREATE_RMP, 0, create_rmp_in::SIZE + npages * 8);
+            let ctx = create_rmp_in::CTX.byte_off();
+            let w = ctx + rmpc::WQ.byte_off();
+            rmpc::STATE.at(ctx).set(&mut inp, rmpc::STATE_RDY);
+            wq::WQ_TYPE.at(w).set(&mut inp, wq::TYPE_LINKED_LIST);
+            wq::LOG_WQ_PG_SZ.at(w).set(&mut inp, 0);
+            wq::LOG_WQ_STRIDE.at(w).set(&mut inp, log_stride);
+            wq::LOG_WQ_SZ.at(w).set(&mut inp, log_size);
+            wq::PD.at(w).set(&mut inp, pdn);
+            wq::DBR_ADDR.at(w).set64(&mut inp, dbrec.iova());
+            write_pas(buf, &mut inp, create_rmp_in::PAS.byte_off());
+            let out = self.cmd(&inp, 16)?;
+            // On a bad number the RMP may exist in the device: the caller leaks its memory.
+            self.object_number(opcode::CREATE_RMP, &out, create_rmp_out::RMPN, log_max)
+        } else {
+            let mut inp = cmd_in(opcode::CREATE_SRQ, 0, create_srq_in::SIZE + npages * 8);
+            let ctx = create_srq_in::SRQ_CONTEXT_ENTRY.byte_off();
+            srqc::STATE.at(ctx).set(&mut inp, srqc::STATE_GOOD);
+            srqc::LOG_SRQ_SIZE.at(ctx).set(&mut inp, log_size);
+            srqc::LOG_RQ_STRIDE.at(ctx).set(&mut inp, log_stride - 4);
+            srqc::LOG_PAGE_SIZE.at(ctx).set(&mut inp, 0);
+            srqc::PD.at(ctx).set(&mut inp, pdn);
+            srqc::LWM.at(ctx).set(&mut inp, lwm);
+            srqc::DBR_ADDR.at(ctx).set64(&mut inp, dbrec.iova());
+            write_pas(buf, &mut inp, create_srq_in::PAS.byte_off());
+            let out = self.cmd(&inp, 16)?;
+            self.object_number(opcode::CREATE_SRQ, &out, create_srq_out::SRQN, log_max)
+        }
+    }
+
+    /// DESTROY_RMP or DESTROY_SRQ.
+    fn destroy_srq_cmd(&self, rmp: bool, srqn: u32) -> Result<(), Error> {
+        if rmp {
+            let mut inp = cmd_in(opcode::DESTROY_RMP, 0, 16);
+            destroy_rmp_in::RMPN.set(&mut inp, srqn);
+            self.cmd(&inp, 16).map(drop)
+        } else {
+            let mut inp = cmd_in(opcode::DESTROY_SRQ, 0, 16);
+            destroy_srq_in::SRQN.set(&mut inp, srqn);
+            self.cmd(&inp, 16).map(drop)
+        }
+    }
+
+    /// MODIFY_RMP RDY -> RDY with `lwm` selected (Linux `arm_rmp_cmd`): the SRQ_RQ_LIMIT
+    /// event fires once fewer than `limit` receives stay posted.
+    fn arm_rmp(&self, rmpn: u32, limit: u32) -> Result<(), Error> {
+        let mut inp = cmd_in(opcode::MODIFY_RMP, 0, modify_rmp_in::SIZE);
+        let ctx = modify_rmp_in::CTX.byte_off();
+        modify_rmp_in::RMP_STATE.set(&mut inp, rmpc::STATE_RDY);
+        modify_rmp_in::RMPN.set(&mut inp, rmpn);
+        modify_rmp_in::BITMASK_LWM.set(&mut inp, 1);
+        rmpc::STATE.at(ctx).set(&mut inp, rmpc::STATE_RDY);
+        wq::LWM.at(ctx + rmpc::WQ.byte_off()).set(&mut inp, limit);
+        self.cmd(&inp, 16).map(drop)
+    }
+
+    /// Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one SRQ_LIMIT_REACHED
+    /// event once fewer than `limit` receives stay posted; 0 disarms. EINVAL for a limit
+    /// above the SRQ's `max_wr`; ENOTSUP at ISSI 0 (the SRQ commands have no modify).
+    pub fn arm_srq_limit(&self, srq: &mut Srq, limit: u32) -> Result<(), Error> {
+        if limit > srq.core.wqe_cnt - 1 {
+            return Err(Error::InvalidArgument);
+        }
+        if !srq.core.rmp {
+            return Err(Error::NotSupported);
+        }
+        self.arm_rmp(srq.core.srqn, limit)?;
+        srq.limit = limit;
+        Ok(())
+    }
+
+    /// The limit armed in the device now (QUERY_RMP `wq.lwm`; 0 once the limit event fired),
+    /// checked against the SRQ: a context that is not this SRQ's (another size, stride, PD
+    /// or doorbell record, not a linked list) or a limit beyond its size is
+    /// [`Error::BadOutput`]. ENOTSUP at ISSI 0.
+    pub fn query_srq_limit(&self, srq: &Srq) -> Result<u32, Error> {
+        let core = &srq.core;
+        if !core.rmp {
+            return Err(Error::NotSupported);
+        }
+        let mut inp = cmd_in(opcode::QUERY_RMP, 0, 16);
+        query_rmp_in::RMPN.set(&mut inp, core.srqn);
+        let out = self.cmd(&inp, query_rmp_out::SIZE)?;
+        let ctx = query_rmp_out::RMP_CONTEXT.byte_off();
+        let w = ctx + rmpc::WQ.byte_off();
+        let lwm = wq::LWM.at(w).get(&out);
+        let same = rmpc::STATE.at(ctx).get(&out) == rmpc::STATE_RDY
+            && wq::WQ_TYPE.at(w).get(&out) == wq::TYPE_LINKED_LIST
+            && wq::LOG_WQ_SZ.at(w).get(&out) == core.wqe_cnt.trailing_zeros()
+            && wq::LOG_WQ_STRIDE.at(w).get(&out) == core.log_stride
+            && wq::PD.at(w).get(&out) == core.pd
+            && wq::DBR_ADDR.at(w).get64(&out) == core.dbrec.iova();
+        if !same || lwm >= core.wqe_cnt {
+            return Err(Error::BadOutput {
+                opcode: opcode::QUERY_RMP,
+                what: OutputFault::SrqContext { lwm },
+            });
+        }
+        Ok(lwm)
     }
 
     /// Posts receive work requests to an SRQ (see the module documentation): ENOMEM

@@ -205,6 +205,142 @@ fn issi_bad_op_stays_at_zero() {
     assert!(!b.opcodes().contains(&opcode::SET_ISSI));
 }
 
+/// At ISSI 1 an SRQ is an RMP made as Linux's `create_rmp_cmd` makes it (state RDY, a
+/// linked-list WQ with the stride in bytes), its limit armed with MODIFY_RMP (`lwm` selected);
+/// at ISSI 0 it is CREATE_SRQ (stride in 16-byte units, the limit in the context).
+#[test]
+fn srqs_are_rmps_at_issi_1_and_srqs_at_issi_0() {
+    use firmware_interface::ctx::{rmpc, srqc, wq};
+    let attr = verbs::SrqAttr {
+        max_wr: 7,
+        max_sge: 2,
+        srq_limit: 3,
+    };
+    let b = bench();
+    let dev = b.probe().unwrap();
+    assert_eq!(dev.issi(), 1);
+    let pd = dev.driver_pd().unwrap();
+    let mut srq = dev.create_srq(pd, &attr).unwrap();
+    {
+        let fw = b.fw();
+        let m = &fw.inputs[&opcode::CREATE_RMP];
+        let c = create_rmp_in::CTX.byte_off();
+        let w = c + rmpc::WQ.byte_off();
+        assert_eq!(rmpc::STATE.at(c).get(m), rmpc::STATE_RDY);
+        assert_eq!(wq::WQ_TYPE.at(w).get(m), wq::TYPE_LINKED_LIST);
+        // 8 WQEs of 16 + 2 × 16 → 64 bytes
+        assert_eq!(wq::LOG_WQ_SZ.at(w).get(m), 3);
+        assert_eq!(wq::LOG_WQ_STRIDE.at(w).get(m), 6);
+        assert_eq!(wq::LOG_WQ_PG_SZ.at(w).get(m), 0);
+        assert_eq!(wq::PD.at(w).get(m), pd);
+        assert_eq!(wq::LWM.at(w).get(m), 0, "armed by MODIFY_RMP");
+        // SAFETY: nobody posts to the SRQ while the references are used.
+        let (ring, rec) = unsafe { (srq.buffer().iova(), srq.doorbell_record().iova()) };
+        assert_eq!(wq::DBR_ADDR.at(w).get64(m), rec);
+        assert_eq!(m.len(), create_rmp_in::SIZE + 8);
+        assert_eq!(be64(m, create_rmp_in::PAS.byte_off()), ring);
+        let m = &fw.inputs[&opcode::MODIFY_RMP];
+        assert_eq!(modify_rmp_in::RMP_STATE.get(m), rmpc::STATE_RDY);
+        assert_eq!(modify_rmp_in::RMPN.get(m), srq.srqn());
+        assert_eq!(modify_rmp_in::BITMASK_LWM.get(m), 1);
+        let c = modify_rmp_in::CTX.byte_off();
+        assert_eq!(rmpc::STATE.at(c).get(m), rmpc::STATE_RDY);
+        assert_eq!(wq::LWM.at(c + rmpc::WQ.byte_off()).get(m), 3);
+    }
+    dev.arm_srq_limit(&mut srq, 1).unwrap();
+    assert_eq!(verbs::SharedReceiveQueue::attr(&srq).srq_limit, 1);
+    // The fake answers QUERY_RMP with a zeroed context: not this SRQ's.
+    assert_eq!(
+        dev.query_srq_limit(&srq),
+        Err(Error::BadOutput {
+            opcode: opcode::QUERY_RMP,
+            what: OutputFault::SrqContext { lwm: 0 }
+        })
+    );
+    dev.destroy_srq(srq).unwrap();
+    let ops = b.opcodes();
+    assert!(ops.contains(&opcode::DESTROY_RMP));
+    assert!(!ops.contains(&opcode::CREATE_SRQ) && !ops.contains(&opcode::DESTROY_SRQ));
+
+    let b = bench();
+    b.hook(on(
+        opcode::QUERY_ISSI,
+        Reply::ok(out_with(query_issi_out::SIZE, |o| {
+            query_issi_out::SUPPORTED_ISSI_DW0.set(o, 1);
+        })),
+    ));
+    let dev = b.probe().unwrap();
+    assert_eq!(dev.issi(), 0);
+    let mut srq = dev.create_srq(pd, &attr).unwrap();
+    {
+        let fw = b.fw();
+        let m = &fw.inputs[&opcode::CREATE_SRQ];
+        let c = create_srq_in::SRQ_CONTEXT_ENTRY.byte_off();
+        assert_eq!(srqc::LOG_SRQ_SIZE.at(c).get(m), 3);
+        assert_eq!(srqc::LOG_RQ_STRIDE.at(c).get(m), 2);
+        assert_eq!(srqc::LWM.at(c).get(m), 3);
+    }
+    assert_eq!(dev.arm_srq_limit(&mut srq, 1), Err(Error::NotSupported));
+    assert_eq!(dev.query_srq_limit(&srq), Err(Error::NotSupported));
+    dev.destroy_srq(srq).unwrap();
+    let ops = b.opcodes();
+    assert!(ops.contains(&opcode::DESTROY_SRQ));
+    assert!(!ops.iter().any(|o| (0x90c..=0x90f).contains(o)));
+}
+
+/// With a CQ left alive the firmware refuses the graceful teardown; the driver forces it,
+/// checks the force profile's `state`, still takes the pages back and disables the function,
+/// and reports what was left.
+#[test]
+fn teardown_with_objects_alive_forces_and_reports() {
+    for force_fails in [false, true] {
+        let b = bench();
+        let dev = b.probe().unwrap();
+        let cq = dev.create_cq(4, dev.driver_eqn().unwrap()).unwrap();
+        assert_eq!(dev.live_objects().cqs, 1);
+        b.hook(move |inp, outlen| {
+            if mbox_in::OPCODE.get(inp) as u16 != opcode::TEARDOWN_HCA {
+                return None;
+            }
+            let profile = teardown_hca_in::PROFILE.get(inp) as u16;
+            Some(Reply::ok(out_with(outlen, |o| {
+                if profile == op_mod::TEARDOWN_GRACEFUL {
+                    o[0] = firmware_interface::cmd_status::BAD_RES_STATE;
+                } else if force_fails {
+                    teardown_hca_out::STATE.set(o, teardown_hca_out::STATE_FORCE_FAIL);
+                }
+            })))
+        });
+        let e = dev.shutdown().unwrap_err();
+        let Error::ObjectsAlive { live, stopped } = e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(live.cqs, 1);
+        // The driver's EQ could not go while the CQ named it.
+        assert!(stopped);
+        let ops = b.opcodes();
+        let tail: Vec<u16> = ops
+            .iter()
+            .copied()
+            .filter(|o| matches!(*o, opcode::TEARDOWN_HCA | opcode::DISABLE_HCA))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                opcode::TEARDOWN_HCA,
+                opcode::TEARDOWN_HCA,
+                opcode::DISABLE_HCA
+            ]
+        );
+        assert_eq!(
+            teardown_hca_in::PROFILE.get(&b.fw().inputs[&opcode::TEARDOWN_HCA]),
+            u32::from(op_mod::TEARDOWN_FORCE)
+        );
+        assert!(format!("{e}").contains("1 CQ"), "{e}");
+        drop(cq);
+    }
+}
+
 #[test]
 fn failed_probe_undoes_what_was_done() {
     let b = bench();

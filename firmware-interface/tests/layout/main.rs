@@ -15,6 +15,7 @@ use firmware_interface::Field;
 mod ifc;
 mod props;
 mod prose;
+mod rmp;
 mod srq;
 mod structs;
 mod tables;

@@ -268,6 +268,10 @@ fn opcodes() {
         (0x80f, "DEALLOC_XRCD"),
         (0x816, "ALLOC_TRANSPORT_DOMAIN"),
         (0x817, "DEALLOC_TRANSPORT_DOMAIN"),
+        (0x90c, "CREATE_RMP"),
+        (0x90d, "MODIFY_RMP"),
+        (0x90e, "DESTROY_RMP"),
+        (0x90f, "QUERY_RMP"),
     ];
     assert_eq!(opcode::ALL, spec);
     for &(v, n) in spec {

@@ -19,10 +19,24 @@
 
 use firmware_interface::cmd::{self, CmdLayout, MAILBOX_DATA, MAILBOX_SIZE};
 use firmware_interface::ctx::cmd_hca_cap;
-use firmware_interface::{delivery_status as ds, eqe, init_seg, mbox_in, mbox_out};
+use firmware_interface::{
+    cmd_status, delivery_status as ds, eqe, init_seg, mbox_in, mbox_out, op_mod, opcode as op,
+};
 
 use crate::commands::Input;
-use crate::{CmdRecord, Device, DeviceError};
+use crate::pages::Done;
+use crate::{CmdRecord, Device, DeviceError, syndrome as syn};
+
+/// How a command entry is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// Handed over by a doorbell (it may have to wait for pages).
+    Fresh,
+    /// It waited for pages, which are there now (its charge).
+    Resumed(u32),
+    /// It waited for pages the driver cannot give: it fails without running.
+    Refused,
+}
 
 /// Largest `inlen` / `outlen` accepted.
 pub(crate) const MAX_MSG: usize = 1 << 20;
@@ -82,10 +96,21 @@ impl Device {
     }
 
     fn run_slot(&mut self, base: u64, slot: u8) {
+        self.run_slot_as(base, slot, Run::Fresh);
+    }
+
+    /// Runs the commands that waited for pages and can run now (after a GIVE).
+    fn resume_parked(&mut self, base: u64) {
+        while let Some((slot, charge)) = self.next_unparked() {
+            self.run_slot_as(base, slot, Run::Resumed(charge));
+        }
+    }
+
+    fn run_slot_as(&mut self, base: u64, slot: u8, run: Run) {
         let stride = u32::from(self.profile.log_cmdq_stride.min(12));
         let addr = base.wrapping_add(u64::from(slot) << stride);
         let mut raw = [0u8; cmd::ENTRY_SIZE];
-        if self.dma_read(addr, &mut raw).is_err() {
+        if self.cmd_dma_read(addr, &mut raw).is_err() {
             return;
         }
         let e = CmdLayout::from_bytes(&raw);
@@ -96,11 +121,29 @@ impl Device {
         if self.faults.stall_commands {
             return;
         }
+        let opcode = mbox_in::OPCODE.get(&e.in_) as u16;
+        let op_mod = mbox_in::OP_MOD.get(&e.in_) as u16;
+        let charge = match run {
+            Run::Fresh => {
+                // A doorbell for a command that waits for pages: it is still the device's.
+                if self.hca.rt.parked.contains_key(&slot) {
+                    return;
+                }
+                let charge = self.page_charge(opcode);
+                if charge > 0 && self.park_for_pages(slot, charge) {
+                    return;
+                }
+                charge
+            }
+            Run::Resumed(c) => c,
+            Run::Refused => 0,
+        };
         let sig = self.sig_active();
         // The CMD event goes to the EQs subscribed when the command was handed over (so the
         // CREATE_EQ of the command EQ gets no event, its DESTROY_EQ neither).
         let subscribed = self.subscribed(eqe::event::CMD);
-        let (delivery, head) = match self.deliver(&raw, &e, sig) {
+        let refuse = matches!(run, Run::Refused);
+        let (delivery, head) = match self.deliver(&raw, &e, sig, refuse) {
             Ok(h) => (ds::OK, Some(h)),
             Err(d) => (d, None),
         };
@@ -115,15 +158,15 @@ impl Device {
             fin[cmd::SIG_OFFSET] = cmd::signature(&fin);
         }
         if head.is_some() {
-            let _ = self.dma_write(addr + 0x20, &fin[0x20..0x30]);
+            let _ = self.cmd_dma_write(addr + 0x20, &fin[0x20..0x30]);
         }
         if sig {
-            let _ = self.dma_write(
+            let _ = self.cmd_dma_write(
                 addr + cmd::SIG_OFFSET as u64,
                 &fin[cmd::SIG_OFFSET..cmd::SIG_OFFSET + 1],
             );
         }
-        let _ = self.dma_write(
+        let _ = self.cmd_dma_write(
             addr + cmd::STATUS_OWN_OFFSET as u64,
             &fin[cmd::STATUS_OWN_OFFSET..],
         );
@@ -136,8 +179,8 @@ impl Device {
         };
         self.log.push(CmdRecord {
             slot,
-            opcode: mbox_in::OPCODE.get(&e.in_) as u16,
-            op_mod: mbox_in::OP_MOD.get(&e.in_) as u16,
+            opcode,
+            op_mod,
             delivery,
             status,
             syndrome,
@@ -147,11 +190,36 @@ impl Device {
         for eqn in subscribed {
             self.post_eqe(eqn, eqe::event::CMD, 0, &data);
         }
+        let given = self.pages_after(&Done {
+            opcode,
+            op_mod,
+            input: &e.in_,
+            output: head.as_ref().map(|h| &h[..]),
+            charge,
+        });
+        if opcode == op::MANAGE_PAGES
+            && op_mod == op_mod::MANAGE_PAGES_CANT_GIVE
+            && status == 0
+            && delivery == ds::OK
+        {
+            // The driver has no pages for the waiting creates: they fail.
+            for s in self.take_parked() {
+                self.run_slot_as(base, s, Run::Refused);
+            }
+        } else if given {
+            self.resume_parked(base);
+        }
     }
 
     /// Everything between fetching the entry and writing `status_own`: returns the 16-byte
     /// output header for `out[]`, or a delivery status.
-    fn deliver(&mut self, raw: &[u8; 64], e: &CmdLayout, sig: bool) -> Result<[u8; 16], u8> {
+    fn deliver(
+        &mut self,
+        raw: &[u8; 64],
+        e: &CmdLayout,
+        sig: bool,
+        refuse: bool,
+    ) -> Result<[u8; 16], u8> {
         if e.type_ != cmd::XPORT_TYPE_PCI {
             return Err(ds::CMD_DESCRIPTOR_TYPE_ERR);
         }
@@ -177,7 +245,11 @@ impl Device {
         }
         let input = self.gather(e, inlen, sig)?;
         let chain = self.walk_out(e, outlen)?;
-        let mut output = self.execute(&Input::new(&input, outlen));
+        let mut output = if refuse {
+            crate::commands::header(cmd_status::NO_RES, syn::PAGES_REFUSED)
+        } else {
+            self.execute(&Input::new(&input, outlen))
+        };
         output.resize(outlen, 0);
         if let Some(hook) = self.faults.output_hook.as_mut() {
             hook(opcode, &mut output);
@@ -201,7 +273,7 @@ impl Device {
             return Err(align_err);
         }
         let mut b = Box::new([0u8; MAILBOX_SIZE]);
-        if self.dma_read(ptr, &mut b[..]).is_err() {
+        if self.cmd_dma_read(ptr, &mut b[..]).is_err() {
             return Err(ds::FW_ERR);
         }
         if be32(&b[BLOCK_NUM..]) as usize != i {
@@ -263,7 +335,7 @@ impl Device {
         for (i, (addr, blk)) in chain.iter().enumerate() {
             let start = cmd::INLINE_LEN + i * MAILBOX_DATA;
             let data = &output[start..output.len().min(start + MAILBOX_DATA)];
-            if self.dma_write(*addr, data).is_err() {
+            if self.cmd_dma_write(*addr, data).is_err() {
                 return Err(ds::FW_ERR);
             }
             let mut b = blk.clone();
@@ -287,7 +359,10 @@ impl Device {
                 b[cmd::MAILBOX_CTRL_SIG_OFFSET] = cmd::signature(&b[cmd::MAILBOX_CTRL_SIG_RANGE]);
                 b[cmd::MAILBOX_SIG_OFFSET] = cmd::signature(&b[cmd::MAILBOX_SIG_RANGE]);
                 let off = cmd::MAILBOX_CTRL_SIG_OFFSET;
-                if self.dma_write(addr + off as u64, &b[off..off + 2]).is_err() {
+                if self
+                    .cmd_dma_write(addr + off as u64, &b[off..off + 2])
+                    .is_err()
+                {
                     return Err(ds::FW_ERR);
                 }
             }

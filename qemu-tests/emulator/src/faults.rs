@@ -34,6 +34,10 @@ pub struct Faults {
     pub output_hook: Option<OutputHook>,
     /// For this opcode, the first output mailbox gets a wrong `token` and `block_num`.
     pub corrupt_output_mailbox: Option<u16>,
+    /// A page-request storm: every MANAGE_PAGES is answered with another PAGE_REQUEST (after
+    /// a GIVE of `n` pages the device wants `n` back, after a TAKE it wants pages again), on
+    /// every EQ subscribed to page requests, for as long as the driver keeps serving them.
+    pub page_storm: bool,
 }
 
 impl core::fmt::Debug for Faults {
@@ -45,6 +49,7 @@ impl core::fmt::Debug for Faults {
             .field("never_ready", &self.never_ready)
             .field("output_hook", &self.output_hook.is_some())
             .field("corrupt_output_mailbox", &self.corrupt_output_mailbox)
+            .field("page_storm", &self.page_storm)
             .finish()
     }
 }

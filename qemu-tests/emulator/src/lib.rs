@@ -15,7 +15,12 @@
 //! * a physical function (default) or a virtual function ([`Profile::connectx5_vf`]: VF
 //!   capabilities, the PF's HOST_ENDIANNESS register refused);
 //! * the firmware commands of bring-up and of the verbs objects (UAR, PD, TD, EQ, CQ, MKEY, QP
-//!   and its state machine, vport, RoCE GIDs) — `commands`;
+//!   and its state machine, SRQs — as receive memory pools (CREATE/MODIFY/QUERY/DESTROY_RMP)
+//!   once ISSI 1 is set, CREATE_SRQ refused then, as at ISSI 0 the RMP commands —, vport,
+//!   RoCE GIDs) — `commands`;
+//! * firmware pages: QUERY_PAGES / MANAGE_PAGES at boot and init, and at run time
+//!   ([`PageRequests`]): creates that wait in their slot until the driver gave the pages a
+//!   PAGE_REQUEST event asked for, destroyed objects' pages offered back — `pages`;
 //! * event queues: EQE ownership, consumer-index doorbells, overrun → fatal health — `eq`;
 //! * the data path — `dp`: send doorbells and BlueFlame bursts, QP doorbell records, send and
 //!   receive WQE parsing and validation, MKEY checks (key variant, PD, bounds, access flags)
@@ -33,7 +38,7 @@
 //!
 //! Not modelled yet: XRC, UMR/KLM keys, memory windows, SEND with invalidate,
 //! masked atomics, QUERY_CQ/QUERY_EQ/MODIFY_CQ, IB vport commands (QUERY_HCA_VPORT_*),
-//! runtime page requests, MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
+//! MSI-X delivery (see [`Device::take_interrupts`]), IPv6 GIDs on the
 //! wire, APM, congestion control (CNPs). The ATOMIC capability page offers 8-byte CAS/FAA and
 //! host-endian atomic responses (`atomic_req_8B_endianness_mode`, which SET_HCA_CAP checks).
 //!
@@ -91,6 +96,7 @@ mod faults;
 pub mod host;
 mod mem;
 mod objects;
+mod pages;
 mod poller;
 mod profile;
 mod regs;
@@ -107,7 +113,7 @@ pub use dp::{Clock, PortStats};
 pub use faults::{FailCommand, Faults, OutputHook};
 pub use mem::{AddressSpace, BarMemory, DmaFault, VecBar};
 pub use poller::{Poller, spawn_poller};
-pub use profile::Profile;
+pub use profile::{PageRequests, Profile};
 /// The RoCEv2 wire crate the device speaks (packets, fabrics), re-exported so that users
 /// attach devices without naming a second dependency.
 pub use roce_wire;
@@ -163,6 +169,9 @@ pub struct CmdRecord {
 pub enum DeviceError {
     /// A DMA the IOMMU refused.
     Dma(DmaFault),
+    /// A DMA the function refused because it is disabled (before ENABLE_HCA or after
+    /// DISABLE_HCA): nothing reaches host memory then but the command interface.
+    DmaWhileDisabled(DmaFault),
     /// A write to a UAR page that is not allocated, to an offset of a UAR page that is no
     /// doorbell, naming an object that does not exist or does not belong to that UAR, or a
     /// command doorbell with bits for slots beyond the queue.
@@ -482,6 +491,18 @@ impl Device {
         }
     }
 
+    /// PAGE_REQUEST events the device raised at run time (asking for pages or offering them
+    /// back; see [`PageRequests`] and [`Faults::page_storm`]).
+    pub fn page_requests_raised(&self) -> u64 {
+        self.hca.rt.posted
+    }
+
+    /// Command slots whose command waits for pages (a create the driver has not given the
+    /// pages for yet), ascending.
+    pub fn waiting_for_pages(&self) -> Vec<u8> {
+        self.hca.rt.parked.keys().copied().collect()
+    }
+
     /// Every command completed so far, in completion order.
     pub fn command_log(&self) -> &[CmdRecord] {
         &self.log
@@ -524,8 +545,51 @@ impl Device {
         self.uar_log.push(w);
     }
 
-    /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`].
+    /// Whether the function may reach host memory beyond its command queue: between
+    /// ENABLE_HCA and DISABLE_HCA. A disabled function (never enabled, or disabled since)
+    /// refuses every other DMA, so that nothing a peer sends can make it read or write host
+    /// memory once the driver stopped it.
+    pub(crate) fn dma_allowed(&self) -> bool {
+        self.hca.enabled
+    }
+
+    /// A DMA the disabled function refuses: recorded, and a fault for the caller.
+    fn dma_blocked(&mut self, iova: u64, len: usize, write: bool) -> DmaFault {
+        let f = DmaFault { iova, len, write };
+        self.error(DeviceError::DmaWhileDisabled(f));
+        f
+    }
+
+    /// DMA read of the command interface (queue entries, mailboxes): allowed whether the
+    /// function is enabled or not (ENABLE_HCA itself comes this way).
+    pub(crate) fn cmd_dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        self.raw_dma_read(iova, buf)
+    }
+
+    /// DMA write of the command interface (see [`Device::cmd_dma_read`]).
+    pub(crate) fn cmd_dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+        self.raw_dma_write(iova, data)
+    }
+
+    /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`]. Refused while
+    /// the function is disabled ([`DeviceError::DmaWhileDisabled`]).
     pub(crate) fn dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if !self.dma_allowed() {
+            return Err(self.dma_blocked(iova, buf.len(), false));
+        }
+        self.raw_dma_read(iova, buf)
+    }
+
+    /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`]. Refused while
+    /// the function is disabled ([`DeviceError::DmaWhileDisabled`]).
+    pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+        if !self.dma_allowed() {
+            return Err(self.dma_blocked(iova, data.len(), true));
+        }
+        self.raw_dma_write(iova, data)
+    }
+
+    fn raw_dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
         if iova.checked_add(buf.len() as u64).is_none() {
             let f = DmaFault {
                 iova,
@@ -542,8 +606,7 @@ impl Device {
         r
     }
 
-    /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`].
-    pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+    fn raw_dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
         if iova.checked_add(data.len() as u64).is_none() {
             let f = DmaFault {
                 iova,

@@ -73,6 +73,39 @@ pub struct Profile {
     /// manager, a vHCA id of its own) and refuses what belongs to the PF (the HOST_ENDIANNESS
     /// register).
     pub pci_device_id: u16,
+    /// Runtime page requests: the firmware asks for pages (and gives them back) while objects
+    /// are created and destroyed, not only at boot. Off by default.
+    pub page_requests: PageRequests,
+}
+
+/// How the firmware asks for pages at run time ([`Profile::page_requests`]).
+///
+/// Every `every`-th create of a QP, CQ, MKEY or SRQ (RMP) needs `pages` more 4 KB pages: the
+/// device raises a PAGE_REQUEST event (`num_pages > 0`) on the EQs subscribed to it and
+/// keeps the command (its entry stays hardware-owned) until the driver gave enough pages with
+/// MANAGE_PAGES GIVE on another command slot; MANAGE_PAGES CANT_GIVE fails the waiting create
+/// (NO_RES, [`syndrome::PAGES_REFUSED`](crate::syndrome::PAGES_REFUSED)). With `reclaim`, the
+/// pages of a destroyed object (or of a create that failed) are spare again and the device
+/// asks the driver to take them back (PAGE_REQUEST, `num_pages < 0`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageRequests {
+    /// Which creates need pages: every `every`-th one (1 = each); 0 = none (off).
+    pub every: u32,
+    /// Pages one such create needs (0 acts as 1).
+    pub pages: u32,
+    /// Ask for the pages of destroyed objects back.
+    pub reclaim: bool,
+}
+
+impl PageRequests {
+    /// Every create needs `pages` pages; destroyed objects' pages are asked back.
+    pub fn each_create(pages: u32) -> PageRequests {
+        PageRequests {
+            every: 1,
+            pages,
+            reclaim: true,
+        }
+    }
 }
 
 impl Profile {
@@ -126,6 +159,7 @@ impl Default for Profile {
             rnr_timer_unit_ns: 10_000,
             atomic_host_endianness: true,
             pci_device_id: 0x1017,
+            page_requests: PageRequests::default(),
         }
     }
 }

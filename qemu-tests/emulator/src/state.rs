@@ -1,6 +1,6 @@
 //! Firmware-level state of the function: enable/init state, ISSI, capabilities, pages, vport.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::Profile;
 use crate::commands::caps::{self, Caps};
@@ -25,6 +25,8 @@ pub(crate) struct Hca {
     pub issi: u16,
     /// Pages the driver gave (4 KiB-aligned DMA addresses).
     pub pages: BTreeSet<u64>,
+    /// Runtime page bookkeeping (see `pages.rs`).
+    pub rt: RuntimePages,
     /// Maximum capabilities.
     pub cap_max: Caps,
     /// Current capabilities.
@@ -53,6 +55,7 @@ impl Hca {
             torn_down: false,
             issi: 0,
             pages: BTreeSet::new(),
+            rt: RuntimePages::default(),
             cap_max,
             cap_cur,
             host_endianness: 0,
@@ -80,9 +83,44 @@ impl Hca {
         // failed half way) and after TEARDOWN_HCA the driver may take every page back, as
         // Linux's reclaim of start-up pages does.
         if self.initialized {
-            u64::from(p.boot_pages) + u64::from(p.init_pages)
+            u64::from(p.boot_pages) + u64::from(p.init_pages) + self.rt.charged()
         } else {
             0
         }
+    }
+}
+
+/// Pages firmware needs at run time for the objects it holds (see
+/// [`PageRequests`](crate::PageRequests)).
+#[derive(Debug, Default)]
+pub(crate) struct RuntimePages {
+    /// Pages each live object holds: (create opcode, object number) -> pages.
+    pub charges: BTreeMap<(u16, u32), u32>,
+    /// Sum of `charges`.
+    pub live: u64,
+    /// Creates seen that `every` counts.
+    pub creates: u64,
+    /// Commands waiting for pages: slot -> pages the create needs. Their pages are reserved
+    /// (a TAKE does not return them).
+    pub parked: BTreeMap<u8, u32>,
+    /// Pages asked for (PAGE_REQUEST > 0) and not given yet.
+    pub asked: u64,
+    /// Pages offered back (PAGE_REQUEST < 0) and not taken yet.
+    pub offered: u64,
+    /// PAGE_REQUEST events raised.
+    pub posted: u64,
+}
+
+impl RuntimePages {
+    /// Pages charged to live objects and reserved for waiting creates.
+    pub(crate) fn charged(&self) -> u64 {
+        self.live + self.parked.values().map(|p| u64::from(*p)).sum::<u64>()
+    }
+
+    /// Forgets every object's pages (the objects are gone: teardown, DISABLE_HCA); waiting
+    /// commands stay waiting.
+    pub(crate) fn objects_gone(&mut self) {
+        self.charges.clear();
+        self.live = 0;
     }
 }

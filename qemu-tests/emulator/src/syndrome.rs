@@ -66,6 +66,9 @@ pub const PAGE_NOT_MAPPED: u32 = s(0x21);
 pub const DUPLICATE_PAGE: u32 = s(0x22);
 /// NO_RES: the device would hold more than its page limit (1 << 20 pages).
 pub const TOO_MANY_PAGES: u32 = s(0x23);
+/// NO_RES: a create waited for pages (a runtime PAGE_REQUEST) and the driver answered
+/// MANAGE_PAGES CANT_GIVE.
+pub const PAGES_REFUSED: u32 = s(0x24);
 
 // ------------------------------------------------------------------ capabilities, registers
 
@@ -135,6 +138,8 @@ pub const BAD_DBR: u32 = s(0x65);
 pub const BAD_CQE_SIZE: u32 = s(0x66);
 /// BAD_PARAM: an RQ WQE stride above `max_wqe_sz_rq`.
 pub const BAD_WQE_SIZE: u32 = s(0x67);
+/// BAD_PARAM: an SRQ / RMP limit watermark (`lwm`) not below the number of WQEs.
+pub const BAD_LWM: u32 = s(0x68);
 
 // ------------------------------------------------------------------ MKEY
 

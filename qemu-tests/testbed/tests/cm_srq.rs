@@ -448,7 +448,7 @@ fn b10_id_srq_rules_and_destroy_order() {
     sb.free(&conn);
     b.free(&id);
     drop(conn);
-    // destroy_ep: QP, then its CQs, then their channels (EQs), then the SRQ
+    // destroy_ep: QP, then its CQs, then their channels (EQs), then the SRQ (an RMP at ISSI 1)
     let before = s.client.tb.device().command_log().len();
     drop(id);
     let log: Vec<u16> = s.client.tb.device().command_log()[before..]
@@ -460,7 +460,7 @@ fn b10_id_srq_rules_and_destroy_order() {
                 op::DESTROY_QP,
                 op::DESTROY_CQ,
                 op::DESTROY_EQ,
-                op::DESTROY_SRQ,
+                op::DESTROY_RMP,
             ]
             .contains(o)
         })
@@ -475,7 +475,7 @@ fn b10_id_srq_rules_and_destroy_order() {
                 op::DESTROY_CQ,
                 op::DESTROY_EQ,
                 op::DESTROY_EQ,
-                op::DESTROY_SRQ
+                op::DESTROY_RMP
             ]
         );
     }

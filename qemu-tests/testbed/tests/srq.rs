@@ -1,12 +1,13 @@
 //! Shared receive queues end to end: the verbs calls (`create_srq`, `post_srq_recv`,
-//! `destroy_srq`, QPs created with `srq`), the mlx5 driver (CREATE_SRQ, the linked WQE ring,
+//! `destroy_srq`, QPs created with `srq`), the mlx5 driver (at ISSI 1 a receive memory pool:
+//! CREATE_RMP, the limit armed with MODIFY_RMP, QUERY_RMP, DESTROY_RMP; the linked WQE ring,
 //! receive completions resolved by `wqe_counter` within the SRQ) and the emulated device
 //! (SRQ objects, receives taken by whichever QP a message arrives on), with their errors.
 
 mod common;
 
 use common::*;
-use firmware_interface::cmd_status;
+use firmware_interface::{cmd_status, opcode};
 use mlx5::Srq;
 use verbs::{
     AsyncElement, AsyncEventType, Error, PostError, Provider, QpCap, QpInitAttr, QpState, QpType,
@@ -316,9 +317,65 @@ fn srq_limit_event() {
         }
     }
     poll_n(&world, &a, &a.cq, 3);
+    // The event disarmed the limit in the device; arming it again (MODIFY_RMP) brings one
+    // more event when receives leave fewer than 2 posted (3 posted: after the 2nd).
+    let mut srq = srq;
+    assert_eq!(b.dev.query_srq_limit(&srq), Ok(0));
+    Provider::post_srq_recv(&b.dev, &srq, &wrs[..2]).unwrap();
+    b.dev.arm_srq_limit(&mut srq, 2).unwrap();
+    assert_eq!(b.dev.query_srq_limit(&srq), Ok(2));
+    assert_eq!(srq.attr().srq_limit, 2);
+    let above = srq.attr().max_wr + 1;
+    assert_eq!(
+        b.dev.arm_srq_limit(&mut srq, above),
+        Err(mlx5::Error::InvalidArgument)
+    );
+    for i in 0..2 {
+        a.post_send(&mut a1, &[wr(9, WrOpcode::Send, &s)]);
+        poll_n(&world, &b, &b.cq, 1);
+        poll_n(&world, &a, &a.cq, 1);
+        let limit = async_events(&b)
+            .into_iter()
+            .filter(|e| e.event_type == AsyncEventType::SrqLimitReached)
+            .count();
+        assert_eq!(limit, i, "after {} more receives", i + 1);
+    }
     b.no_device_errors();
     Provider::destroy_qp(&b.dev, b1).unwrap();
     Provider::destroy_srq(&b.dev, srq).unwrap();
     a.teardown(vec![a1]);
+    b.teardown(vec![]);
+}
+
+/// At ISSI 1 an SRQ is a receive memory pool, as Linux makes it: CREATE_RMP (no CREATE_SRQ,
+/// which the device refuses there), the limit armed by MODIFY_RMP, DESTROY_RMP.
+#[test]
+fn srqs_are_receive_memory_pools() {
+    let (_world, _a, b) = pair(74, 1 << 12);
+    assert_eq!(b.dev.issi(), 1);
+    let start = b.tb.device().command_log().len();
+    let plain = Provider::create_srq(&b.dev, &b.pd, &srq_attr(4, 1, 0)).unwrap();
+    let limited = Provider::create_srq(&b.dev, &b.pd, &srq_attr(4, 1, 3)).unwrap();
+    assert_eq!(b.dev.query_srq_limit(&plain), Ok(0));
+    assert_eq!(b.dev.query_srq_limit(&limited), Ok(3));
+    Provider::destroy_srq(&b.dev, plain).unwrap();
+    Provider::destroy_srq(&b.dev, limited).unwrap();
+    let ops: Vec<(u16, u8)> = b.tb.device().command_log()[start..]
+        .iter()
+        .map(|r| (r.opcode, r.status))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            (opcode::CREATE_RMP, 0),
+            (opcode::CREATE_RMP, 0),
+            (opcode::MODIFY_RMP, 0),
+            (opcode::QUERY_RMP, 0),
+            (opcode::QUERY_RMP, 0),
+            (opcode::DESTROY_RMP, 0),
+            (opcode::DESTROY_RMP, 0),
+        ]
+    );
+    b.no_device_errors();
     b.teardown(vec![]);
 }

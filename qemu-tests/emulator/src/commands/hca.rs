@@ -253,6 +253,7 @@ pub(super) fn teardown_hca(d: &mut Device, input: &Input<'_>) -> CmdResult {
         d.error(DeviceError::ForcedTeardownFreed { live });
         d.obj.clear();
     }
+    d.hca.rt.objects_gone();
     d.hca.initialized = false;
     d.hca.torn_down = true;
     Ok(out(cmds::teardown_hca_out::SIZE))

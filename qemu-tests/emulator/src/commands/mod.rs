@@ -363,6 +363,38 @@ static TABLE: &[Spec] = &[
         srq::destroy_srq
     ),
     spec!(
+        op::CREATE_RMP,
+        cmds::create_rmp_in::SIZE,
+        cmds::create_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::create_rmp
+    ),
+    spec!(
+        op::MODIFY_RMP,
+        cmds::modify_rmp_in::SIZE,
+        cmds::modify_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::modify_rmp
+    ),
+    spec!(
+        op::QUERY_RMP,
+        cmds::query_rmp_in::SIZE,
+        cmds::query_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::query_rmp
+    ),
+    spec!(
+        op::DESTROY_RMP,
+        cmds::destroy_rmp_in::SIZE,
+        cmds::destroy_rmp_out::SIZE,
+        Initialized,
+        Z,
+        srq::destroy_rmp
+    ),
+    spec!(
         op::CREATE_MKEY,
         cmds::create_mkey_in::SIZE,
         cmds::create_mkey_out::SIZE,
@@ -525,7 +557,8 @@ fn lookup(opcode: u16) -> Option<&'static Spec> {
 /// Input header dword 1 bits 31:16 (reserved).
 const HDR_RESERVED: Field = Field::dw(0x4, 31, 16);
 
-fn header(status: u8, syndrome: u32) -> Vec<u8> {
+/// An output message of just a header with `status` and `syndrome`.
+pub(crate) fn header(status: u8, syndrome: u32) -> Vec<u8> {
     let mut o = out(mbox_out::HEADER_SIZE);
     mbox_out::STATUS.set(&mut o, u32::from(status));
     mbox_out::SYNDROME.set(&mut o, syndrome);

@@ -278,6 +278,15 @@ impl Device {
         off: u64,
     ) -> Result<(), DmaFault> {
         let mut part = Sgl::default();
+        if !self.dma_allowed() {
+            let f = DmaFault {
+                iova: sgl.range(off, shape.len).next().map_or(0, |c| c.iova),
+                len: usize::try_from(shape.len).unwrap_or(usize::MAX),
+                write: false,
+            };
+            self.error(DeviceError::DmaWhileDisabled(f));
+            return Err(f);
+        }
         for c in sgl.range(off, shape.len) {
             if let Err(f) = self.mem.readable(c.iova, c.len) {
                 self.error(DeviceError::Dma(f));
@@ -310,6 +319,9 @@ impl Device {
     /// Places a segment's whole payload at offset `off` of `sgl`, each piece copied once,
     /// from the sender's memory straight into ours.
     pub(crate) fn place(&self, seg: &Segment, sgl: &Sgl, off: u64) -> Placed {
+        if !self.dma_allowed() {
+            return Placed::Fault;
+        }
         let mut at = 0u64;
         for c in sgl.range(off, seg.len()) {
             let base = at;

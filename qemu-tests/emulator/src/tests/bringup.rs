@@ -476,3 +476,33 @@ fn misc_queries() {
     assert_ne!(cmds::query_special_contexts_out::RESD_LKEY.get(&o), 0);
     w.h.ok(&msg(op::NOP, 0, 16), 16);
 }
+
+/// A disabled function reaches host memory through nothing but its command interface: after
+/// DISABLE_HCA a page given with MANAGE_PAGES is not even looked at.
+#[test]
+fn a_disabled_function_does_no_dma() {
+    let mut h = H::new();
+    h.init();
+    let mut m = msg(op::TEARDOWN_HCA, 0, 16);
+    set(
+        &mut m,
+        cmds::teardown_hca_in::PROFILE,
+        u32::from(op_mod::TEARDOWN_GRACEFUL),
+    );
+    h.ok(&m, 16);
+    h.ok(&msg(op::DISABLE_HCA, 0, 16), 16);
+    let page = h.mem.alloc(4096, 4096);
+    h.cmd(&H::give_msg(&[page]), 16)
+        .expect(st::BAD_PARAM, syn::PAGE_NOT_MAPPED);
+    assert!(
+        h.dev
+            .errors()
+            .iter()
+            .any(|e| matches!(e, DeviceError::DmaWhileDisabled(f) if f.iova == page)),
+        "{:?}",
+        h.dev.errors()
+    );
+    // Enabled again, the same page is taken.
+    h.enable();
+    h.ok(&H::give_msg(&[page]), 16);
+}

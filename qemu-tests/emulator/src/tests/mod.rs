@@ -5,6 +5,7 @@ mod delivery;
 mod dp;
 mod faults;
 mod objects;
+mod pages;
 mod qp;
 mod regs;
 mod srq;
@@ -172,6 +173,8 @@ pub(crate) struct H {
     pub mem: Arc<TestMem>,
     pub cmdq: u64,
     pub token: u8,
+    /// The ISSI [`init`](Self::init) sets (1 unless a test wants the ISSI 0 commands).
+    pub issi: u32,
     pools: HashMap<(u8, bool), Vec<u64>>,
 }
 
@@ -205,6 +208,7 @@ impl H {
             mem,
             cmdq: 0,
             token: 0,
+            issi: 1,
             pools: HashMap::new(),
         }
     }
@@ -425,7 +429,7 @@ impl H {
         let o = self.ok(&msg(op::QUERY_ISSI, 0, 16), 112);
         assert_eq!(cmds::query_issi_out::SUPPORTED_ISSI_DW0.get(&o) & 2, 2);
         let mut m = msg(op::SET_ISSI, 0, 16);
-        set(&mut m, cmds::set_issi_in::CURRENT_ISSI, 1);
+        set(&mut m, cmds::set_issi_in::CURRENT_ISSI, self.issi);
         self.ok(&m, 16);
         let boot = self.query_pages(op_mod::PAGES_BOOT);
         self.give_pages(boot);
@@ -604,7 +608,13 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) fn new() -> World {
+        World::with_issi(1)
+    }
+
+    /// The fixture at ISSI `issi` (0 or 1).
+    pub(crate) fn with_issi(issi: u32) -> World {
         let mut h = H::new();
+        h.issi = issi;
         h.init();
         let uar = h.alloc_uar();
         let (eqn, _) = h.create_eq(uar, 4, 0);

@@ -264,6 +264,7 @@ fn untrapped() -> (H, Shared) {
         mem,
         cmdq: 0,
         token: 0,
+        issi: 1,
         pools: Default::default(),
     };
     (h, shared)

@@ -73,6 +73,9 @@ pub enum LoopError {
     WrongInvalidate,
 }
 
+/// Rewrites a capsule before the target sees it.
+pub type Tamper = Box<dyn FnMut(&mut Vec<u8>)>;
+
 /// Host transport over one target queue.
 pub struct Loopback {
     pub queue: nvmf::target::Queue,
@@ -82,7 +85,7 @@ pub struct Loopback {
     /// Put host-to-controller data up to this size in the capsule (0: never).
     pub inline: usize,
     /// Applied to the capsule bytes before the target sees them.
-    pub tamper: Option<Box<dyn FnMut(&mut Vec<u8>)>>,
+    pub tamper: Option<Tamper>,
     pub inline_sent: usize,
     pub keyed_sent: usize,
     pub closed: bool,

@@ -207,9 +207,16 @@ le_layout! {
     fields {
         /// Protection domain.
         PD = u16(4);
-        /// Up to [`INLINE_PBL_ENTRIES`] page addresses inline (`inline_pbl_array`), or a
-        /// control buffer naming the page list.
+        /// The page-list union: up to [`INLINE_PBL_ENTRIES`] page addresses inline
+        /// (`inline_pbl_array`), or (submission flag `ctrl_data`) the control buffer naming
+        /// the page list, whose three words follow.
         PBL = bytes(8, 32);
+        /// Page-list control buffer: length in bytes (chunk 0's used length when indirect).
+        PBL_LENGTH = u32(8);
+        /// Page-list control buffer: DMA address bits 31:0.
+        PBL_ADDR_LO = u32(12);
+        /// Page-list control buffer: DMA address bits 63:32.
+        PBL_ADDR_HI = u32(16);
         /// Region length in bytes.
         MR_LENGTH = u64(40);
         /// log2 of the page size.
@@ -227,6 +234,9 @@ le_layout! {
         /// I/O virtual address of the region's first byte.
         IOVA = u64(56);
     }
+    /// Byte offset of the page-list control buffer ([`crate::efa::admin::CtrlBuffInfo`]): it
+    /// sits in the page-list union, not at the entry's generic control-buffer offset 4.
+    pub const PBL_CTRL_OFF: usize = 8;
     /// Page addresses that fit inline.
     pub const INLINE_PBL_ENTRIES: usize = 4;
     /// The permissions byte.

@@ -488,6 +488,9 @@ fn ah_mr_commands() {
         &[
             ("pd", m::PD, 4, 15, 0),
             ("pbl", m::PBL, 8, 255, 0),
+            ("pbl_length", m::PBL_LENGTH, 8, 31, 0),
+            ("pbl_addr_lo", m::PBL_ADDR_LO, 12, 31, 0),
+            ("pbl_addr_hi", m::PBL_ADDR_HI, 16, 31, 0),
             ("mr_length", m::MR_LENGTH, 40, 63, 0),
             ("phys_page_size_shift", m::PHYS_PAGE_SIZE_SHIFT, 48, 4, 0),
             ("mem_addr_phy_mode_en", m::MEM_ADDR_PHY_MODE_EN, 48, 7, 7),
@@ -499,6 +502,8 @@ fn ah_mr_commands() {
         ],
     );
     assert_eq!(m::INLINE_PBL_ENTRIES, 4);
+    // The page-list control buffer lives in the union at 8 (Linux `mr_cmd.pbl.pbl`).
+    assert_eq!(m::PBL_CTRL_OFF, 8);
     check(
         "reg_mr_resp",
         mr::FIELDS,

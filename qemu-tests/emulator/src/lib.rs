@@ -86,6 +86,7 @@
 mod cmdq;
 mod commands;
 mod dp;
+pub mod efa;
 mod eq;
 mod faults;
 pub mod host;
@@ -526,16 +527,7 @@ impl Device {
 
     /// DMA read through the IOMMU; a fault is recorded in [`Device::errors`].
     pub(crate) fn dma_read(&mut self, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
-        if iova.checked_add(buf.len() as u64).is_none() {
-            let f = DmaFault {
-                iova,
-                len: buf.len(),
-                write: false,
-            };
-            self.error(DeviceError::Dma(f));
-            return Err(f);
-        }
-        let r = self.mem.read(iova, buf);
+        let r = mem::dma_read(&*self.mem, iova, buf);
         if let Err(f) = r {
             self.error(DeviceError::Dma(f));
         }
@@ -544,16 +536,7 @@ impl Device {
 
     /// DMA write through the IOMMU; a fault is recorded in [`Device::errors`].
     pub(crate) fn dma_write(&mut self, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
-        if iova.checked_add(data.len() as u64).is_none() {
-            let f = DmaFault {
-                iova,
-                len: data.len(),
-                write: true,
-            };
-            self.error(DeviceError::Dma(f));
-            return Err(f);
-        }
-        let r = self.mem.write(iova, data);
+        let r = mem::dma_write(&*self.mem, iova, data);
         if let Err(f) = r {
             self.error(DeviceError::Dma(f));
         }

@@ -4,7 +4,7 @@
 //! MR with page lists), fault knobs and live-object counters.
 //!
 //! Like the ConnectX model it sees only register writes and DMA through an
-//! [`AddressSpace`](crate::AddressSpace), shares nothing with any driver but the contract
+//! [`AddressSpace`], shares nothing with any driver but the contract
 //! (`firmware_interface::efa`), and is as strict as hardware: a bad command completes with
 //! the contract's admin status, a driver mistake without a status to carry it is a
 //! [`DeviceError`], and nothing a driver writes makes it panic.

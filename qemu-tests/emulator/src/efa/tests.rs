@@ -13,7 +13,7 @@ use firmware_interface::efa::regs::{self as r, ReadlessResp};
 use firmware_interface::{Le16, Le32, LeField};
 
 use super::{Device, DeviceError, FailCommand, Live, Profile};
-use crate::tests::TestMem;
+use crate::testmem::TestMem;
 
 /// A minimal EFA driver over [`TestMem`].
 struct Drv {

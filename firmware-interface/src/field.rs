@@ -188,6 +188,222 @@ be_type!(Be16, u16, 2);
 be_type!(Be32, u32, 4);
 be_type!(Be64, u64, 8);
 
+/// One field of a little-endian layout (the EFA contract, `docs/efa.md#conventions`).
+///
+/// `bit_off` counts from the least significant bit of byte 0, so a field of bits `hi..=lo` of
+/// the little-endian word (of any width) at byte `byte` sits at `byte * 8 + lo`. Fields may
+/// span bytes and are at most 64 bits wide when read as numbers; wider ones are byte arrays.
+/// Accessors never panic: a field that does not lie inside the buffer reads as `None` from the
+/// `try_` accessors (0 from the plain ones) and is not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeField {
+    /// Bit offset from the least significant bit of byte 0.
+    pub bit_off: u32,
+    /// Width in bits.
+    pub width: u32,
+}
+
+impl LeField {
+    /// Bits `hi..=lo` of the little-endian word at byte `byte` (written "`byte` \[hi:lo\]" in
+    /// `docs/efa.md`).
+    pub const fn bits(byte: usize, hi: u32, lo: u32) -> LeField {
+        assert!(lo <= hi && hi < 64);
+        LeField {
+            bit_off: byte as u32 * 8 + lo,
+            width: hi - lo + 1,
+        }
+    }
+
+    /// The 8-bit field at byte `byte`.
+    pub const fn u8(byte: usize) -> LeField {
+        LeField::bits(byte, 7, 0)
+    }
+
+    /// The 16-bit field at byte `byte`.
+    pub const fn u16(byte: usize) -> LeField {
+        assert!(byte.is_multiple_of(2));
+        LeField::bits(byte, 15, 0)
+    }
+
+    /// The 32-bit field at byte `byte`.
+    pub const fn u32(byte: usize) -> LeField {
+        assert!(byte.is_multiple_of(4));
+        LeField::bits(byte, 31, 0)
+    }
+
+    /// The 64-bit field at byte `byte`.
+    pub const fn u64(byte: usize) -> LeField {
+        assert!(byte.is_multiple_of(8));
+        LeField::bits(byte, 63, 0)
+    }
+
+    /// A byte array (or an embedded structure) of `len` bytes at `byte`.
+    pub const fn bytes(byte: usize, len: usize) -> LeField {
+        LeField {
+            bit_off: byte as u32 * 8,
+            width: len as u32 * 8,
+        }
+    }
+
+    /// The same field moved `base` bytes further: a field of a structure embedded at `base`.
+    pub const fn at(self, base: usize) -> LeField {
+        LeField {
+            bit_off: self.bit_off + base as u32 * 8,
+            width: self.width,
+        }
+    }
+
+    /// Byte offset of the first byte holding the field.
+    pub const fn byte_off(self) -> usize {
+        (self.bit_off / 8) as usize
+    }
+
+    /// One past the last byte holding the field.
+    pub const fn end(self) -> usize {
+        (self.bit_off + self.width).div_ceil(8) as usize
+    }
+
+    const fn mask(self) -> u64 {
+        if self.width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
+    }
+
+    /// The field's value inside a register or word value `word` whose bit 0 is byte 0's
+    /// bit 0 (for register fields, whose layouts start at byte 0).
+    pub const fn of(self, word: u64) -> u64 {
+        if self.bit_off >= 64 {
+            return 0;
+        }
+        (word >> self.bit_off) & self.mask()
+    }
+
+    /// `value` placed at the field's position in a register or word value (masked to the
+    /// width), to be ORed with the other fields.
+    pub const fn val(self, value: u64) -> u64 {
+        if self.bit_off >= 64 {
+            return 0;
+        }
+        (value & self.mask()) << self.bit_off
+    }
+
+    fn window(self) -> Option<(usize, usize, u32)> {
+        if self.width == 0 || self.width > 64 {
+            return None;
+        }
+        let first = self.byte_off();
+        let shift = self.bit_off % 8;
+        let n = (shift + self.width).div_ceil(8) as usize;
+        if n > 8 {
+            return None;
+        }
+        Some((first, n, shift))
+    }
+
+    /// Reads a field of at most 64 bits (that spans at most 8 bytes).
+    pub fn try_get64(self, buf: &[u8]) -> Option<u64> {
+        let (first, n, shift) = self.window()?;
+        let b = buf.get(first..first + n)?;
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(b);
+        Some((u64::from_le_bytes(a) >> shift) & self.mask())
+    }
+
+    /// Reads a field of at most 64 bits; 0 when it is not inside `buf`.
+    pub fn get64(self, buf: &[u8]) -> u64 {
+        self.try_get64(buf).unwrap_or(0)
+    }
+
+    /// Reads a field of at most 32 bits; `None` when it is wider or not inside `buf`.
+    pub fn try_get(self, buf: &[u8]) -> Option<u32> {
+        if self.width > 32 {
+            return None;
+        }
+        self.try_get64(buf).map(|v| v as u32)
+    }
+
+    /// Reads a field of at most 32 bits; 0 when it is not inside `buf` (or wider).
+    pub fn get(self, buf: &[u8]) -> u32 {
+        self.try_get(buf).unwrap_or(0)
+    }
+
+    /// Writes a field of at most 64 bits (the value is masked to the width). Returns `false`
+    /// and writes nothing when the field is not inside `buf`.
+    pub fn set64(self, buf: &mut [u8], value: u64) -> bool {
+        let Some((first, n, shift)) = self.window() else {
+            return false;
+        };
+        let Some(b) = buf.get_mut(first..first + n) else {
+            return false;
+        };
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(b);
+        let old = u64::from_le_bytes(a);
+        let mask = self.mask() << shift;
+        let new = (old & !mask) | ((value << shift) & mask);
+        b.copy_from_slice(&new.to_le_bytes()[..n]);
+        true
+    }
+
+    /// Writes a field of at most 32 bits; see [`LeField::set64`].
+    pub fn set(self, buf: &mut [u8], value: u32) -> bool {
+        self.set64(buf, u64::from(value))
+    }
+
+    /// The bytes holding a byte-aligned field (an embedded structure, a GID, a string).
+    pub fn slice(self, buf: &[u8]) -> Option<&[u8]> {
+        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
+            return None;
+        }
+        buf.get(self.byte_off()..self.end())
+    }
+
+    /// Mutable bytes of a byte-aligned field.
+    pub fn slice_mut(self, buf: &mut [u8]) -> Option<&mut [u8]> {
+        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
+            return None;
+        }
+        let (a, b) = (self.byte_off(), self.end());
+        buf.get_mut(a..b)
+    }
+}
+
+macro_rules! le_type {
+    ($name:ident, $ty:ty, $n:expr) => {
+        #[doc = concat!("A little-endian `", stringify!($ty), "` stored as bytes (alignment 1), as the device lays it out.")]
+        #[repr(transparent)]
+        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+        pub struct $name(pub [u8; $n]);
+
+        impl $name {
+            /// Stores a host value in little-endian order.
+            pub const fn new(v: $ty) -> Self {
+                $name(v.to_le_bytes())
+            }
+            /// The host value.
+            pub const fn get(self) -> $ty {
+                <$ty>::from_le_bytes(self.0)
+            }
+            /// Replaces the value.
+            pub fn set(&mut self, v: $ty) {
+                self.0 = v.to_le_bytes();
+            }
+        }
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                write!(f, "{:#x}", self.get())
+            }
+        }
+    };
+}
+
+le_type!(Le16, u16, 2);
+le_type!(Le32, u32, 4);
+le_type!(Le64, u64, 8);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,5 +448,34 @@ mod tests {
         assert_eq!(b[8], 1);
         assert_eq!(f.get64(&b), 0x0102_0304_0506_0708);
         assert_eq!(Be64::new(5).get(), 5);
+    }
+
+    #[test]
+    fn little_endian_fields() {
+        let mut b = [0u8; 16];
+        // A 5-bit field at bits 5:1 of byte 8 and a 16-bit field at byte 2.
+        let f = LeField::bits(8, 5, 1);
+        assert_eq!((f.bit_off, f.width, f.byte_off(), f.end()), (65, 5, 8, 9));
+        assert!(f.set(&mut b, 0x3f));
+        assert_eq!(b[8], 0x3e);
+        assert_eq!(f.get(&b), 0x1f);
+        let g = LeField::u16(2);
+        assert!(g.set(&mut b, 0x1234_5678));
+        assert_eq!(&b[2..4], &[0x78, 0x56]);
+        // A field across a byte boundary: bits 11:4 of the word at 12.
+        let h = LeField::bits(12, 11, 4);
+        assert!(h.set(&mut b, 0xab));
+        assert_eq!(&b[12..14], &[0xb0, 0x0a]);
+        assert_eq!(h.get(&b), 0xab);
+        let w = LeField::u64(8);
+        assert!(w.set64(&mut b, 0x0102_0304_0506_0708));
+        assert_eq!(b[8], 8);
+        assert_eq!(w.get64(&b), 0x0102_0304_0506_0708);
+        assert_eq!(w.try_get(&b), None);
+        assert!(!LeField::u32(16).set(&mut b, 1));
+        assert_eq!(LeField::u32(16).try_get(&b), None);
+        assert_eq!(LeField::bits(0, 15, 8).of(0xabcd), 0xab);
+        assert_eq!(LeField::bits(0, 31, 16).val(0x1_0002), 0x2_0000);
+        assert_eq!(Le32::new(5).0, [5, 0, 0, 0]);
     }
 }

@@ -1,3 +1,5 @@
+//! The device contracts: mlx5 (NVIDIA ConnectX) at the top level and AWS EFA in [`efa`].
+//!
 //! The mlx5 (NVIDIA ConnectX) device contract: every layout, opcode, status and syndrome the
 //! driver and the emulated device agree on. No logic lives here beyond field access.
 //!
@@ -18,6 +20,8 @@
 //!   #completion-queue-entries, #event-queue-entries)
 //! * [`pci`] — PCI identification (#pci-identification)
 //!
+//! The AWS EFA contract (little-endian, `docs/efa.md`) is the [`efa`] module.
+//!
 //! ```
 //! use firmware_interface::{cmds::create_cq_out, opcode};
 //! let mut out = [0u8; create_cq_out::SIZE];
@@ -36,6 +40,7 @@ pub mod cmd;
 pub mod cmds;
 pub mod cqe;
 pub mod ctx;
+pub mod efa;
 pub mod eqe;
 pub mod init_seg;
 pub mod opcode;
@@ -45,6 +50,6 @@ pub mod uar;
 pub mod wqe;
 
 pub use cmd::{mbox_in, mbox_out};
-pub use field::{Be16, Be32, Be64, Field};
+pub use field::{Be16, Be32, Be64, Field, Le16, Le32, Le64, LeField};
 pub use status::{cmd_status, delivery_status, op_mod};
 pub use uar::dbr;

@@ -41,6 +41,42 @@ macro_rules! layout {
     };
 }
 
+/// Declares one little-endian layout module (the EFA contract): `SIZE`, one
+/// [`crate::LeField`] per row and a `FIELDS` table, like [`layout!`] does for mlx5.
+macro_rules! le_layout {
+    (
+        $(#[$m:meta])*
+        pub mod $name:ident : size $size:expr;
+        fields {
+            $(
+                $(#[$fm:meta])*
+                $fname:ident = $kind:ident ( $($arg:expr),* );
+            )*
+        }
+        $($extra:item)*
+    ) => {
+        $(#[$m])*
+        pub mod $name {
+            #[allow(unused_imports)]
+            use crate::field::LeField;
+
+            /// Size of the layout in bytes.
+            pub const SIZE: usize = $size;
+
+            $(
+                $(#[$fm])*
+                #[doc = concat!("\n\nPosition: `", stringify!($kind), "(", stringify!($($arg),*), ")`.")]
+                pub const $fname: LeField = LeField::$kind($($arg),*);
+            )*
+
+            /// Every field of this layout as `(NAME, field)`, in table order.
+            pub const FIELDS: &[(&str, LeField)] = &[$((stringify!($fname), $fname),)*];
+
+            $($extra)*
+        }
+    };
+}
+
 /// A fixed-size device structure that can be copied to and from its byte image.
 pub(crate) trait Raw: Sized {
     fn put(&self, out: &mut [u8]);
@@ -79,10 +115,10 @@ macro_rules! raw_be {
         }
     )*};
 }
-raw_be!(Be16, Be32, Be64);
+raw_be!(Be16, Be32, Be64, Le16, Le32, Le64);
 
 /// Implements `SIZE`, `to_bytes`, `from_bytes` and `read_from` for a `#[repr(C)]` struct made
-/// only of `u8`, `[u8; N]` and `BeNN` fields (listed in declaration order), and checks at compile
+/// only of `u8`, `[u8; N]`, `BeNN` and `LeNN` fields (listed in declaration order), and checks at compile
 /// time that the fields add up to `SIZE` and to `size_of`.
 macro_rules! raw_struct {
     ($t:ident, $size:expr, [$($f:ident),* $(,)?]) => {
@@ -90,7 +126,7 @@ macro_rules! raw_struct {
             /// Size of the structure in bytes.
             pub const SIZE: usize = $size;
 
-            /// The big-endian byte image of the structure, as the device sees it.
+            /// The byte image of the structure, as the device sees it.
             pub fn to_bytes(&self) -> [u8; $size] {
                 let mut out = [0u8; $size];
                 $(

@@ -9,9 +9,11 @@
 //! * `structs.rs`: sizes and field offsets of the `#[repr(C)]` structs, and constant values.
 //! * `ifc.rs`: layouts the spec leaves open, checked against Linux `mlx5_ifc.h` / `lib/tout.c`.
 //! * `props.rs`: property tests (field round trips, isolation, byte images, signatures).
+//! * `efa.rs`: the EFA contract (little-endian) against `docs/efa.md`.
 
 use firmware_interface::Field;
 
+mod efa;
 mod ifc;
 mod props;
 mod prose;

@@ -62,6 +62,31 @@ pub trait AddressSpace: Send + Sync {
     }
 }
 
+/// DMA read of `buf.len()` bytes at `iova` through `mem`, as every device model does it: an
+/// access whose end overflows the 64-bit address space is refused before the IOMMU sees it.
+pub(crate) fn dma_read(mem: &dyn AddressSpace, iova: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+    if iova.checked_add(buf.len() as u64).is_none() {
+        return Err(DmaFault {
+            iova,
+            len: buf.len(),
+            write: false,
+        });
+    }
+    mem.read(iova, buf)
+}
+
+/// DMA write of `data` at `iova` through `mem` (see [`dma_read`]).
+pub(crate) fn dma_write(mem: &dyn AddressSpace, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
+    if iova.checked_add(data.len() as u64).is_none() {
+        return Err(DmaFault {
+            iova,
+            len: data.len(),
+            write: true,
+        });
+    }
+    mem.write(iova, data)
+}
+
 /// Bytes of the bounce buffer of [`AddressSpace`]'s default methods.
 const BOUNCE: usize = 4096;
 

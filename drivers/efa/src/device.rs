@@ -6,7 +6,9 @@ use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use firmware_interface::efa::admin::{self, AcqEntry, AqEntry, CtrlBuffInfo, aenq_group};
-use firmware_interface::efa::cmds::{alloc_uar_resp, dealloc_uar_cmd, feature_cmd, get_feature_resp};
+use firmware_interface::efa::cmds::{
+    alloc_uar_resp, dealloc_uar_cmd, feature_cmd, get_feature_resp,
+};
 use firmware_interface::efa::feature::{self, id};
 use firmware_interface::efa::opcode as op;
 use firmware_interface::efa::regs::{self as r, ReadlessResp};
@@ -425,7 +427,12 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// expected one and it echoes the command id; a refusal is [`Error::Admin`]; no
     /// completion within the admin timeout is [`Error::AdminTimeout`] and takes the queue
     /// down (the device may still complete the command into the slot).
-    pub(crate) fn exec(&self, opcode: u8, flags: u8, cmd: &[u8; ENTRY]) -> Result<[u8; ENTRY], Error> {
+    pub(crate) fn exec(
+        &self,
+        opcode: u8,
+        flags: u8,
+        cmd: &[u8; ENTRY],
+    ) -> Result<[u8; ENTRY], Error> {
         let res = self.exec_locked(opcode, flags, cmd);
         self.commands.fetch_add(1, Ordering::Relaxed);
         // The management interrupt would run the AENQ handler; this driver polls it here.
@@ -521,7 +528,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             ..Attributes::default()
         };
         if a.admin_api_version < d::MIN_ADMIN_API_VERSION {
-            return Err(bad("device_attr.admin_api_version", a.admin_api_version.into()));
+            return Err(bad(
+                "device_attr.admin_api_version",
+                a.admin_api_version.into(),
+            ));
         }
         // BARs are numbered 0..=5.
         if a.db_bar > 5 {
@@ -670,7 +680,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         // At most one ring's worth per call (a device writing faster cannot keep us here).
         while n < AENQ_DEPTH {
             let at = usize::from(q.cc & (AENQ_DEPTH - 1)) * ENTRY;
-            let Ok(flags) = q.ring.read_u8(at + 4) else { break };
+            let Ok(flags) = q.ring.read_u8(at + 4) else {
+                break;
+            };
             if flags & admin::PHASE != phase(q.cc, AENQ_DEPTH) {
                 break;
             }

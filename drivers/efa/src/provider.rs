@@ -18,12 +18,12 @@
 use alloc::vec::Vec;
 use core::convert::Infallible;
 
+use firmware_interface::Le32;
 use firmware_interface::efa::admin::{self, CtrlBuffInfo};
 use firmware_interface::efa::cmds::*;
 use firmware_interface::efa::feature::device_attr as d;
 use firmware_interface::efa::opcode as op;
 use firmware_interface::efa::pci;
-use firmware_interface::Le32;
 use nic_hal::{Platform, RegisterIo};
 use verbs::{
     AccessFlags, AhAttr, AsyncEvent, AtomicCap, Buffer, CqEvent, DestroyError, DeviceAttr, Gid,
@@ -31,9 +31,9 @@ use verbs::{
     QpInitAttr, QpState, QpType, RecvWr, SendWr, SrqAttr, WorkCompletion,
 };
 
+use crate::Error;
 use crate::device::{Device, release_unless_unknown};
 use crate::mem::{Shared, UserMem, address_space};
-use crate::Error;
 
 const ENTRY: usize = admin::ENTRY_SIZE;
 const PAGE: u64 = 4096;
@@ -326,7 +326,12 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
         }
         let used = |i: usize| {
-            chunks[i].len() * 8 + if i + 1 < chunks.len() { CtrlBuffInfo::SIZE } else { 0 }
+            chunks[i].len() * 8
+                + if i + 1 < chunks.len() {
+                    CtrlBuffInfo::SIZE
+                } else {
+                    0
+                }
         };
         for (i, list) in chunks.iter().enumerate() {
             let mut img = raw(list);
@@ -368,7 +373,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if a.page_size_cap & PAGE == 0 {
             return Err(Error::NotSupported);
         }
-        let end = mem.addr.checked_add(mem.length).ok_or(Error::InvalidArgument)?;
+        let end = mem
+            .addr
+            .checked_add(mem.length)
+            .ok_or(Error::InvalidArgument)?;
         if mem.length == 0 {
             return Err(Error::InvalidArgument);
         }
@@ -428,7 +436,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if cqe == 0 || cqe > a.max_cq_depth {
             return Err(Error::InvalidArgument);
         }
-        let depth = cqe.checked_next_power_of_two().ok_or(Error::InvalidArgument)?;
+        let depth = cqe
+            .checked_next_power_of_two()
+            .ok_or(Error::InvalidArgument)?;
         if depth > a.max_cq_depth || depth > u32::from(u16::MAX) {
             return Err(Error::InvalidArgument);
         }
@@ -461,7 +471,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         // The ring holds `depth` entries per sub-CQ: a larger actual depth would let the
         // device write past it, a smaller one than asked is not the CQ asked for.
         let fault = if actual < cqe || actual > depth {
-            Some(bad(op::CREATE_CQ, "create_cq_resp.cq_actual_depth", actual.into()))
+            Some(bad(
+                op::CREATE_CQ,
+                "create_cq_resp.cq_actual_depth",
+                actual.into(),
+            ))
         } else if db_valid && db % 4 != 0 {
             Some(bad(op::CREATE_CQ, "create_cq_resp.db_offset", db.into()))
         } else {
@@ -531,9 +545,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 .and_then(u32::checked_next_power_of_two)
                 .ok_or(Error::InvalidArgument)?;
             let ring = descs.checked_mul(RX_DESC).ok_or(Error::InvalidArgument)?;
-            let limit = u64::from(a.max_rq_depth)
-                * u64::from(RX_DESC)
-                * u64::from(a.max_wr_recv_sges);
+            let limit =
+                u64::from(a.max_rq_depth) * u64::from(RX_DESC) * u64::from(a.max_wr_recv_sges);
             if depth > a.max_rq_depth || u64::from(ring) > limit {
                 return Err(Error::InvalidArgument);
             }
@@ -695,7 +708,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let out = self.exec(op::QUERY_QP, 0, &c)?;
         use query_qp_resp as o;
         let v = o::QP_STATE.get(&out);
-        let state = state_of(v).ok_or_else(|| bad(op::QUERY_QP, "query_qp_resp.qp_state", v.into()))?;
+        let state =
+            state_of(v).ok_or_else(|| bad(op::QUERY_QP, "query_qp_resp.qp_state", v.into()))?;
         let mut a = qp.attr;
         a.qp_state = state;
         a.cur_qp_state = state;

@@ -32,7 +32,7 @@ const AENQ_DEPTH: u16 = admin::AENQ_DEPTH;
 const ENTRY: usize = admin::ENTRY_SIZE;
 
 /// The phase bit of pass `counter / depth` of a ring whose first pass has phase 1.
-fn phase(counter: u16, depth: u16) -> u8 {
+pub(crate) fn phase(counter: u16, depth: u16) -> u8 {
     (((counter / depth) & 1) ^ 1) as u8
 }
 

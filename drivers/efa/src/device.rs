@@ -215,8 +215,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 q.ring.release();
             }
         } else {
-            // The device may still write them.
-            core::mem::forget((admin, aenq));
+            // The device may still write them: dropped without `release`, they leak.
+            drop((admin, aenq));
         }
         reset
     }
@@ -767,7 +767,10 @@ impl<R: RegisterIo, P: Platform> Drop for Device<R, P> {
 /// completed (successfully or refused) or never reached the device.
 pub(crate) fn release_unless_unknown<T>(buf: Shared, res: &Result<T, Error>) {
     match res {
-        Err(Error::AdminTimeout { .. } | Error::BadCompletion { .. }) => core::mem::forget(buf),
+        // A `Shared` dropped without `release` leaks its memory.
+        Err(Error::AdminTimeout { .. } | Error::BadCompletion { .. }) => {
+            let _leaked = buf;
+        }
         _ => buf.release(),
     }
 }

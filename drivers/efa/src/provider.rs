@@ -476,7 +476,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 "create_cq_resp.cq_actual_depth",
                 actual.into(),
             ))
-        } else if db_valid && db % 4 != 0 {
+        } else if db_valid && !db.is_multiple_of(4) {
             Some(bad(op::CREATE_CQ, "create_cq_resp.db_offset", db.into()))
         } else {
             None
@@ -589,9 +589,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             Some(("create_qp_resp.send_sub_cq_idx", send_sub.into()))
         } else if recv_sub >= a.sub_cqs_per_cq {
             Some(("create_qp_resp.recv_sub_cq_idx", recv_sub.into()))
-        } else if sq_db % 4 != 0 {
+        } else if !sq_db.is_multiple_of(4) {
             Some(("create_qp_resp.sq_db_offset", sq_db.into()))
-        } else if rq_db % 4 != 0 {
+        } else if !rq_db.is_multiple_of(4) {
             Some(("create_qp_resp.rq_db_offset", rq_db.into()))
         } else {
             None

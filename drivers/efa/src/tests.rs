@@ -106,9 +106,9 @@ impl RegisterIo for Regs {
             self.mem.write(a + 2, &off.to_le_bytes()).unwrap();
         }
         let log = dev.command_log();
-        for i in before..log.len() {
+        for (i, rec) in log.iter().enumerate().skip(before) {
             let Some(p) = st.patch.clone() else { break };
-            if log[i].opcode != p.opcode {
+            if rec.opcode != p.opcode {
                 continue;
             }
             st.seen += 1;

@@ -31,6 +31,8 @@ pub extern "C" fn nostd_check_entry() -> u32 {
     let mut sum = firmware_interface::Field::dw(0x8, 23, 0).width;
     sum += verbs::Error::NoMemory.errno() as u32;
     sum += mlx5::is_supported_pci(0x15b3, 0x1017) as u32;
+    sum += efa::is_supported_pci(0x1d0f, 0xefa1) as u32;
+    sum += efa::Error::AdminDown.errno() as u32;
     sum += cm::Error::ConnectionRefused.errno() as u32;
     sum +=
         nvmf::capsule::Sqe::decode(core::hint::black_box(&[0u8; 64])).map_or(0, |s| s.cid as u32);

@@ -14,6 +14,9 @@
 //! Several NICs share a [`World`]: an in-process RoCEv2 fabric (deterministic, with seeded
 //! faults) and one clock.
 //!
+//! The emulated AWS EFA ([`nic_emulator::efa::Device`]) attaches the same way for the EFA
+//! driver: see [`efa`] ([`efa::EfaTestbed`]).
+//!
 //! NICs in different processes meet on the UDP fabric instead ([`udp`]): a [`UdpNic`] has a
 //! socket on a 127.0.0.x address as its port, runs its device on a poller thread and lives in
 //! real time (`relax` is a spin hint, `now_ns` the monotonic clock). The `rc-peer` binary is
@@ -37,6 +40,7 @@ use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
 
 pub mod udp;
 pub use udp::{RealTime, UdpDevice, UdpNic};
+pub mod efa;
 pub mod eth;
 pub use eth::{EthDevice, EthNic, EthNicError, YieldingTime};
 
@@ -117,7 +121,7 @@ impl AddressSpace for IommuView {
 #[derive(Clone)]
 pub struct EmuRegs(pub Arc<Mutex<Device>>);
 
-fn lock(d: &Mutex<Device>) -> MutexGuard<'_, Device> {
+pub(crate) fn lock<T>(d: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock is a test failure already; keep going for its report.
     d.lock().unwrap_or_else(|e| e.into_inner())
 }

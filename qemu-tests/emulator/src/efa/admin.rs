@@ -104,6 +104,9 @@ impl Device {
 
     /// AQ_PROD_DB: execute every submission entry up to the driver's producer counter.
     pub(crate) fn admin_doorbell(&mut self, pc: u16) {
+        if self.faults.stall_admin {
+            return;
+        }
         if !self.ready() {
             self.error(DeviceError::AdminWhileNotReady);
             return;

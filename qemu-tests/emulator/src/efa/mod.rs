@@ -256,6 +256,9 @@ pub struct Faults {
     pub never_ready: bool,
     /// Read-less register reads are not answered (the driver's read times out).
     pub drop_readless: bool,
+    /// Admin doorbells are ignored: submissions stay unconsumed and no completion is ever
+    /// written (the driver's admin command times out).
+    pub stall_admin: bool,
 }
 
 /// Device-side errors a test can see: driver mistakes that have no admin status to carry

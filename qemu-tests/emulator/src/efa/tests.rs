@@ -1188,6 +1188,20 @@ fn fault_knobs() {
     d.w(r::AQ_PROD_DB, 1);
     assert_eq!(d.poll(), None);
     assert_eq!(d.dev.errors(), &[DeviceError::AdminWhileNotReady]);
+
+    // A stalled admin queue: the doorbell is ignored, nothing completes; once the knob is
+    // cleared the next doorbell executes the pending submission.
+    let mut d = Drv::up();
+    d.dev.faults().stall_admin = true;
+    d.submit(op::ALLOC_PD, 0, &[0; 64]);
+    let pc = d.pc;
+    d.w(r::AQ_PROD_DB, pc.into());
+    assert_eq!(d.poll(), None);
+    assert!(d.dev.command_log().is_empty());
+    d.dev.faults().stall_admin = false;
+    d.w(r::AQ_PROD_DB, pc.into());
+    assert_eq!(d.poll().map(|e| e.status), Some(st::SUCCESS));
+    assert_eq!(d.dev.live().pds, 1);
 }
 
 impl Drv {

@@ -1,0 +1,122 @@
+//! Attaches the EFA driver ([`efa::Device`]) to the in-process emulated EFA
+//! ([`nic_emulator::efa::Device`]): the same pieces as the ConnectX testbed, applied to the
+//! other device model.
+//!
+//! - [`EfaRegs`] implements [`RegisterIo`]: a BAR0 access becomes a trapped access on the
+//!   device, which runs what it triggers (a read-less response, a reset, admin commands)
+//!   before the write returns;
+//! - DMA memory comes from a [`HeapDma`], which is also the device's IOMMU ([`IommuView`]);
+//! - the platform is [`EmuPlatform`] of a [`World`]: `relax` runs the world's devices (the
+//!   EFA model executes inline, so it has nothing left to do) and moves the virtual clock, so
+//!   driver timeouts expire without wall time.
+//!
+//! ```
+//! use nic_testbed::efa::EfaTestbed;
+//! use verbs::Provider;
+//! let tb = EfaTestbed::new(Default::default());
+//! let dev = tb.probe(Default::default()).unwrap();
+//! let pd = dev.alloc_pd().unwrap();
+//! assert_eq!(tb.live().pds, 1);
+//! dev.dealloc_pd(pd).unwrap();
+//! dev.shutdown().unwrap();
+//! assert_eq!(tb.live(), Default::default());
+//! ```
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nic_emulator::efa::{Device, Live, Profile};
+use nic_hal::{DmaAllocator, HeapDma, RegisterIo};
+
+use crate::{EmuPlatform, IommuView, World, lock};
+
+/// BAR0 of the emulated EFA, as the driver's [`RegisterIo`].
+#[derive(Clone)]
+pub struct EfaRegs(pub Arc<Mutex<Device>>);
+
+impl RegisterIo for EfaRegs {
+    fn read32(&self, offset: usize) -> u32 {
+        let mut b = [0u8; 4];
+        lock(&self.0).mmio_read(offset, &mut b);
+        u32::from_ne_bytes(b)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        lock(&self.0).mmio_write(offset, &value.to_ne_bytes());
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        // EFA registers are 32 bits: the device records an 8-byte access as a mistake.
+        lock(&self.0).mmio_write(offset, &value.to_ne_bytes());
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        lock(&self.0).mmio_write(offset, data);
+    }
+}
+
+/// The driver type as attached here.
+pub type EfaDevice = efa::Device<EfaRegs, EmuPlatform>;
+
+/// One emulated EFA with its host memory, ready for the driver to probe.
+pub struct EfaTestbed {
+    /// The device model (lock it to reach fault knobs, counters and logs).
+    pub dev: Arc<Mutex<Device>>,
+    /// Host DMA memory, which is also the device's IOMMU.
+    pub dma: Arc<HeapDma>,
+    world: Arc<World>,
+}
+
+impl World {
+    /// Adds an emulated EFA built from `profile` (it shares the world's clock; it has no
+    /// fabric port: the EFA model has no data path yet).
+    pub fn efa(self: &Arc<Self>, profile: Profile) -> EfaTestbed {
+        let dma = HeapDma::new(0x1_0000_0000);
+        let dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
+        EfaTestbed {
+            dev: Arc::new(Mutex::new(dev)),
+            dma,
+            world: self.clone(),
+        }
+    }
+}
+
+impl EfaTestbed {
+    /// A device built from `profile`, alone in a world of its own.
+    pub fn new(profile: Profile) -> EfaTestbed {
+        World::new(0).efa(profile)
+    }
+
+    /// The world this device lives in.
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    /// Locks the device model.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    /// The register backend.
+    pub fn regs(&self) -> EfaRegs {
+        EfaRegs(self.dev.clone())
+    }
+
+    /// The platform backend.
+    pub fn platform(&self) -> EmuPlatform {
+        EmuPlatform {
+            world: self.world.clone(),
+        }
+    }
+
+    /// The DMA allocator handed to the driver.
+    pub fn allocator(&self) -> Arc<dyn DmaAllocator> {
+        self.dma.clone()
+    }
+
+    /// Runs the driver's bring-up against this device.
+    pub fn probe(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
+        efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)
+    }
+
+    /// The device's live-object counters.
+    pub fn live(&self) -> Live {
+        self.device().live()
+    }
+}

@@ -7,20 +7,20 @@ use alloc::vec::Vec;
 use core::net::{SocketAddr, SocketAddrV4};
 use core::sync::atomic::Ordering;
 
-use nic_hal::Platform;
+use crate::platform::Platform;
 use verbs::{Provider, QueuePair};
 
 use crate::Cm;
 use crate::addr::{AddrInfo, PortSpace, RaiFlags};
-use crate::core::{
-    CmConfig, CmPd, CmStats, Dev, DeviceId, DeviceInfo, Gsi, NEXT_CM, Neighbor, PdRec, Shared,
-    State, guid_of,
-};
+use crate::config::{CmConfig, CmStats};
+use crate::device::{CmPd, Dev, DeviceId, DeviceInfo, Neighbor, PdRec, guid_of};
 use crate::error::Error;
 use crate::event::{Chan, CmEvent, EventChannel, EventRec, EventType};
+use crate::gsi::Gsi;
 use crate::id::{CmId, IdHandle, QpInitAttr};
 use crate::ops::saved_attr;
 use crate::slab::Key;
+use crate::state::{NEXT_CM, Shared, State};
 
 /// Time `create_ep` gives address and route resolution (librdmacm's).
 const EP_TIMEOUT_MS: u32 = 2000;

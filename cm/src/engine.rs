@@ -7,13 +7,15 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 
 use verbs::{Gid, Provider, QueuePair};
 
-use crate::core::{Connect, Fsm, Peer, Route, State, cm_access, ib_time_ns, qp_rtr_rts, qp_to_err};
+use crate::conn::{Fsm, Peer, Route};
 use crate::event::{ConnData, EventParam, EventType, UdData};
 use crate::mad::{
     CmMad, CmMessage, CmaAddrs, CmaHeader, Drep, Dreq, MadBytes, Mra, Rej, Rep, Req, Rtu, SidrRep,
     SidrReq, limits, msg_kind, parse_service_id, rej_reason, sidr_status, transport,
 };
+use crate::qp::{Connect, cm_access, qp_rtr_rts, qp_to_err};
 use crate::slab::Key;
+use crate::state::{State, ib_time_ns};
 
 /// Service timeout of the MRAs sent for requests the application has not answered yet
 /// (4.096 µs × 2^24 ≈ 67 s, rdma_cm's).
@@ -42,7 +44,7 @@ impl<P: Provider> State<P> {
         }
     }
 
-    fn find(&self, pred: impl Fn(&crate::core::IdState<P>) -> bool) -> Option<Key> {
+    fn find(&self, pred: impl Fn(&crate::conn::IdState<P>) -> bool) -> Option<Key> {
         self.ids.iter().find(|(_, s)| pred(s)).map(|(k, _)| k)
     }
 
@@ -212,7 +214,7 @@ impl<P: Provider> State<P> {
             Some(dev) => (dev.gid, dev.mtu),
             None => return,
         };
-        let mtu = crate::core::mtu_from_code(r.path_mtu).map_or(mtu, |m| m.min(mtu));
+        let mtu = crate::state::mtu_from_code(r.path_mtu).map_or(mtu, |m| m.min(mtu));
         let p = &r.primary_path;
         let route = Route {
             sgid: gid,
@@ -848,6 +850,6 @@ pub(crate) fn dreq_msg(local: u32, remote: u32, remote_qpn: u32) -> CmMessage {
 }
 
 /// The local QP number of an id's QP (or the one given in the connection parameters).
-pub(crate) fn qpn_of<P: Provider>(q: Option<&crate::core::QpRec<P>>, given: u32) -> u32 {
+pub(crate) fn qpn_of<P: Provider>(q: Option<&crate::resources::QpRec<P>>, given: u32) -> u32 {
     q.map_or(given & 0xFF_FFFF, |q| q.qp.qp_num())
 }

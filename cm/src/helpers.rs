@@ -254,7 +254,7 @@ impl<P: Provider> CmId<P> {
                 return Some(Err(Error::InvalidArgument));
             };
             let mut wc = [WorkCompletion::default()];
-            let mut poll = |a: &crate::core::AutoCq<P>| match p.poll_cq(&a.cq, &mut wc) {
+            let mut poll = |a: &crate::resources::AutoCq<P>| match p.poll_cq(&a.cq, &mut wc) {
                 Ok(0) => None,
                 Ok(_) => Some(Ok(wc[0])),
                 Err(e) => Some(Err(Error::from(e))),

@@ -7,7 +7,7 @@ use verbs::{Provider, QpCap, QpType, QueuePair, SrqAttr};
 
 use crate::Cm;
 use crate::api::v4;
-use crate::core::{CmPd, DeviceId};
+use crate::device::{CmPd, DeviceId};
 use crate::error::Error;
 use crate::event::{ConnParam, EventChannel, EventParam, EventType};
 use crate::slab::Key;
@@ -140,7 +140,7 @@ impl<P: Provider> Drop for CmId<P> {
 }
 
 impl<P: Provider> CmId<P> {
-    fn read<R>(&self, f: impl FnOnce(&crate::core::IdState<P>) -> R) -> Option<R> {
+    fn read<R>(&self, f: impl FnOnce(&crate::conn::IdState<P>) -> R) -> Option<R> {
         self.cm.with_state(|st| st.ids.get(self.key).map(f))
     }
 

@@ -44,19 +44,28 @@ extern crate alloc;
 
 mod addr;
 mod api;
-mod core;
+mod config;
+mod conn;
+mod device;
 mod engine;
 mod error;
 mod event;
+mod gsi;
 mod helpers;
 mod id;
 pub mod mad;
 mod ops;
 mod options;
+mod platform;
+mod ports;
+mod qp;
+mod resources;
 mod slab;
+mod state;
 
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
-pub use crate::core::{Cm, CmConfig, CmPd, CmStats, DeviceId, DeviceInfo, Neighbor, RDMA_UDP_QKEY};
+pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};
+pub use crate::device::{CmPd, DeviceId, DeviceInfo, Neighbor};
 pub use crate::error::{Error, GaiError};
 pub use crate::event::{
     CmEvent, ConnData, ConnParam, EventChannel, EventParam, EventType, UdData, ack_cm_event,
@@ -66,3 +75,5 @@ pub use crate::options::{
     IdOptions, OPTION_IB, OPTION_IB_PATH, OPTION_ID, OPTION_ID_ACK_TIMEOUT, OPTION_ID_AFONLY,
     OPTION_ID_REUSEADDR, OPTION_ID_TOS, PATH_DATA_SIZE, PATH_FLAGS_GMP_PRIMARY_BIDIR,
 };
+pub use crate::platform::Platform;
+pub use crate::state::Cm;

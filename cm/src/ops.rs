@@ -8,10 +8,9 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType};
 
 use crate::addr::PortSpace;
-use crate::core::{
-    AutoCq, CmPd, Connect, Fsm, IdSrq, Peer, QpRec, RDMA_UDP_QKEY, SavedAttr, State, UserObjs,
-    cm_access, padded, qp_init, qp_rtr_rts, qp_to_err,
-};
+use crate::config::RDMA_UDP_QKEY;
+use crate::conn::{Fsm, Peer};
+use crate::device::CmPd;
 use crate::engine::{dreq_msg, qpn_of};
 use crate::error::Error;
 use crate::event::{Chan, ConnParam, EventParam, EventType};
@@ -20,7 +19,10 @@ use crate::mad::{
     CmMessage, CmaAddrs, CmaHeader, Rep, Req, ReqPath, Rtu, SidrRep, SidrReq, limits, msg_kind,
     rej_reason, service_id, sidr_status, transport,
 };
+use crate::qp::{Connect, cm_access, qp_init, qp_rtr_rts, qp_to_err};
+use crate::resources::{AutoCq, IdSrq, QpRec, SavedAttr, UserObjs};
 use crate::slab::Key;
+use crate::state::{State, padded};
 
 /// librdmacm's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as much as the device allows".
 const MAX_RD: u8 = 0xFF;
@@ -50,7 +52,7 @@ impl<P: Provider> State<P> {
         Ok(self.new_id(chan, sync, context, ps, qp_type))
     }
 
-    fn id(&self, k: Key) -> Result<&crate::core::IdState<P>, Error> {
+    fn id(&self, k: Key) -> Result<&crate::conn::IdState<P>, Error> {
         self.ids.get(k).ok_or(Error::InvalidArgument)
     }
 

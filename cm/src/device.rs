@@ -1,0 +1,94 @@
+//! The devices of a manager: their identity ([`DeviceId`], [`DeviceInfo`]), their protection
+//! domains ([`CmPd`]) and the neighbour table's entries ([`Neighbor`]).
+
+use core::net::Ipv4Addr;
+
+use verbs::{Gid, Mtu, Provider};
+
+use crate::gsi::Gsi;
+use crate::slab::{Key, Slab};
+
+/// What address resolution (ARP, here a table) knows of an IPv4 neighbour. Its connection
+/// manager is reached at its GSI QP (QP1), as on any RoCE node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Neighbor {
+    /// Its Ethernet address.
+    pub mac: [u8; 6],
+}
+
+/// A device of a [`Cm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceId {
+    pub(crate) cm: u32,
+    pub(crate) key: Key,
+}
+
+/// What a [`Cm`] knows about one of its devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device.
+    pub id: DeviceId,
+    /// IPv4 address (from GID 0).
+    pub ip: Ipv4Addr,
+    /// GID 0.
+    pub gid: Gid,
+    /// Ethernet address.
+    pub mac: [u8; 6],
+    /// Node GUID used in CM messages (the EUI-64 of the MAC).
+    pub guid: u64,
+    /// QP number of the MAD QP: the GSI QP, so [`mad::GSI_QPN`] (1).
+    pub cm_qpn: u32,
+    /// Active MTU of port 1.
+    pub active_mtu: Mtu,
+}
+
+/// A protection domain of a [`Cm`] device (an `ibv_pd` obtained from the CM's context; a PD
+/// of another device, or of another `Cm`, is refused with EINVAL where librdmacm refuses a PD
+/// of another `ibv_context`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CmPd {
+    pub(crate) dev: DeviceId,
+    pub(crate) key: Key,
+}
+
+impl CmPd {
+    /// The device it belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.dev
+    }
+}
+
+pub(crate) struct PdRec<P: Provider> {
+    pub pd: P::Pd,
+    /// QPs and passive endpoints using it.
+    pub users: u32,
+}
+
+pub(crate) struct Dev<P: Provider> {
+    pub provider: P,
+    pub ip: Ipv4Addr,
+    pub gid: Gid,
+    pub mac: [u8; 6],
+    pub guid: u64,
+    pub mtu: Mtu,
+    pub agent: u32,
+    pub pds: Slab<PdRec<P>>,
+    pub default_pd: Option<Key>,
+    /// Bound ids (each holds one reference; the default PD lives while there is one).
+    pub refcnt: u32,
+    pub gsi: Option<Gsi<P>>,
+}
+
+/// EUI-64 node GUID of a MAC.
+pub(crate) const fn guid_of(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xFF,
+        0xFE,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}

@@ -91,6 +91,16 @@ impl<P: Provider> Cm<P> {
         }
     }
 
+    /// The application's handle of id `key`.
+    pub(crate) fn id_of(&self, key: Key) -> CmId<P> {
+        let path = self.with_state(|st| st.ids.get(key).map(|s| s.path.clone()));
+        CmId {
+            cm: self.clone(),
+            key,
+            path: path.unwrap_or_else(crate::resources::new_path),
+        }
+    }
+
     /// One pass of the progress engine (for programs that poll instead of blocking).
     pub fn progress(&self) {
         self.with_state(|st| st.progress());
@@ -142,7 +152,7 @@ impl<P: Provider> Cm<P> {
         Ok(self.with_state(|st| {
             let agent = st.rng.next() as u32;
             let key = st.devs.insert(Dev {
-                provider,
+                provider: Arc::new(provider),
                 ip,
                 gid,
                 mac,
@@ -159,8 +169,9 @@ impl<P: Provider> Cm<P> {
         }))
     }
 
-    /// Removes a device and hands its provider back: EBUSY while ids are bound to it or a
-    /// PD of it cannot be freed (user PDs, MRs still registered on the default PD).
+    /// Removes a device and hands its provider back: EBUSY while ids are bound to it, a QP
+    /// that could not be destroyed still holds it, or a PD of it cannot be freed (user PDs,
+    /// MRs still registered on the default PD).
     pub fn remove_device(&self, dev: DeviceId) -> Result<P, Error> {
         self.with_state(|st| {
             let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
@@ -168,6 +179,9 @@ impl<P: Provider> Cm<P> {
                 return Err(Error::Busy);
             }
             let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            if Arc::strong_count(&x.provider) > 1 {
+                return Err(Error::Busy);
+            }
             for k in x.pds.keys() {
                 if let Some(rec) = x.pds.remove(k)
                     && let Err(e) = x.provider.dealloc_pd(rec.pd)
@@ -184,7 +198,8 @@ impl<P: Provider> Cm<P> {
                 g.destroy(&x.provider);
             }
             st.forget_device(d, x.ip);
-            Ok(x.provider)
+            // the count was checked above, under the lock every new holder takes
+            Arc::try_unwrap(x.provider).map_err(|_| Error::Busy)
         })
     }
 
@@ -337,10 +352,7 @@ impl<P: Provider> Cm<P> {
     ) -> Result<CmId<P>, Error> {
         let key =
             self.with_state(|st| st.create_id(channel.map(|c| c.key), context, ps, qp_type))?;
-        Ok(CmId {
-            cm: self.clone(),
-            key,
-        })
+        Ok(self.id_of(key))
     }
 
     /// `rdma_create_ep`: a synchronous id from an [`AddrInfo`].
@@ -426,10 +438,7 @@ impl<P: Provider> Cm<P> {
     /// `rdma_get_cm_event` on channel `chan`.
     pub(crate) fn get_event(&self, chan: Key) -> Result<CmEvent<P>, Error> {
         let ev = self.pop_event(chan)?;
-        let new_id = (ev.ty == EventType::ConnectRequest).then(|| CmId {
-            cm: self.clone(),
-            key: ev.id,
-        });
+        let new_id = (ev.ty == EventType::ConnectRequest).then(|| self.id_of(ev.id));
         Ok(CmEvent {
             event: ev.ty,
             status: ev.status,

@@ -10,7 +10,7 @@ use crate::addr::PortSpace;
 use crate::device::Neighbor;
 use crate::event::EventRec;
 use crate::mad::{MadBytes, Req};
-use crate::resources::{IdSrq, QpRec, SavedAttr};
+use crate::resources::{IdSrq, PathCell, QpRec, SavedAttr};
 use crate::slab::Key;
 
 /// The rdma_cm id states (kernel `enum rdma_cm_state` plus the IB CM states that matter).
@@ -145,7 +145,9 @@ pub(crate) struct IdState<P: Provider> {
     pub resolve_dev: Option<Key>,
     pub addr_deadline: u64,
     pub peer: Option<Neighbor>,
-    pub qp: Option<QpRec<P>>,
+    pub qp: Option<QpRec>,
+    /// The id's data-path objects (QP, provider, SRQ handle), behind the id's own lock.
+    pub path: PathCell<P>,
     /// The id's SRQ (`id->srq`).
     pub srq: Option<IdSrq<P>>,
     pub saved: Option<SavedAttr<P>>,

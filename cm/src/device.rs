@@ -65,7 +65,8 @@ pub(crate) struct PdRec<P: Provider> {
 }
 
 pub(crate) struct Dev<P: Provider> {
-    pub provider: P,
+    /// Shared with the data paths of the device's ids.
+    pub provider: alloc::sync::Arc<P>,
     pub ip: Ipv4Addr,
     pub gid: Gid,
     pub mac: [u8; 6],

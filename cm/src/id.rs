@@ -3,13 +3,15 @@
 use alloc::sync::Arc;
 use core::net::SocketAddr;
 
-use verbs::{Provider, QpCap, QpType, QueuePair, SrqAttr};
+use verbs::{Provider, QpCap, QpType, SrqAttr};
 
 use crate::Cm;
 use crate::api::v4;
+use crate::datapath::DataPath;
 use crate::device::{CmPd, DeviceId};
 use crate::error::Error;
 use crate::event::{ConnParam, EventChannel, EventParam, EventType};
+use crate::resources::PathCell;
 use crate::slab::Key;
 
 /// An id's identity, as events name it ([`CmEvent::id`](crate::CmEvent::id)); compare with
@@ -124,6 +126,8 @@ pub struct IdVerbs<'a, P: Provider> {
 pub struct CmId<P: Provider> {
     pub(crate) cm: Cm<P>,
     pub(crate) key: Key,
+    /// The id's data-path objects (shared with the manager's state).
+    pub(crate) path: PathCell<P>,
 }
 
 impl<P: Provider> core::fmt::Debug for CmId<P> {
@@ -194,8 +198,7 @@ impl<P: Provider> CmId<P> {
 
     /// The QP number, if the id has a QP.
     pub fn qp_num(&self) -> Option<u32> {
-        self.read(|s| s.qp.as_ref().map(|q| q.qp.qp_num()))
-            .flatten()
+        self.read(|s| s.qp.as_ref().map(|q| q.qpn)).flatten()
     }
 
     /// The event the last synchronous call completed with (`id->event`): for a request id
@@ -213,7 +216,8 @@ impl<P: Provider> CmId<P> {
     }
 
     /// Lends the id's verbs objects to `f`, which must not call back into the manager (its
-    /// state is locked meanwhile). EINVAL for an id bound to no device.
+    /// state and the id's data path are locked meanwhile). EINVAL for an id bound to no
+    /// device.
     pub fn with_verbs<R>(&self, f: impl FnOnce(IdVerbs<'_, P>) -> R) -> Result<R, Error> {
         self.cm.with_state(|st| {
             let s = st.ids.get_mut(self.key).ok_or(Error::InvalidArgument)?;
@@ -221,14 +225,15 @@ impl<P: Provider> CmId<P> {
             let dev = st.devs.get(d).ok_or(Error::NoDevice)?;
             let pd = s.pd.and_then(|k| dev.pds.get(k)).map(|r| &r.pd);
             let srq = s.srq.as_ref().map(|x| &*x.srq);
-            let (qp, send_cq, send_ch, recv_cq, recv_ch) = match s.qp.as_mut() {
+            let mut path = s.path.lock();
+            let (qp, send_cq, send_ch, recv_cq, recv_ch) = match path.qp.as_mut() {
                 Some(q) => {
                     let (sc, sch) = match q.send_cq.as_mut() {
-                        Some(a) => (Some(&a.cq), a.channel.as_mut()),
+                        Some(a) => (Some(&*a.cq), a.channel.as_mut()),
                         None => (None, None),
                     };
                     let (rc, rch) = match q.recv_cq.as_mut() {
-                        Some(a) => (Some(&a.cq), a.channel.as_mut()),
+                        Some(a) => (Some(&*a.cq), a.channel.as_mut()),
                         None => (None, None),
                     };
                     (Some(&mut q.qp), sc, sch, rc, rch)
@@ -245,6 +250,21 @@ impl<P: Provider> CmId<P> {
                 recv_cq_channel: recv_ch,
                 srq,
             }))
+        })
+    }
+
+    /// The id's data path ([`DataPath`]): posts to its QP and SRQ and polls of its QP's CQs
+    /// that take only the id's own lock, never the manager's nor a device-wide one, so each
+    /// thread of a thread-per-core program drives its connections without contention. The
+    /// handle follows the id's QP (one created or destroyed later is seen); it can be cloned
+    /// and sent to another thread (where the provider's objects can). EINVAL while the id has
+    /// no QP.
+    pub fn data_path(&self) -> Result<DataPath<P>, Error> {
+        if self.path.lock().qp.is_none() {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(DataPath {
+            cell: self.path.clone(),
         })
     }
 
@@ -420,10 +440,7 @@ impl<P: Provider> CmId<P> {
             }
             Ok(())
         })?;
-        Ok(CmId {
-            cm: self.cm.clone(),
-            key: new,
-        })
+        Ok(self.cm.id_of(new))
     }
 
     /// `rdma_accept`: for a connected id, moves the QP to RTR and RTS with the request's
@@ -541,7 +558,7 @@ impl<P: Provider> CmId<P> {
 
     /// Whether the id has a QP and that QP receives from an SRQ.
     pub fn qp_on_srq(&self) -> bool {
-        self.read(|s| s.qp.as_ref().is_some_and(|q| q.user.srq.is_some()))
+        self.read(|s| s.qp.as_ref().is_some_and(|q| q.on_srq))
             .unwrap_or(false)
     }
 

@@ -46,6 +46,7 @@ mod addr;
 mod api;
 mod config;
 mod conn;
+mod datapath;
 mod device;
 mod engine;
 mod error;
@@ -65,6 +66,7 @@ mod state;
 
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
 pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};
+pub use crate::datapath::DataPath;
 pub use crate::device::{CmPd, DeviceId, DeviceInfo, Neighbor};
 pub use crate::error::{Error, GaiError};
 pub use crate::event::{

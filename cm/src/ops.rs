@@ -5,7 +5,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType};
+use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType, QueuePair};
 
 use crate::addr::PortSpace;
 use crate::config::RDMA_UDP_QKEY;
@@ -20,7 +20,7 @@ use crate::mad::{
     rej_reason, service_id, sidr_status, transport,
 };
 use crate::qp::{Connect, cm_access, qp_init, qp_rtr_rts, qp_to_err};
-use crate::resources::{AutoCq, IdSrq, QpRec, SavedAttr, UserObjs};
+use crate::resources::{AutoCq, IdSrq, LiveQp, QpRec, SavedAttr, UserObjs};
 use crate::slab::Key;
 use crate::state::{State, padded};
 
@@ -206,7 +206,7 @@ impl<P: Provider> State<P> {
         let passive_req = s.fsm == Fsm::ReqRcvd;
         let resp_res = s.responder_resources;
         let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
-        let p = &dev.provider;
+        let p = &*dev.provider;
         let with_channel = self.cfg.auto_comp_channels;
         let auto = |want: bool, n: u32| -> Result<Option<AutoCq<P>>, Error> {
             if !want || n == 0 {
@@ -218,7 +218,10 @@ impl<P: Provider> State<P> {
                 None
             };
             match p.create_cq(n, k.raw(), channel.as_ref()) {
-                Ok(cq) => Ok(Some(AutoCq { cq, channel })),
+                Ok(cq) => Ok(Some(AutoCq {
+                    cq: Arc::new(cq),
+                    channel,
+                })),
                 Err(e) => {
                     if let Some(c) = channel {
                         let _ = p.destroy_comp_channel(c);
@@ -229,7 +232,9 @@ impl<P: Provider> State<P> {
         };
         let drop_auto = |a: Option<AutoCq<P>>| {
             if let Some(a) = a {
-                let _ = p.destroy_cq(a.cq);
+                if let Ok(cq) = Arc::try_unwrap(a.cq) {
+                    let _ = p.destroy_cq(cq);
+                }
                 if let Some(c) = a.channel {
                     let _ = p.destroy_comp_channel(c);
                 }
@@ -246,13 +251,13 @@ impl<P: Provider> State<P> {
         let send_ref = user
             .send_cq
             .as_deref()
-            .or(send_auto.as_ref().map(|a| &a.cq))
-            .or(recv_auto.as_ref().map(|a| &a.cq))
+            .or(send_auto.as_ref().map(|a| &*a.cq))
+            .or(recv_auto.as_ref().map(|a| &*a.cq))
             .or(user.recv_cq.as_deref());
         let recv_ref = user
             .recv_cq
             .as_deref()
-            .or(recv_auto.as_ref().map(|a| &a.cq))
+            .or(recv_auto.as_ref().map(|a| &*a.cq))
             .or(send_ref);
         let (Some(send_cq), Some(recv_cq)) = (send_ref, recv_ref) else {
             drop_auto(send_auto);
@@ -312,40 +317,48 @@ impl<P: Provider> State<P> {
         if let Some(r) = dev.pds.get_mut(pdk) {
             r.users += 1;
         }
+        let provider = dev.provider.clone();
         if let Some(s) = self.ids.get_mut(k) {
-            s.qp = Some(QpRec {
-                qp,
+            let rec = QpRec {
                 pd: pdk,
+                qpn: qp.qp_num(),
+                on_srq: user.srq.is_some(),
+            };
+            let mut path = s.path.lock();
+            path.provider = Some(provider);
+            path.qp = Some(LiveQp {
+                qp,
                 send_cq: send_auto,
                 recv_cq: recv_auto,
                 user,
             });
+            drop(path);
+            s.qp = Some(rec);
             s.pd = Some(pdk);
         }
         Ok(())
     }
 
-    /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels.
+    /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels (waiting for a post
+    /// or poll in progress on the id's data path, which holds the id's lock).
     pub(crate) fn destroy_qp(&mut self, k: Key) -> Result<(), Error> {
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
-        let q = s.qp.take().ok_or(Error::InvalidArgument)?;
+        let rec = s.qp.ok_or(Error::InvalidArgument)?;
         let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
-        let p = &dev.provider;
-        let QpRec {
+        let p = &*dev.provider;
+        let mut path = s.path.lock();
+        let q = path.qp.take().ok_or(Error::InvalidArgument)?;
+        let LiveQp {
             qp,
-            pd,
             send_cq,
             recv_cq,
             user,
         } = q;
         if let Err(e) = p.destroy_qp(qp) {
-            if let Some(qp) = e.object
-                && let Some(s) = self.ids.get_mut(k)
-            {
-                s.qp = Some(QpRec {
+            if let Some(qp) = e.object {
+                path.qp = Some(LiveQp {
                     qp,
-                    pd,
                     send_cq,
                     recv_cq,
                     user,
@@ -353,16 +366,22 @@ impl<P: Provider> State<P> {
             }
             return Err(e.error.into());
         }
+        drop(path);
+        s.qp = None;
         // The caller's CQs and SRQ: released, not destroyed.
         drop(user);
-        if let Some(r) = dev.pds.get_mut(pd) {
+        if let Some(r) = dev.pds.get_mut(rec.pd) {
             r.users = r.users.saturating_sub(1);
         }
         // The CQs (receive, then send), then their channels
         // (`docs/cm.md#destroying-endpoints`).
         let mut channels = Vec::new();
         for a in [recv_cq, send_cq].into_iter().flatten() {
-            let _ = p.destroy_cq(a.cq);
+            // A CQ the caller still holds (from the attributes written back) is theirs now;
+            // its channel then stays busy and is left too.
+            if let Ok(cq) = Arc::try_unwrap(a.cq) {
+                let _ = p.destroy_cq(cq);
+            }
             channels.extend(a.channel);
         }
         for c in channels {
@@ -388,10 +407,9 @@ impl<P: Provider> State<P> {
         rec.users += 1;
         *attr = verbs::SharedReceiveQueue::attr(&srq);
         if let Some(s) = self.ids.get_mut(k) {
-            s.srq = Some(IdSrq {
-                srq: Arc::new(srq),
-                pd: pdk,
-            });
+            let srq = Arc::new(srq);
+            s.path.lock().srq = Some(srq.clone());
+            s.srq = Some(IdSrq { srq, pd: pdk });
         }
         Ok(())
     }
@@ -401,9 +419,13 @@ impl<P: Provider> State<P> {
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
         let IdSrq { srq, pd } = s.srq.take().ok_or(Error::InvalidArgument)?;
+        // the data path's handle goes first (it comes back if the SRQ stays)
+        let path_srq = s.path.lock().srq.take();
+        drop(path_srq);
         let srq = match Arc::try_unwrap(srq) {
             Ok(x) => x,
             Err(srq) => {
+                s.path.lock().srq = Some(srq.clone());
                 s.srq = Some(IdSrq { srq, pd });
                 return Err(Error::Busy);
             }
@@ -413,10 +435,9 @@ impl<P: Provider> State<P> {
             if let Some(srq) = e.object
                 && let Some(s) = self.ids.get_mut(k)
             {
-                s.srq = Some(IdSrq {
-                    srq: Arc::new(srq),
-                    pd,
-                });
+                let srq = Arc::new(srq);
+                s.path.lock().srq = Some(srq.clone());
+                s.srq = Some(IdSrq { srq, pd });
             }
             return Err(e.error.into());
         }
@@ -482,7 +503,7 @@ impl<P: Provider> State<P> {
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
-            Some(q) => q.user.srq.is_some(),
+            Some(q) => q.on_srq,
             None => param.is_some_and(|p| p.srq),
         };
         let ps = s.ps;
@@ -602,7 +623,7 @@ impl<P: Provider> State<P> {
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
-            Some(q) => q.user.srq.is_some(),
+            Some(q) => q.on_srq,
             None => param.is_some_and(|p| p.srq),
         };
         let d = s.dev.ok_or(Error::InvalidArgument)?;
@@ -640,7 +661,9 @@ impl<P: Provider> State<P> {
         s.initiator_depth = init_depth;
         s.responder_resources = resp_res;
         let rts_route = s.rts_route();
-        if let Some(q) = s.qp.as_mut() {
+        if s.qp.is_some()
+            && let Some(q) = s.path.lock().qp.as_mut()
+        {
             let c = Connect {
                 route: rts_route,
                 dest_qpn: s.conn.remote_qpn,
@@ -653,12 +676,12 @@ impl<P: Provider> State<P> {
                 access: cm_access(resp_res),
             };
             // a failed transition returns without rejecting: the request stays pending
-            qp_rtr_rts(&dev.provider, &mut q.qp, &c)?;
+            qp_rtr_rts(&*dev.provider, &mut q.qp, &c)?;
         }
         if user_pd.len() > limits::REP {
             // the kernel refuses the ACCEPT and rejects the peer; librdmacm moves the QP to ERR
-            if let Some(q) = s.qp.as_mut() {
-                qp_to_err(&dev.provider, &mut q.qp);
+            if let Some(q) = s.path.lock().qp.as_mut() {
+                qp_to_err(&*dev.provider, &mut q.qp);
             }
             s.fsm = Fsm::Closed;
             let m = self.rej_msg(
@@ -742,8 +765,8 @@ impl<P: Provider> State<P> {
         let retries = self.cfg.max_cm_retries.min(15);
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
-        if let (Some(dev), Some(q)) = (self.devs.get(d), s.qp.as_mut()) {
-            qp_to_err(&dev.provider, &mut q.qp);
+        if let (Some(dev), Some(q)) = (self.devs.get(d), s.path.lock().qp.as_mut()) {
+            qp_to_err(&*dev.provider, &mut q.qp);
         }
         let c = &s.conn;
         match s.fsm {

@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::event::{Chan, EventParam, EventRec, EventType};
 use crate::gsi::Received;
 use crate::mad::{CmMad, CmMessage, MadBytes};
+use crate::resources::new_path;
 use crate::slab::{Key, Slab};
 
 /// Random numbers for communication IDs and PSNs (xorshift64*).
@@ -188,6 +189,7 @@ impl<P: Provider> State<P> {
         dev.refcnt += 1;
         let pd = dev.default_pd;
         let s = self.ids.get_mut(id).ok_or(Error::InvalidArgument)?;
+        s.path.lock().provider = Some(dev.provider.clone());
         s.dev = Some(d);
         s.pd = pd;
         s.has_dev_ref = true;
@@ -205,6 +207,13 @@ impl<P: Provider> State<P> {
             return;
         }
         s.has_dev_ref = false;
+        {
+            // a QP that could not be destroyed keeps the provider it needs
+            let mut path = s.path.lock();
+            if path.qp.is_none() {
+                path.provider = None;
+            }
+        }
         let Some(d) = s.dev else { return };
         let Some(dev) = self.devs.get_mut(d) else {
             return;
@@ -247,6 +256,7 @@ impl<P: Provider> State<P> {
             addr_deadline: 0,
             peer: None,
             qp: None,
+            path: new_path(),
             srq: None,
             saved: None,
             saved_pd: None,

@@ -144,6 +144,14 @@ impl<P: Provider> Cm<P> {
             Ok(p) => p.active_mtu,
             Err(e) => return Err((e.into(), provider)),
         };
+        // librdmacm's per-device limits (it casts them to 8 bits; they saturate here)
+        let (max_responder_resources, max_initiator_depth) = match provider.query_device() {
+            Ok(a) => (
+                u8::try_from(a.max_qp_rd_atom).unwrap_or(u8::MAX),
+                u8::try_from(a.max_qp_init_rd_atom).unwrap_or(u8::MAX),
+            ),
+            Err(e) => return Err((e.into(), provider)),
+        };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
         let gsi = match Gsi::create(&provider, rs, ss) {
             Ok(g) => g,
@@ -153,6 +161,8 @@ impl<P: Provider> Cm<P> {
             let agent = st.rng.next() as u32;
             let key = st.devs.insert(Dev {
                 provider: Arc::new(provider),
+                max_responder_resources,
+                max_initiator_depth,
                 ip,
                 gid,
                 mac,

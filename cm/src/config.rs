@@ -12,11 +12,6 @@ pub struct CmConfig {
     pub max_cm_retries: u8,
     /// Packet life time exponent of synthesised RoCE paths (16).
     pub packet_life_time: u8,
-    /// The device's `max_qp_rd_atom` (the verbs device attributes do not carry it): what
-    /// `rdma_connect(NULL)` offers as responder resources.
-    pub max_qp_rd_atom: u8,
-    /// The device's `max_qp_init_rd_atom`.
-    pub max_qp_init_rd_atom: u8,
     /// Hop limit of synthesised paths.
     pub hop_limit: u8,
     /// Seed of the random communication IDs and PSNs.
@@ -41,8 +36,6 @@ impl Default for CmConfig {
             cm_response_timeout: 20,
             max_cm_retries: 15,
             packet_life_time: 16,
-            max_qp_rd_atom: 16,
-            max_qp_init_rd_atom: 16,
             hop_limit: 64,
             seed: 0x5eed_0c0f_fee0_4c4d,
             mad_recv_slots: 512,

@@ -65,6 +65,12 @@ pub(crate) struct PdRec<P: Provider> {
 }
 
 pub(crate) struct Dev<P: Provider> {
+    /// The device's `max_qp_rd_atom` (`query_device`), saturated to the 8 bits the CM
+    /// messages carry: what a connection offers as responder resources by default, and the
+    /// most it may ask for.
+    pub max_responder_resources: u8,
+    /// The device's `max_qp_init_rd_atom`, likewise: the default and largest initiator depth.
+    pub max_initiator_depth: u8,
     /// Shared with the data paths of the device's ids.
     pub provider: alloc::sync::Arc<P>,
     pub ip: Ipv4Addr,

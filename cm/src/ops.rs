@@ -447,6 +447,15 @@ impl<P: Provider> State<P> {
         Ok(())
     }
 
+    /// The (responder resources, initiator depth) limits of the id's device (0 without one).
+    fn rd_limits(&self, k: Key) -> (u8, u8) {
+        self.ids
+            .get(k)
+            .and_then(|s| s.dev)
+            .and_then(|d| self.devs.get(d))
+            .map_or((0, 0), |x| (x.max_responder_resources, x.max_initiator_depth))
+    }
+
     /// Device limits librdmacm checks `rdma_conn_param` against (PS_TCP only).
     fn check_param(&self, k: Key, param: Option<&ConnParam<'_>>) -> Result<(), Error> {
         let s = self.id(k)?;
@@ -460,8 +469,9 @@ impl<P: Provider> State<P> {
                 Ok(())
             };
         };
-        if (p.responder_resources != MAX_RD && p.responder_resources > self.cfg.max_qp_rd_atom)
-            || (p.initiator_depth != MAX_RD && p.initiator_depth > self.cfg.max_qp_init_rd_atom)
+        let (max_resp, max_init) = self.rd_limits(k);
+        if (p.responder_resources != MAX_RD && p.responder_resources > max_resp)
+            || (p.initiator_depth != MAX_RD && p.initiator_depth > max_init)
         {
             return Err(Error::InvalidArgument);
         }
@@ -476,8 +486,9 @@ impl<P: Provider> State<P> {
             Some(v) if v != MAX_RD => v,
             _ => max,
         };
-        let init_depth = pick(param.map(|p| p.initiator_depth), cfg.max_qp_init_rd_atom);
-        let resp_res = pick(param.map(|p| p.responder_resources), cfg.max_qp_rd_atom);
+        let (max_resp, max_init) = self.rd_limits(k);
+        let init_depth = pick(param.map(|p| p.initiator_depth), max_init);
+        let resp_res = pick(param.map(|p| p.responder_resources), max_resp);
         let retry = param.map_or(7, |p| p.retry_count.min(7));
         let rnr = param.map_or(7, |p| p.rnr_retry_count.min(7));
         let fc = param.is_some_and(|p| p.flow_control);
@@ -601,8 +612,8 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         self.check_param(k, param)?;
+        let (max_resp, max_init) = self.rd_limits(k);
         let s = self.id(k)?;
-        let cfg = self.cfg;
         let pick = |v: Option<u8>, req: u8, max: u8| match v {
             Some(v) if v != MAX_RD => v,
             _ => req.min(max),
@@ -610,12 +621,12 @@ impl<P: Provider> State<P> {
         let init_depth = pick(
             param.map(|p| p.initiator_depth),
             s.initiator_depth,
-            cfg.max_qp_init_rd_atom,
+            max_init,
         );
         let resp_res = pick(
             param.map(|p| p.responder_resources),
             s.responder_resources,
-            cfg.max_qp_rd_atom,
+            max_resp,
         );
         let rnr = param.map_or(7, |p| p.rnr_retry_count.min(7));
         let fc = param.is_some_and(|p| p.flow_control);

@@ -8,7 +8,7 @@ use core::net::{SocketAddr, SocketAddrV4};
 use core::sync::atomic::Ordering;
 
 use crate::platform::Platform;
-use verbs::{Provider, QueuePair};
+use verbs::Provider;
 
 use crate::Cm;
 use crate::addr::{AddrInfo, PortSpace, RaiFlags};
@@ -21,6 +21,7 @@ use crate::id::{CmId, IdHandle, QpInitAttr};
 use crate::ops::saved_attr;
 use crate::slab::Key;
 use crate::state::{NEXT_CM, Shared, State};
+use crate::transport::{DevTransport, Transport};
 
 /// Time `create_ep` gives address and route resolution (librdmacm's).
 const EP_TIMEOUT_MS: u32 = 2000;
@@ -172,7 +173,7 @@ impl<P: Provider> Cm<P> {
                 pds: Default::default(),
                 default_pd: None,
                 refcnt: 0,
-                gsi: Some(gsi),
+                transport: Some(DevTransport::Mad(gsi)),
             });
             st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
@@ -204,8 +205,8 @@ impl<P: Provider> Cm<P> {
             }
             x.default_pd = None;
             let mut x = st.devs.remove(d).ok_or(Error::NoDevice)?;
-            if let Some(g) = x.gsi.take() {
-                g.destroy(&x.provider);
+            if let Some(t) = x.transport.take() {
+                t.destroy(&x.provider);
             }
             st.forget_device(d, x.ip);
             // the count was checked above, under the lock every new holder takes
@@ -498,7 +499,7 @@ impl<P: Provider> State<P> {
             gid: x.gid,
             mac: x.mac,
             guid: x.guid,
-            cm_qpn: x.gsi.as_ref().map_or(0, |g| g.qp.qp_num()),
+            cm_qpn: x.transport.as_ref().map_or(0, |t| t.local_endpoint()),
             active_mtu: x.mtu,
         })
     }

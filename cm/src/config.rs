@@ -61,4 +61,8 @@ pub struct CmStats {
     pub send_failures: u64,
     /// REQs dropped because the listener's backlog was full.
     pub backlog_drops: u64,
+    /// A device's message transport failed (its QP went to the error state) and was reset.
+    pub transport_resets: u64,
+    /// Resets that failed (tried again on the next pass).
+    pub transport_reset_failures: u64,
 }

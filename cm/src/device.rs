@@ -5,11 +5,12 @@ use core::net::Ipv4Addr;
 
 use verbs::{Gid, Mtu, Provider};
 
-use crate::gsi::Gsi;
 use crate::slab::{Key, Slab};
+use crate::transport::DevTransport;
 
 /// What address resolution (ARP, here a table) knows of an IPv4 neighbour. Its connection
-/// manager is reached at its GSI QP (QP1), as on any RoCE node.
+/// manager is reached where the device's transport says (the MAD transport: its GSI QP, QP1,
+/// as on any RoCE node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Neighbor {
     /// Its Ethernet address.
@@ -36,7 +37,8 @@ pub struct DeviceInfo {
     pub mac: [u8; 6],
     /// Node GUID used in CM messages (the EUI-64 of the MAC).
     pub guid: u64,
-    /// QP number of the MAD QP: the GSI QP, so [`mad::GSI_QPN`] (1).
+    /// The QP number peers reach the manager at: with the MAD transport, the GSI QP, so
+    /// [`mad::GSI_QPN`] (1).
     pub cm_qpn: u32,
     /// Active MTU of port 1.
     pub active_mtu: Mtu,
@@ -83,7 +85,8 @@ pub(crate) struct Dev<P: Provider> {
     pub default_pd: Option<Key>,
     /// Bound ids (each holds one reference; the default PD lives while there is one).
     pub refcnt: u32,
-    pub gsi: Option<Gsi<P>>,
+    /// How its connection messages travel (the MAD transport on its GSI QP).
+    pub transport: Option<DevTransport<P>>,
 }
 
 /// EUI-64 node GUID of a MAC.

@@ -1,19 +1,22 @@
-//! The MAD QP of a device: its GSI QP (QP1), buffers, sends and receives.
+//! The MAD transport: a device's GSI QP (QP1) with its buffers, carrying CM MADs to and from
+//! QP1 of the peers; the first [`Transport`] (the only place that knows of QP1).
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::net::Ipv4Addr;
 
 use verbs::{
-    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Provider, QpCap, QpInitAttr as VerbsQpInitAttr,
-    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr as VerbsQpInitAttr, QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, Sge,
+    UdDest, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use crate::conn::Peer;
 use crate::error::Error;
 use crate::mad::{self, GSI_QKEY, MadBytes};
-use crate::qp::qp_init;
+use crate::qp::{qp_init, qp_to_err};
 use crate::slab::Key;
+use crate::transport::{Received, Transport};
 
 const SLOT: usize = 512;
 const GRH: usize = 40;
@@ -33,6 +36,9 @@ pub(crate) struct Gsi<P: Provider> {
     send_slots: u16,
     pub free_send: Vec<u16>,
     ahs: Vec<(Ipv4Addr, P::Ah)>,
+    /// An error completion was seen: the QP is (or is going) to the error state, so it must
+    /// be reset and its receives posted again.
+    broken: bool,
 }
 
 // ------------------------------------------------------------------ the device MAD QP
@@ -110,10 +116,11 @@ impl<P: Provider> Gsi<P> {
             send_slots,
             free_send: (0..send_slots).rev().collect(),
             ahs: Vec::new(),
+            broken: false,
         };
         for s in 0..recv_slots {
             if let Err(e) = g.post_recv(p, s) {
-                g.destroy(p);
+                g.teardown(p);
                 return Err(e);
             }
         }
@@ -140,7 +147,7 @@ impl<P: Provider> Gsi<P> {
         Ok(())
     }
 
-    pub(crate) fn send(&mut self, p: &P, to: &Peer, bytes: &MadBytes) -> bool {
+    fn send_mad(&mut self, p: &P, to: &Peer, bytes: &MadBytes) -> bool {
         let Some(slot) = self.free_send.pop() else {
             return false;
         };
@@ -198,7 +205,7 @@ impl<P: Provider> Gsi<P> {
 
     /// Polls the CQ: frees send buffers, returns received MADs as (source IP, source QPN,
     /// bytes), reposting their buffers; `bad` counts receives in error.
-    pub(crate) fn poll(&mut self, p: &P, d: Key, out: &mut Vec<Received>, bad: &mut u64) {
+    fn poll_cq(&mut self, p: &P, d: Key, out: &mut Vec<Received>, bad: &mut u64) {
         let mut wc = [WorkCompletion::default(); 16];
         loop {
             let n = match p.poll_cq(&self.cq, &mut wc) {
@@ -217,6 +224,9 @@ impl<P: Provider> Gsi<P> {
                     } else {
                         self.free_send.push(slot);
                     }
+                    if w.status != WcStatus::Success {
+                        self.broken = true;
+                    }
                     continue;
                 }
                 let Ok(slot) = u16::try_from(w.wr_id) else {
@@ -228,8 +238,10 @@ impl<P: Provider> Gsi<P> {
                     continue;
                 }
                 if w.status != WcStatus::Success {
-                    // the QP is in error: the buffer is not reposted
+                    // the QP is in error (a datagram too long for the buffer, say): the buffer
+                    // is not reposted; `recover` resets the QP and posts every buffer again
                     *bad += 1;
+                    self.broken = true;
                     continue;
                 }
                 let mut m = [0u8; GRH + mad::MAD_SIZE];
@@ -259,7 +271,7 @@ impl<P: Provider> Gsi<P> {
         }
     }
 
-    pub(crate) fn destroy(self, p: &P) {
+    fn teardown(self, p: &P) {
         let Gsi {
             qp,
             cq,
@@ -287,14 +299,70 @@ impl<P: Provider> Gsi<P> {
             core::mem::forget(buf);
         }
     }
+
+    /// Drains the CQ, discarding receives (the QP is being reset) but freeing send slots.
+    fn drain(&mut self, p: &P) {
+        let mut wc = [WorkCompletion::default(); 16];
+        while let Ok(n) = p.poll_cq(&self.cq, &mut wc) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// ERR → RESET → INIT → RTR → RTS, every receive buffer posted again, every send buffer
+    /// free. Completions of the old incarnation are drained before and after the reset.
+    fn reset(&mut self, p: &P) -> Result<(), Error> {
+        qp_to_err(p, &mut self.qp);
+        self.drain(p);
+        let a = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        p.modify_qp(&mut self.qp, &a, QpAttrMask::STATE)?;
+        self.drain(p);
+        qp_init(p, &mut self.qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY)?;
+        self.free_send = (0..self.send_slots).rev().collect();
+        for s in 0..self.recv_slots {
+            self.post_recv(p, s)?;
+        }
+        Ok(())
+    }
 }
 
-/// A MAD received on a device.
-pub(crate) struct Received {
-    pub dev: Key,
-    pub src: Ipv4Addr,
-    pub src_qp: u32,
-    pub bytes: Box<MadBytes>,
+impl<P: Provider> Transport<P> for Gsi<P> {
+    fn local_endpoint(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    fn peer_endpoint(&self) -> u32 {
+        mad::GSI_QPN
+    }
+
+    fn can_send(&self) -> bool {
+        !self.free_send.is_empty()
+    }
+
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
+        self.send_mad(p, to, msg)
+    }
+
+    fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {
+        self.poll_cq(p, dev, out, bad)
+    }
+
+    fn recover(&mut self, p: &P) -> Option<bool> {
+        if !self.broken {
+            return None;
+        }
+        let ok = self.reset(p).is_ok();
+        self.broken = !ok;
+        Some(ok)
+    }
+
+    fn destroy(self, p: &P) {
+        self.teardown(p)
+    }
 }
 
 /// The source IPv4 address of a UD receive's 40-byte GRH area: RoCEv2 over IPv4 puts the

@@ -63,6 +63,7 @@ mod qp;
 mod resources;
 mod slab;
 mod state;
+mod transport;
 
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
 pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};

@@ -23,6 +23,7 @@ use crate::qp::{Connect, cm_access, qp_init, qp_rtr_rts, qp_to_err};
 use crate::resources::{AutoCq, IdSrq, LiveQp, QpRec, SavedAttr, UserObjs};
 use crate::slab::Key;
 use crate::state::{State, padded};
+use crate::transport::Transport;
 
 /// librdmacm's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as much as the device allows".
 const MAX_RD: u8 = 0xFF;
@@ -453,7 +454,9 @@ impl<P: Provider> State<P> {
             .get(k)
             .and_then(|s| s.dev)
             .and_then(|d| self.devs.get(d))
-            .map_or((0, 0), |x| (x.max_responder_resources, x.max_initiator_depth))
+            .map_or((0, 0), |x| {
+                (x.max_responder_resources, x.max_initiator_depth)
+            })
     }
 
     /// Device limits librdmacm checks `rdma_conn_param` against (PS_TCP only).
@@ -579,6 +582,12 @@ impl<P: Provider> State<P> {
                 ..Req::default()
             })
         };
+        // the peer's manager, where the device's transport reaches it
+        let cm_qpn = self
+            .devs
+            .get(d)
+            .and_then(|x| x.transport.as_ref())
+            .map_or(0, |t| t.peer_endpoint());
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         s.initiator_depth = init_depth;
         s.responder_resources = resp_res;
@@ -594,7 +603,7 @@ impl<P: Provider> State<P> {
         c.peer = Peer {
             ip: *dst.ip(),
             mac: nb.mac,
-            qpn: crate::mad::GSI_QPN,
+            qpn: cm_qpn,
         };
         let timeout = self.cm_timeout_ns(cfg.cm_response_timeout);
         self.send_for(k, tid, msg, Some((timeout, cfg.max_cm_retries.min(15))));

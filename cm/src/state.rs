@@ -22,10 +22,10 @@ use crate::conn::{Conn, Fsm, IdState, Orphan, Peer, Retx};
 use crate::device::{Dev, DeviceId, Neighbor, PdRec};
 use crate::error::Error;
 use crate::event::{Chan, EventParam, EventRec, EventType};
-use crate::gsi::Received;
 use crate::mad::{CmMad, CmMessage, MadBytes};
 use crate::resources::new_path;
 use crate::slab::{Key, Slab};
+use crate::transport::{Received, Transport};
 
 /// Random numbers for communication IDs and PSNs (xorshift64*).
 pub(crate) struct Rng(u64);
@@ -306,13 +306,13 @@ impl<P: Provider> State<P> {
     pub(crate) fn send_to(&mut self, d: Key, to: &Peer, mad: &MadBytes) {
         let mut bad = 0;
         let ok = match self.devs.get_mut(d) {
-            Some(dev) => match dev.gsi.as_mut() {
-                Some(g) => {
-                    if g.free_send.is_empty() {
+            Some(dev) => match dev.transport.as_mut() {
+                Some(t) => {
+                    if !t.can_send() {
                         // reap send completions; what arrived meanwhile waits in `rx`
-                        g.poll(&dev.provider, d, &mut self.rx, &mut bad);
+                        t.poll(&dev.provider, d, &mut self.rx, &mut bad);
                     }
-                    g.send(&dev.provider, to, mad)
+                    t.send(&dev.provider, to, mad)
                 }
                 None => false,
             },
@@ -406,9 +406,16 @@ impl<P: Provider> State<P> {
         let mut bad = 0;
         for k in self.devs.keys() {
             if let Some(dev) = self.devs.get_mut(k)
-                && let Some(g) = dev.gsi.as_mut()
+                && let Some(t) = dev.transport.as_mut()
             {
-                g.poll(&dev.provider, k, &mut self.rx, &mut bad);
+                t.poll(&dev.provider, k, &mut self.rx, &mut bad);
+                // a transport in error (a hostile datagram, a device fault) is reset here,
+                // and the ids' retransmissions carry on over it
+                match t.recover(&dev.provider) {
+                    Some(true) => self.stats.transport_resets += 1,
+                    Some(false) => self.stats.transport_reset_failures += 1,
+                    None => {}
+                }
             }
         }
         self.stats.bad_mads += bad;

@@ -173,6 +173,7 @@ impl<P: Provider> Cm<P> {
                 pds: Default::default(),
                 default_pd: None,
                 refcnt: 0,
+                held_cqs: Vec::new(),
                 transport: Some(DevTransport::Mad(gsi)),
             });
             st.set_neighbor(ip, Neighbor { mac });
@@ -190,7 +191,8 @@ impl<P: Provider> Cm<P> {
                 return Err(Error::Busy);
             }
             let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
-            if Arc::strong_count(&x.provider) > 1 {
+            x.release_held_cqs();
+            if !x.held_cqs.is_empty() || Arc::strong_count(&x.provider) > 1 {
                 return Err(Error::Busy);
             }
             for k in x.pds.keys() {
@@ -307,6 +309,20 @@ impl<P: Provider> Cm<P> {
     /// Deregisters an MR of a device (`rdma_dereg_mr`).
     pub fn dereg_mr(&self, dev: DeviceId, mr: P::Mr) -> Result<(), Error> {
         self.with_provider(dev, |p| p.dereg_mr(mr).map_err(|e| e.error.into()))?
+    }
+
+    /// `rdma_getaddrinfo` as librdmacm runs it: ENODEV while the manager has no device (its
+    /// device check), then [`getaddrinfo`](crate::getaddrinfo)'s parsing and rules.
+    pub fn getaddrinfo(
+        &self,
+        node: Option<&str>,
+        service: Option<&str>,
+        hints: Option<&AddrInfo>,
+    ) -> Result<AddrInfo, Error> {
+        if self.with_state(|st| st.devs.len() == 0) {
+            return Err(Error::NoDevice);
+        }
+        crate::addr::getaddrinfo(node, service, hints)
     }
 
     // -------------------------------------------------------------- channels and ids

@@ -85,6 +85,10 @@ pub(crate) struct Dev<P: Provider> {
     pub default_pd: Option<Key>,
     /// Bound ids (each holds one reference; the default PD lives while there is one).
     pub refcnt: u32,
+    /// CQs ids created that the caller still held when their QP was destroyed (from the
+    /// attributes `create_qp` wrote back), with their channels: destroyed once the caller
+    /// let go of them.
+    pub held_cqs: alloc::vec::Vec<crate::resources::AutoCq<P>>,
     /// How its connection messages travel (the MAD transport on its GSI QP).
     pub transport: Option<DevTransport<P>>,
 }
@@ -101,4 +105,40 @@ pub(crate) const fn guid_of(mac: [u8; 6]) -> u64 {
         mac[4],
         mac[5],
     ])
+}
+
+impl<P: Provider> Dev<P> {
+    /// Destroys the held CQs nobody else holds any more (then their channels).
+    pub(crate) fn release_held_cqs(&mut self) {
+        if self.held_cqs.is_empty() {
+            return;
+        }
+        let p = &*self.provider;
+        let mut keep = alloc::vec::Vec::new();
+        for a in self.held_cqs.drain(..) {
+            match alloc::sync::Arc::try_unwrap(a.cq) {
+                Ok(cq) => match p.destroy_cq(cq) {
+                    Ok(()) => {
+                        if let Some(c) = a.channel {
+                            let _ = p.destroy_comp_channel(c);
+                        }
+                    }
+                    // busy (a QP of the caller's uses it): try again later
+                    Err(e) => {
+                        if let Some(cq) = e.object {
+                            keep.push(crate::resources::AutoCq {
+                                cq: alloc::sync::Arc::new(cq),
+                                channel: a.channel,
+                            });
+                        }
+                    }
+                },
+                Err(cq) => keep.push(crate::resources::AutoCq {
+                    cq,
+                    channel: a.channel,
+                }),
+            }
+        }
+        self.held_cqs = keep;
+    }
 }

@@ -19,6 +19,20 @@ use crate::slab::Key;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IdHandle(pub(crate) u64);
 
+impl IdHandle {
+    /// The id whose CQ carries this CQ context: the CQs an id creates (`create_qp`,
+    /// `create_ep`) are created with [`cq_context`](Self::cq_context) of the id's handle, so a
+    /// completion event ([`verbs::CqEvent::cq_context`]) leads back to the id.
+    pub const fn from_cq_context(cq_context: u64) -> IdHandle {
+        IdHandle(cq_context)
+    }
+
+    /// The CQ context value of the CQs the id creates.
+    pub const fn cq_context(self) -> u64 {
+        self.0
+    }
+}
+
 /// QP creation attributes (`struct ibv_qp_init_attr` as `rdma_create_qp` takes it); `C` is
 /// the provider's CQ type, `S` its SRQ type (`QpInitAttr<P::Cq, P::Srq>`).
 ///
@@ -514,7 +528,9 @@ impl<P: Provider> CmId<P> {
     /// `rdma_create_qp`: a QP for the id, on `pd` (which must belong to the id's device,
     /// else EINVAL) or the id's PD (the device's default PD, shared by every id bound to it).
     /// Missing CQs are created (`cap.max_send_wr` / `cap.max_recv_wr` entries; 0: none),
-    /// each with its own completion channel, and exposed on the id; the caller's CQs are used
+    /// each with its own completion channel, exposed on the id and written back into `attr`
+    /// as shared handles (as librdmacm writes `id->send_cq` / `id->recv_cq` back), with the
+    /// id's [`IdHandle::cq_context`] as their CQ context; the caller's CQs are used
     /// (and held while the QP exists) but not recorded as the id's. `attr.srq` is used as
     /// given, else the id's SRQ ([`create_srq`](Self::create_srq)), written back. The QP is
     /// moved to INIT (UD: to RTS with Q_Key 0x01234567); the actual caps are written back
@@ -563,7 +579,9 @@ impl<P: Provider> CmId<P> {
     }
 
     /// `rdma_destroy_qp`: the QP, then the CQs the id created, then their channels. EINVAL
-    /// without a QP.
+    /// without a QP. A CQ the id created that the caller still holds (the handle written back
+    /// by `create_qp`) is the caller's from then on, to destroy with the provider once no QP
+    /// uses it (its channel stays with it).
     pub fn destroy_qp(&self) -> Result<(), Error> {
         self.cm.with_state(|st| st.destroy_qp(self.key))
     }

@@ -315,6 +315,13 @@ impl<P: Provider> State<P> {
             return Err(e);
         }
         attr.cap = cap;
+        // the CQs the id made, as `rdma_create_qp` writes them back (`id->send_cq`, ...)
+        if let Some(a) = &send_auto {
+            attr.send_cq = Some(a.cq.clone());
+        }
+        if let Some(a) = &recv_auto {
+            attr.recv_cq = Some(a.cq.clone());
+        }
         if let Some(r) = dev.pds.get_mut(pdk) {
             r.users += 1;
         }
@@ -378,12 +385,18 @@ impl<P: Provider> State<P> {
         // (`docs/cm.md#destroying-endpoints`).
         let mut channels = Vec::new();
         for a in [recv_cq, send_cq].into_iter().flatten() {
-            // A CQ the caller still holds (from the attributes written back) is theirs now;
-            // its channel then stays busy and is left too.
-            if let Ok(cq) = Arc::try_unwrap(a.cq) {
-                let _ = p.destroy_cq(cq);
+            // A CQ the caller still holds (from the attributes written back) waits, with its
+            // channel, until they let go of it.
+            match Arc::try_unwrap(a.cq) {
+                Ok(cq) => {
+                    let _ = p.destroy_cq(cq);
+                    channels.extend(a.channel);
+                }
+                Err(cq) => dev.held_cqs.push(AutoCq {
+                    cq,
+                    channel: a.channel,
+                }),
             }
-            channels.extend(a.channel);
         }
         for c in channels {
             let _ = p.destroy_comp_channel(c);

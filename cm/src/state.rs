@@ -405,6 +405,9 @@ impl<P: Provider> State<P> {
     pub fn progress(&mut self) {
         let mut bad = 0;
         for k in self.devs.keys() {
+            if let Some(dev) = self.devs.get_mut(k) {
+                dev.release_held_cqs();
+            }
             if let Some(dev) = self.devs.get_mut(k)
                 && let Some(t) = dev.transport.as_mut()
             {

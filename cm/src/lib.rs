@@ -65,6 +65,9 @@ mod slab;
 mod state;
 mod transport;
 
+#[cfg(test)]
+mod tests;
+
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
 pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};
 pub use crate::datapath::DataPath;

@@ -3,7 +3,7 @@
 /// Q_Key of UD ids in the UDP and IB port spaces (`RDMA_UDP_QKEY`).
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
-/// Tunables of a [`Cm`]. The defaults are Linux's.
+/// Tunables of a [`Cm`](crate::Cm). The defaults are Linux's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmConfig {
     /// CM response timeout exponent sent in REQs (4.096 µs × 2^t; 20 ≈ 4.3 s).

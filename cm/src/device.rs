@@ -17,14 +17,14 @@ pub struct Neighbor {
     pub mac: [u8; 6],
 }
 
-/// A device of a [`Cm`].
+/// A device of a [`Cm`](crate::Cm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceId {
     pub(crate) cm: u32,
     pub(crate) key: Key,
 }
 
-/// What a [`Cm`] knows about one of its devices.
+/// What a [`Cm`](crate::Cm) knows about one of its devices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// The device.
@@ -38,13 +38,13 @@ pub struct DeviceInfo {
     /// Node GUID used in CM messages (the EUI-64 of the MAC).
     pub guid: u64,
     /// The QP number peers reach the manager at: with the MAD transport, the GSI QP, so
-    /// [`mad::GSI_QPN`] (1).
+    /// [`mad::GSI_QPN`](crate::mad::GSI_QPN) (1).
     pub cm_qpn: u32,
     /// Active MTU of port 1.
     pub active_mtu: Mtu,
 }
 
-/// A protection domain of a [`Cm`] device (an `ibv_pd` obtained from the CM's context; a PD
+/// A protection domain of a [`Cm`](crate::Cm) device (an `ibv_pd` obtained from the CM's context; a PD
 /// of another device, or of another `Cm`, is refused with EINVAL where librdmacm refuses a PD
 /// of another `ibv_context`).
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -21,6 +21,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the tools without the emulator (vfio only)"
+cargo check -p rperf -p rping --no-default-features
 echo "== unikernel image (its own workspace: fmt and clippy; the tests build and boot it)"
 cargo fmt --manifest-path qemu-tests/unikernel/Cargo.toml --all -- --check
 cargo clippy --manifest-path qemu-tests/unikernel/Cargo.toml --target-dir target/uk-image -- -D warnings

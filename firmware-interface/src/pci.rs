@@ -2,11 +2,6 @@
 
 /// Mellanox / NVIDIA networking PCI vendor id.
 pub const VENDOR_MELLANOX: u16 = 0x15b3;
-/// Red Hat / Qumranet vendor id: the emulated NIC is exposed to a QEMU guest behind an
-/// `ivshmem-plain` device (its shared-memory BAR carries the emulated BAR0).
-pub const VENDOR_REDHAT_QUMRANET: u16 = 0x1af4;
-/// Device id of QEMU `ivshmem-plain` (the emulated NIC's PCI binding).
-pub const DEVICE_IVSHMEM: u16 = 0x1110;
 
 /// One mlx5 PCI device id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

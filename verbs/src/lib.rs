@@ -11,6 +11,8 @@
 //! * [`check_modify`]: the IB specification's QP state transition table (required and
 //!   optional attributes per transition and QP type), as `ibv_modify_qp` applies it, and
 //!   EFA's for SRD;
+//! * [`rc`]: the attributes of an RC QP's RESET → INIT → RTR → RTS ([`rc::RcParams`]), and
+//!   [`rc::connect`] to run them;
 //! * [`Error`], each variant an errno libibverbs returns ([`Error::errno`]); a command the
 //!   device failed keeps its opcode, status and syndrome ([`DeviceFailure`]).
 //!
@@ -39,6 +41,7 @@ mod flags;
 mod mem;
 mod modify;
 mod provider;
+pub mod rc;
 mod types;
 mod wr;
 

@@ -617,3 +617,98 @@ fn flags_debug_and_ops() {
     assert!(matches!(wr.remote, RemoteOp::None));
     assert!(wr.dest.is_none());
 }
+
+// ------------------------------------------------------------------ RC bring-up helper
+
+fn rc_params() -> rc::RcParams {
+    rc::RcParams {
+        port_num: 1,
+        pkey_index: 3,
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4([10, 0, 0, 2]),
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            dmac: [2, 0, 0, 0, 0, 2],
+            ..AhAttr::default()
+        },
+        path_mtu: Mtu::Mtu2048,
+        dest_qp_num: 0x12_3456,
+        rq_psn: 0x11,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 5,
+        sq_psn: 0x22,
+        timeout: 9,
+        retry_cnt: 6,
+        rnr_retry: 3,
+        max_rd_atomic: 2,
+    }
+}
+
+#[test]
+fn rc_attrs_pass_the_transition_table() {
+    let p = rc_params();
+    let steps = [
+        (Reset, p.init_attr(), Init),
+        (Init, p.rtr_attr(), Rtr),
+        (Rtr, p.rts_attr(), Rts),
+    ];
+    for (from, (a, m), to) in steps {
+        assert_eq!(a.qp_state, to);
+        assert_eq!(
+            check_modify(QpType::Rc, from, &a, m),
+            Ok(to),
+            "{from:?} -> {to:?}"
+        );
+        // the required attributes, plus the access flags restated at RTR
+        let need = transition_params(QpType::Rc, from, to).unwrap().required | M::STATE;
+        let extra = if to == Rtr {
+            M::ACCESS_FLAGS
+        } else {
+            M::empty()
+        };
+        assert_eq!(m, need | extra, "{from:?} -> {to:?}");
+        // and not from any other state (but INIT -> INIT, which takes the same attributes)
+        for other in ALL_STATES.into_iter().filter(|&s| s != from && s != to) {
+            assert!(
+                check_modify(QpType::Rc, other, &a, m).is_err(),
+                "{other:?} -> {to:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn rc_attrs_carry_the_params() {
+    let p = rc_params();
+    let (i, _) = p.init_attr();
+    assert_eq!(
+        (i.port_num, i.pkey_index, i.qp_access_flags),
+        (1, 3, p.access)
+    );
+    let (r, _) = p.rtr_attr();
+    assert_eq!(r.ah_attr, p.ah_attr);
+    assert_eq!(r.path_mtu, Mtu::Mtu2048);
+    assert_eq!((r.dest_qp_num, r.rq_psn), (0x12_3456, 0x11));
+    assert_eq!((r.max_dest_rd_atomic, r.min_rnr_timer), (4, 5));
+    assert_eq!(r.qp_access_flags, p.access);
+    let (s, _) = p.rts_attr();
+    assert_eq!(
+        (s.sq_psn, s.timeout, s.retry_cnt, s.rnr_retry),
+        (0x22, 9, 6, 3)
+    );
+    assert_eq!(s.max_rd_atomic, 2);
+}
+
+#[test]
+fn rc_params_defaults() {
+    let d = rc::RcParams::default();
+    assert_eq!((d.port_num, d.ah_attr.port_num, d.pkey_index), (1, 1, 0));
+    assert_eq!(d.path_mtu, Mtu::Mtu1024);
+    assert_eq!(
+        (d.timeout, d.retry_cnt, d.rnr_retry, d.min_rnr_timer),
+        (14, 7, 7, 12)
+    );
+    assert!(d.access.is_empty());
+}

@@ -52,7 +52,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Builds an address handle (no command: the AV lives in the driver). RoCE: `is_global`
     /// must be set (RoCE packets always carry a GRH), `dmac` must be given (there is no
     /// neighbour resolution here), `sgid_index` must be inside the GID table; the UDP source
-    /// port comes from the flow label ([`roce_udp_sport`]), the priority from `sl & 7`.
+    /// port comes from the flow label (as Linux's `rdma_flow_label_to_udp_sport`), the priority from `sl & 7`.
     /// InfiniBand: LID routed, with a GRH when `is_global`.
     pub fn create_ah(&self, pd: u32, attr: &AhAttr) -> Result<Ah, Error> {
         let caps = &self.caps;

@@ -191,7 +191,7 @@ impl CqCore {
 /// [`Cq::poll`](Cq::poll) (from any thread: pollers of one CQ are serialised by a spin lock
 /// taken once per call); arm it with [`Device::req_notify_cq`].
 ///
-/// Dropped without [`Device::destroy_cq`], its memory is leaked (the device may still write
+/// Dropped without `destroy_cq`, its memory is leaked (the device may still write
 /// it).
 pub struct Cq {
     pub(crate) core: Arc<CqCore>,
@@ -256,7 +256,7 @@ impl Cq {
         &self.core.dbrec
     }
 
-    /// The context value given at creation (0 for [`Device::create_cq`]).
+    /// The context value given at creation (0 for a CQ made without one).
     pub fn cq_context(&self) -> u64 {
         self.core.cq_context
     }
@@ -286,7 +286,9 @@ impl Cq {
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Creates a CQ of `2^log_size` 64-byte CQEs reporting completion events to EQ `eqn`, with
     /// its arm doorbell in the driver's UAR.
-    pub fn create_cq(&self, log_size: u8, eqn: u32) -> Result<Cq, Error> {
+    // Only `mlx5::raw` and the unit tests call this; the provider has its own path.
+    #[cfg(any(test, feature = "raw"))]
+    pub(crate) fn create_cq(&self, log_size: u8, eqn: u32) -> Result<Cq, Error> {
         self.create_cq_with(log_size, eqn, 0)
     }
 
@@ -381,7 +383,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Destroys a CQ and frees its memory. A CQ that still has QPs attached
     /// ([`Device::attach_qp`]) is [`Error::Busy`] (and, consumed here, leaked: use the verbs
     /// provider's `destroy_cq` to get it back). If the command fails the memory is leaked.
-    pub fn destroy_cq(&self, cq: Cq) -> Result<(), Error> {
+    // Only `mlx5::raw` and the unit tests call this; the provider has its own path.
+    #[cfg(any(test, feature = "raw"))]
+    pub(crate) fn destroy_cq(&self, cq: Cq) -> Result<(), Error> {
         self.destroy_cq_keep(cq).map_err(|(e, _)| e)
     }
 

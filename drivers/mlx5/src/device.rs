@@ -66,7 +66,7 @@ pub(crate) const PENDING_MAX: usize = 4096;
 /// An mlx5 device (one PCI function) after bring-up.
 ///
 /// Every method takes `&self`: command slots and object state sit behind `spin` mutexes. Objects
-/// ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), [`Mkey`](crate::Mkey)) are
+/// ([`Eq`](struct@crate::Eq), [`Cq`](crate::Cq), [`Qp`](crate::Qp), memory keys) are
 /// plain values owned by the caller and handed back to the matching `destroy_*`.
 ///
 /// Dropping the device without [`shutdown`](Self::shutdown) runs the same teardown, ignoring
@@ -588,7 +588,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// header first, at least 16 bytes), `out_len` the output length wanted (at least 16, at
     /// most [`MAX_MSG_LEN`](crate::MAX_MSG_LEN)). The output header is checked: a non-zero
     /// status is [`Error::Cmd`]. Nothing of the command-specific output is validated.
-    pub fn exec(&self, input: &[u8], out_len: usize) -> Result<Vec<u8>, Error> {
+    #[cfg(any(test, feature = "raw"))]
+    pub(crate) fn exec(&self, input: &[u8], out_len: usize) -> Result<Vec<u8>, Error> {
         self.cmd(input, out_len)
     }
 
@@ -613,7 +614,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
 
     /// Allocates a UAR page. Its index is checked against the BAR: the page must lie inside
     /// [`Config::bar_size`] and not over the initialization segment.
-    pub fn alloc_uar(&self) -> Result<u32, Error> {
+    pub(crate) fn alloc_uar(&self) -> Result<u32, Error> {
         let out = self.cmd(&cmd_in(opcode::ALLOC_UAR, 0, 16), 16)?;
         let uar = alloc_uar_out::UAR.get(&out);
         let raw = Field::bytes(0x8, 4).get(&out);
@@ -627,7 +628,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Frees a UAR page (not the driver's own).
-    pub fn dealloc_uar(&self, uar: u32) -> Result<(), Error> {
+    pub(crate) fn dealloc_uar(&self, uar: u32) -> Result<(), Error> {
         if uar > 0xff_ffff {
             return Err(Error::InvalidArgument);
         }
@@ -640,7 +641,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Allocates a protection domain.
-    pub fn alloc_pd(&self) -> Result<u32, Error> {
+    pub(crate) fn alloc_pd(&self) -> Result<u32, Error> {
         let out = self.cmd(&cmd_in(opcode::ALLOC_PD, 0, 16), 16)?;
         self.object_number(
             opcode::ALLOC_PD,
@@ -651,7 +652,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Frees a protection domain (not the driver's own).
-    pub fn dealloc_pd(&self, pd: u32) -> Result<(), Error> {
+    pub(crate) fn dealloc_pd(&self, pd: u32) -> Result<(), Error> {
         if pd > 0xff_ffff {
             return Err(Error::InvalidArgument);
         }
@@ -664,7 +665,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Allocates a transport domain.
-    pub fn alloc_transport_domain(&self) -> Result<u32, Error> {
+    pub(crate) fn alloc_transport_domain(&self) -> Result<u32, Error> {
         let out = self.cmd(&cmd_in(opcode::ALLOC_TRANSPORT_DOMAIN, 0, 16), 16)?;
         self.object_number(
             opcode::ALLOC_TRANSPORT_DOMAIN,
@@ -675,7 +676,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Frees a transport domain (not the driver's own).
-    pub fn dealloc_transport_domain(&self, td: u32) -> Result<(), Error> {
+    pub(crate) fn dealloc_transport_domain(&self, td: u32) -> Result<(), Error> {
         if td > 0xff_ffff {
             return Err(Error::InvalidArgument);
         }

@@ -12,7 +12,10 @@ use verbs::{
     WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
+use crate::ah::roce_udp_sport;
 use crate::fake::*;
+use crate::poll::wc_status;
+use crate::qp::*;
 use crate::*;
 
 /// The CQ's ring, for the test to play the device.
@@ -1664,69 +1667,41 @@ fn provider_end_to_end_over_the_fake() {
     }
 
     // the state machine, with the table's masks
-    let mut a = QpAttr {
-        qp_state: verbs::QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE,
-        ..QpAttr::default()
+    let rc = verbs::rc::RcParams {
+        access: AccessFlags::REMOTE_WRITE,
+        dest_qp_num: qp.qpn(),
+        path_mtu: verbs::Mtu::Mtu4096,
+        rq_psn: 0x100,
+        max_dest_rd_atomic: 4,
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4([127, 0, 0, 1]),
+            is_global: true,
+            port_num: 1,
+            dmac: [2, 0, 0, 0, 0, 7],
+            hop_limit: 64,
+            ..AhAttr::default()
+        },
+        sq_psn: 0x200,
+        max_rd_atomic: 4,
+        ..verbs::rc::RcParams::default()
     };
+    let (a, m) = rc.init_attr();
     assert_eq!(
         Provider::modify_qp(&dev, &mut qp, &a, M::STATE | M::PORT),
         Err(verbs::Error::InvalidArgument)
     );
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = verbs::QpState::Rtr;
-    a.dest_qp_num = qp.qpn();
-    a.path_mtu = verbs::Mtu::Mtu4096;
-    a.rq_psn = 0x100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AhAttr {
-        dgid: Gid::from_ipv4([127, 0, 0, 1]),
-        is_global: true,
-        port_num: 1,
-        dmac: [2, 0, 0, 0, 0, 7],
-        hop_limit: 64,
-        ..AhAttr::default()
-    };
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    Provider::modify_qp(&dev, &mut qp, &a, m).unwrap();
+    // RTR without restating the access flags: they stay as INIT set them
+    let (a, m) = rc.rtr_attr();
+    Provider::modify_qp(&dev, &mut qp, &a, m.difference(M::ACCESS_FLAGS)).unwrap();
     let inp = b.fw().inputs[&firmware_interface::opcode::INIT2RTR_QP].clone();
     use firmware_interface::ctx::qpc;
     let q = |f: firmware_interface::Field| f.at(0x18).get(&inp);
     assert_eq!(q(qpc::MTU), qpc::MTU_4096);
     assert_eq!(q(qpc::REMOTE_QPN), qp.qpn());
     assert_eq!(q(qpc::RWE), 1, "access flags kept from RESET->INIT");
-    a.qp_state = verbs::QpState::Rts;
-    a.sq_psn = 0x200;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    let (a, m) = rc.rts_attr();
+    Provider::modify_qp(&dev, &mut qp, &a, m).unwrap();
     assert_eq!(QueuePair::state(&qp), verbs::QpState::Rts);
     assert_eq!(
         Provider::modify_qp(&dev, &mut qp, &a, M::ALT_PATH),
@@ -1881,6 +1856,69 @@ fn memory_of_another_device_address_space_is_refused() {
     let own = Provider::alloc_buf(&d1, 4096).unwrap();
     let mr = d1.reg_mr(&pd, own, AccessFlags::LOCAL_WRITE).unwrap();
     Provider::dereg_mr(&d1, mr).unwrap();
+}
+
+#[test]
+fn rc_connect_helper_brings_a_qp_to_rts_or_stops_where_refused() {
+    use verbs::rc::{RcParams, connect, rtr_rts};
+    use verbs::{Provider, QueuePair};
+    let b = bench();
+    let dev = b.probe().unwrap();
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let cq = Provider::create_cq(&dev, 16, 0, None).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    let (mut qp, _) = Provider::create_qp(&dev, &pd, &init).unwrap();
+    let good = RcParams {
+        access: AccessFlags::REMOTE_READ,
+        dest_qp_num: 0x4321,
+        rq_psn: 0x77,
+        sq_psn: 0x99,
+        max_dest_rd_atomic: 1,
+        max_rd_atomic: 1,
+        ..RcParams::default()
+    };
+    // a PSN above 24 bits: INIT is reached, RTR refused, the QP stays in INIT
+    let bad = RcParams {
+        rq_psn: 1 << 24,
+        ..good
+    };
+    assert_eq!(
+        connect(&dev, &mut qp, &bad),
+        Err(verbs::Error::InvalidArgument)
+    );
+    assert_eq!(QueuePair::state(&qp), verbs::QpState::Init);
+    // from INIT, the last two transitions
+    rtr_rts(&dev, &mut qp, &good).unwrap();
+    assert_eq!(QueuePair::state(&qp), verbs::QpState::Rts);
+    use firmware_interface::ctx::qpc;
+    let rtr = b.fw().inputs[&firmware_interface::opcode::INIT2RTR_QP].clone();
+    let q = |inp: &[u8], f: firmware_interface::Field| f.at(0x18).get(inp);
+    assert_eq!(q(&rtr, qpc::REMOTE_QPN), 0x4321);
+    assert_eq!(q(&rtr, qpc::NEXT_RCV_PSN), 0x77);
+    // the access restated at RTR is an optional parameter of the command
+    assert_eq!((q(&rtr, qpc::RRE), q(&rtr, qpc::RWE)), (1, 0));
+    let rts = b.fw().inputs[&firmware_interface::opcode::RTR2RTS_QP].clone();
+    assert_eq!(q(&rts, qpc::NEXT_SEND_PSN), 0x99);
+    assert_eq!(q(&rts, qpc::RETRY_COUNT), 7);
+    let got = Provider::query_qp(&dev, &qp).unwrap();
+    assert_eq!(got.dest_qp_num, 0x4321);
+    assert_eq!(got.qp_access_flags, AccessFlags::REMOTE_READ);
+    Provider::destroy_qp(&dev, qp).unwrap();
+    Provider::destroy_cq(&dev, cq).unwrap();
+    Provider::dealloc_pd(&dev, pd).unwrap();
 }
 
 #[test]

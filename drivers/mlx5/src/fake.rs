@@ -28,10 +28,7 @@ use firmware_interface::ctx::{cmd_hca_cap as cap, qpc, roce_cap};
 use firmware_interface::init_seg::{self, health};
 use firmware_interface::{Field, eqe, mbox_in, op_mod, opcode};
 use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
-use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
-    QpState, QpType, Sge,
-};
+use verbs::{AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, Sge};
 
 use crate::{Config, Device, Error};
 
@@ -795,38 +792,17 @@ impl FastPathRig {
             },
         )
         .unwrap();
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            ..QpAttr::default()
+        let rc = verbs::rc::RcParams {
+            ah_attr: AhAttr {
+                dgid: Gid::from_ipv4([127, 0, 0, 1]),
+                is_global: true,
+                port_num: 1,
+                dmac: [2, 0, 0, 0, 0, 7],
+                ..AhAttr::default()
+            },
+            ..verbs::rc::RcParams::default()
         };
-        Provider::modify_qp(
-            &dev,
-            &mut qp,
-            &a,
-            M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.ah_attr = AhAttr {
-            dgid: Gid::from_ipv4([127, 0, 0, 1]),
-            is_global: true,
-            port_num: 1,
-            dmac: [2, 0, 0, 0, 0, 7],
-            ..AhAttr::default()
-        };
-        let rtr = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        Provider::modify_qp(&dev, &mut qp, &a, rtr).unwrap();
-        a.qp_state = QpState::Rts;
-        let rts =
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        Provider::modify_qp(&dev, &mut qp, &a, rts).unwrap();
+        verbs::rc::connect(&dev, &mut qp, &rc).unwrap();
 
         FastPathRig {
             dev,

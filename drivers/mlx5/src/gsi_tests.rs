@@ -9,6 +9,7 @@ use verbs::{
 };
 
 use crate::fake::*;
+use crate::qp::*;
 use crate::*;
 
 const GSI_QKEY: u32 = 0x8001_0000;

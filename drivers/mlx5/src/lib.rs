@@ -20,10 +20,11 @@
 //! teardown runs in reverse, see [`Device::shutdown`].
 //!
 //! ```
-//! // Which PCI functions this driver binds to: real ConnectX/BlueField functions, and the
-//! // emulated device behind QEMU's ivshmem.
+//! // Which PCI functions this driver binds to: real ConnectX/BlueField functions only. (A test
+//! // harness that puts the emulated NIC behind another function, such as QEMU's ivshmem-plain,
+//! // matches that function's ids itself.)
 //! assert!(mlx5::is_supported_pci(0x15b3, 0x1017)); // ConnectX-5
-//! assert!(mlx5::is_supported_pci(0x1af4, 0x1110)); // emulated NIC (ivshmem-plain)
+//! assert!(!mlx5::is_supported_pci(0x1af4, 0x1110)); // QEMU ivshmem-plain
 //! assert!(!mlx5::is_supported_pci(0x8086, 0x1572));
 //!
 //! // Bring-up parameters; everything has a default.
@@ -37,25 +38,45 @@
 //! ```
 //! use std::sync::Arc;
 //! use nic_hal::{DmaAllocator, Platform, RegisterIo};
+//! use verbs::Provider;
 //!
 //! fn bring_up<R: RegisterIo, P: Platform>(
 //!     regs: R,
 //!     dma: Arc<dyn DmaAllocator>,
 //!     platform: P,
-//! ) -> Result<(), mlx5::Error> {
+//! ) -> Result<(), verbs::Error> {
+//!     // driver errors convert to their verbs errno
 //!     let dev = mlx5::Device::probe(regs, dma, platform, mlx5::Config::default())?;
-//!     let cq = dev.create_cq(8, dev.driver_eqn()?)?;
-//!     let qp = dev.create_qp(&mlx5::QpCreate {
-//!         pd: dev.driver_pd()?,
-//!         send_cqn: cq.cqn(),
-//!         recv_cqn: cq.cqn(),
-//!         ..Default::default()
-//!     })?;
-//!     dev.destroy_qp(qp)?;
-//!     dev.destroy_cq(cq)?;
-//!     dev.shutdown()
+//!     let pd = Provider::alloc_pd(&dev)?;
+//!     let cq = Provider::create_cq(&dev, 8, 0, None)?;
+//!     // ... QPs, memory regions, posting and polling: all through `verbs::Provider`
+//!     Provider::destroy_cq(&dev, cq).map_err(|e| e.error)?;
+//!     Provider::dealloc_pd(&dev, pd).map_err(|e| e.error)?;
+//!     Ok(dev.shutdown()?)
 //! }
 //! ```
+//!
+//! # One vocabulary: what is public
+//!
+//! Programs use the driver through [`verbs::Provider`]: its objects ([`Pd`], [`Mr`], [`Cq`],
+//! [`Qp`], [`Srq`], [`Ah`], [`CompChannel`]) are this crate's types, its attributes and work
+//! requests are the verbs ones. Beside that, public are only
+//!
+//! * bring-up and teardown: [`Device::probe`], [`Config`], [`Device::shutdown`], health, the
+//!   capabilities ([`Caps`]) and the port setup a program without a kernel must do itself
+//!   (the RoCE GID, the MAC);
+//! * errors ([`Error`] and what it names), converted to [`verbs::Error`] at the provider;
+//! * the fast path's own entry points ([`Device::post_send`], [`Device::post_recv`],
+//!   [`Cq::poll`], [`Device::req_notify_cq`]: what the provider's post and poll run) and the
+//!   read-only state accessors the harnesses check (ring positions, sizes, counters);
+//! * the fake device, `mlx5::fake`, behind the `fake` feature (tests and benches).
+//!
+//! The driver's native calls that duplicate the verbs API (CREATE_QP with its own
+//! `QpCreate`, per-command QP transitions, CREATE_MKEY, CREATE_CQ by log size, ALLOC_PD, the
+//! raw command `exec`) are crate-private. The cargo feature `raw` (off by default) makes them
+//! public as the trait `mlx5::raw::RawDevice` with their types in `mlx5::raw`, for tests of the firmware
+//! commands themselves and for harnesses that need to work below the verbs model; a crate
+//! that enables it says so in its manifest.
 //!
 //! # Data path and verbs provider
 //!
@@ -128,26 +149,24 @@ mod poll;
 mod post;
 mod provider;
 mod qp;
+#[cfg(feature = "raw")]
+pub mod raw;
 mod ring;
 mod srq;
 #[cfg(test)]
 mod tests;
 mod wq;
 
-pub use ah::{Ah, roce_udp_sport};
+pub use ah::Ah;
 pub use caps::{Caps, PortType};
-pub use channel::{CHANNEL_MAX_CQS, CompChannel, async_event};
+pub use channel::{CHANNEL_MAX_CQS, CompChannel};
 pub use cmdq::MAX_MSG_LEN;
 pub use cq::Cq;
 pub use device::Device;
 pub use eq::{Eq, Event};
 pub use error::{CapField, CqeFault, Error, OutputFault};
-pub use mkey::{Mkey, MkeyAccess};
-pub use poll::wc_status;
-pub use provider::{Mr, Pd, verbs_state};
-pub use qp::{
-    AddressPath, Mtu, Qp, QpAccess, QpCreate, QpModify, QpState, QueryQp, ServiceType, Transition,
-};
+pub use provider::{Mr, Pd};
+pub use qp::Qp;
 pub use srq::Srq;
 
 use firmware_interface::pci;
@@ -219,11 +238,9 @@ impl Config {
 }
 
 /// Whether this driver binds to the PCI function `vendor:device`: a ConnectX / BlueField function
-/// (`docs/mlx5.md#pci-identification`), or the emulated NIC exposed through QEMU `ivshmem-plain`
-/// (1af4:1110).
+/// (`docs/mlx5.md#pci-identification`).
 pub fn is_supported_pci(vendor: u16, device: u16) -> bool {
     pci::is_connectx(vendor, device)
-        || (vendor == pci::VENDOR_REDHAT_QUMRANET && device == pci::DEVICE_IVSHMEM)
 }
 
 /// Whether UAR index `uar` names a 4 KB page inside a BAR of `bar_size` bytes that does not

@@ -14,6 +14,8 @@ use crate::error::Error;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MkeyAccess(u8);
 
+// The accessors are for `mlx5::raw` users.
+#[cfg_attr(not(feature = "raw"), allow(dead_code))]
 impl MkeyAccess {
     /// Local read only.
     pub const LOCAL_READ: MkeyAccess = MkeyAccess(0);
@@ -51,7 +53,7 @@ impl core::ops::BitOrAssign for MkeyAccess {
 }
 
 /// A memory key. The memory it maps belongs to the caller and must stay valid (and
-/// DMA-mapped) until [`Device::destroy_mkey`] returned `Ok`.
+/// DMA-mapped) until [`destroy_mkey`](crate::raw::RawDevice::destroy_mkey) returned `Ok`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mkey {
     index: u32,
@@ -62,6 +64,7 @@ pub struct Mkey {
     access: MkeyAccess,
 }
 
+#[cfg_attr(not(feature = "raw"), allow(dead_code))]
 impl Mkey {
     /// The mkey index (`key >> 8`).
     pub fn index(&self) -> u32 {
@@ -126,7 +129,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// returned `Ok` (forever if it never does): the device may read and write them through
     /// the key until then. (The verbs provider's safe `reg_mr` keeps the memory's
     /// [`verbs::Buffer`] for that long.)
-    pub unsafe fn create_mkey(
+    pub(crate) unsafe fn create_mkey(
         &self,
         pd: u32,
         iova: u64,
@@ -209,7 +212,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 
     /// Destroys a memory key. After success the device no longer accesses its memory.
-    pub fn destroy_mkey(&self, mkey: Mkey) -> Result<(), Error> {
+    pub(crate) fn destroy_mkey(&self, mkey: Mkey) -> Result<(), Error> {
         let mut inp = cmd_in(opcode::DESTROY_MKEY, 0, 16);
         destroy_mkey_in::MKEY_INDEX.set(&mut inp, mkey.index);
         self.cmd(&inp, 16).map(drop)

@@ -70,13 +70,6 @@ pub struct Mr {
     mem: Option<Buffer>,
 }
 
-impl Mr {
-    /// The memory key.
-    pub fn mkey(&self) -> &Mkey {
-        &self.mkey
-    }
-}
-
 impl Drop for Mr {
     fn drop(&mut self) {
         if let Some(b) = self.mem.take() {
@@ -117,7 +110,7 @@ impl verbs::CompletionQueue for Cq {
 }
 
 /// The verbs state of a driver QP state.
-pub fn verbs_state(s: QpState) -> verbs::QpState {
+pub(crate) fn verbs_state(s: QpState) -> verbs::QpState {
     match s {
         QpState::Reset => verbs::QpState::Reset,
         QpState::Init => verbs::QpState::Init,

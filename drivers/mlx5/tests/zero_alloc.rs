@@ -14,8 +14,8 @@ use firmware_interface::{Be16, Be32};
 use mlx5::fake::{Clock, FakeRegs, bench, test_config};
 use nic_hal::{DmaAllocator, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp,
+    SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 
 thread_local! {
@@ -159,49 +159,19 @@ fn post_send_post_recv_poll_cq_do_not_allocate() {
         },
     )
     .unwrap();
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE,
-        ..QpAttr::default()
+    let rc = verbs::rc::RcParams {
+        access: AccessFlags::REMOTE_WRITE,
+        dest_qp_num: qp.qpn(),
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4([127, 0, 0, 1]),
+            is_global: true,
+            port_num: 1,
+            dmac: [2, 0, 0, 0, 0, 7],
+            ..AhAttr::default()
+        },
+        ..verbs::rc::RcParams::default()
     };
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.dest_qp_num = qp.qpn();
-    a.ah_attr = AhAttr {
-        dgid: Gid::from_ipv4([127, 0, 0, 1]),
-        is_global: true,
-        port_num: 1,
-        dmac: [2, 0, 0, 0, 0, 7],
-        ..AhAttr::default()
-    };
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    Provider::modify_qp(
-        &dev,
-        &mut qp,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
+    verbs::rc::connect(&dev, &mut qp, &rc).unwrap();
 
     let qpn = qp.qpn();
     let lkey = mr.lkey();

@@ -842,12 +842,7 @@ fn pci_ids() {
     }
     assert_eq!(pci::VENDOR_MELLANOX, 0x15b3);
     assert!(!pci::is_connectx(0x15b3, 0x1020));
-    assert_eq!(
-        (pci::VENDOR_REDHAT_QUMRANET, pci::DEVICE_IVSHMEM),
-        (0x1af4, 0x1110)
-    );
-    assert!(!pci::is_connectx(
-        pci::VENDOR_REDHAT_QUMRANET,
-        pci::DEVICE_IVSHMEM
-    ));
+    // QEMU's ivshmem-plain (behind which the test harnesses put the emulated NIC) is not a
+    // ConnectX function: the harnesses name it themselves.
+    assert!(!pci::is_connectx(0x1af4, 0x1110));
 }

@@ -140,10 +140,13 @@ impl Qemu {
         a
     }
 
-    /// `timeout -s KILL N qemu-system-x86_64 ARGS...`, ready to spawn.
+    /// `timeout -k 5 -s KILL N qemu-system-x86_64 ARGS...`, ready to spawn. A SIGTERM sent to
+    /// `timeout` reaches QEMU, and `-k` follows it with SIGKILL five seconds later, so whoever
+    /// stops the guest that way can wait for `timeout` to exit and know QEMU is gone.
     pub fn command(&self) -> Command {
         let mut c = Command::new("timeout");
-        c.arg("-s")
+        c.args(["-k", "5"])
+            .arg("-s")
             .arg("KILL")
             .arg(self.timeout_secs.to_string())
             .arg("qemu-system-x86_64")
@@ -199,5 +202,8 @@ mod tests {
         );
         let c = q.command();
         assert_eq!(c.get_program(), "timeout");
+        // A SIGTERM to `timeout` is followed by SIGKILL to QEMU (guests' drops rely on it).
+        let head: Vec<_> = c.get_args().take(4).collect();
+        assert_eq!(head, ["-k", "5", "-s", "KILL"]);
     }
 }

@@ -487,18 +487,14 @@ impl Guest {
 
 impl Drop for Guest {
     /// Stops a guest still running (a failed test): SIGTERM to `timeout`, which passes it on
-    /// to QEMU (a SIGKILL would leave QEMU orphaned), then SIGKILL if it lingers.
+    /// to QEMU and follows it with SIGKILL after its `-k` grace (a SIGKILL to `timeout` itself
+    /// would leave QEMU orphaned), then waits for `timeout`, which exits only once QEMU has.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = std::process::Command::new("kill")
                 .arg("-TERM")
                 .arg(self.child.id().to_string())
                 .status();
-            let end = Instant::now() + Duration::from_secs(5);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
             let _ = self.child.wait();
         }
         let _ = fs::remove_file(&self.serial);

@@ -151,17 +151,33 @@ fn a_virtual_function_comes_up_without_the_pf_register() {
         assert!(d.errors().is_empty(), "{:?}", d.errors());
     }
     // The VF works: a CQ and an RC QP through the whole state machine's first step.
-    let cq = dev.create_cq(4, dev.driver_eqn().unwrap()).unwrap();
-    let qp = dev
-        .create_qp(&mlx5::QpCreate {
-            pd: dev.driver_pd().unwrap(),
-            send_cqn: cq.cqn(),
-            recv_cqn: cq.cqn(),
-            ..Default::default()
-        })
-        .unwrap();
-    dev.destroy_qp(qp).unwrap();
-    dev.destroy_cq(cq).unwrap();
+    {
+        use verbs::{Provider, QpCap, QpInitAttr, QpType};
+        let pd = Provider::alloc_pd(&dev).unwrap();
+        let cq = Provider::create_cq(&dev, 15, 0, None).unwrap();
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        };
+        let (mut qp, _) = Provider::create_qp(&dev, &pd, &init).unwrap();
+        let rc = verbs::rc::RcParams::default();
+        let (a, m) = rc.init_attr();
+        Provider::modify_qp(&dev, &mut qp, &a, m).unwrap();
+        Provider::destroy_qp(&dev, qp).unwrap();
+        Provider::destroy_cq(&dev, cq).unwrap();
+        Provider::dealloc_pd(&dev, pd).unwrap();
+    }
     dev.shutdown().unwrap();
     assert_eq!(tb.live(), Live::default());
 

@@ -103,62 +103,29 @@ impl Node {
 
     /// RESET -> INIT -> RTR -> RTS towards `peer`'s QP `remote_qpn`.
     fn connect(&self, qp: &mut Qp, peer: &Node, remote_qpn: u32) {
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
+        let p = verbs::rc::RcParams {
+            access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
+            ah_attr: AhAttr {
+                dgid: peer.gid,
+                sgid_index: 0,
+                hop_limit: 64,
+                is_global: true,
+                port_num: 1,
+                dmac: peer.mac,
+                ..AhAttr::default()
+            },
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: remote_qpn,
+            rq_psn: 0x100,
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+            sq_psn: 0x100,
+            max_rd_atomic: 4,
+            ..verbs::rc::RcParams::default()
         };
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = Mtu::Mtu1024;
-        a.dest_qp_num = remote_qpn;
-        a.rq_psn = 0x100;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 1;
-        a.ah_attr = AhAttr {
-            dgid: peer.gid,
-            sgid_index: 0,
-            hop_limit: 64,
-            is_global: true,
-            port_num: 1,
-            dmac: peer.mac,
-            ..AhAttr::default()
-        };
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rts;
-        a.sq_psn = 0x100;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 4;
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .unwrap();
+        verbs::rc::connect(&self.dev, qp, &p).unwrap();
     }
 }
 

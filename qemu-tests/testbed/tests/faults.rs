@@ -3,6 +3,7 @@
 //! caught by the driver's checks.
 
 use firmware_interface::{Field, cmd_status, cmds, delivery_status, init_seg, mbox_out, opcode};
+use mlx5::raw::RawDevice;
 use mlx5::{Config, Error, OutputFault};
 use nic_emulator::{FailCommand, Live, Profile};
 use nic_testbed::Testbed;

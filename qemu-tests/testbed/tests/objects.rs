@@ -2,8 +2,10 @@
 //! through the PRM's QP states, queried, destroyed; the device's counters follow every step.
 
 use firmware_interface::{cmd_status, opcode};
-use mlx5::{
-    AddressPath, Error, MkeyAccess, QpAccess, QpCreate, QpModify, QpState, ServiceType, Transition,
+use mlx5::Error;
+use mlx5::raw::{
+    AddressPath, MkeyAccess, QpAccess, QpCreate, QpModify, QpState, RawDevice, ServiceType,
+    Transition,
 };
 use nic_emulator::{Live, Profile};
 use nic_hal::DmaBuf;
@@ -153,7 +155,7 @@ fn rc_qp_walks_the_prm_state_machine() {
 
     dev.modify_qp(&mut qp, Transition::Rst2Init, &attrs)
         .unwrap();
-    assert_eq!(qp.state(), QpState::Init);
+    assert_eq!(dev.qp_state(&qp), QpState::Init);
     dev.modify_qp(&mut qp, Transition::Init2Rtr, &attrs)
         .unwrap();
     dev.modify_qp(&mut qp, Transition::Rtr2Rts, &attrs).unwrap();

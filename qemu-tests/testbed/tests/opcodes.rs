@@ -8,9 +8,8 @@ mod common;
 use common::*;
 use mlx5::{Ah, Qp};
 use verbs::{
-    AtomicCap, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask, QpCap, QpInitAttr,
-    QpState, QpType, RemoteOp, SendFlags, SendWr, SrqAttr, UdDest, WcFlags, WcOpcode, WcStatus,
-    WrOpcode,
+    AtomicCap, MemoryRegion, Mtu, PostError, Provider, QpCap, QpInitAttr, QpState, QpType,
+    RemoteOp, SendFlags, SendWr, SrqAttr, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 const MIB: usize = 1 << 20;
@@ -1168,37 +1167,23 @@ fn query_device_reports_the_limits_the_device_takes() {
 
     // One outstanding read more than reported is refused at INIT -> RTR.
     let (mut deep, _) = create(&a, QpType::Rc, full).unwrap();
-    let mut at = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        ..QpAttr::default()
+    let mut p = verbs::rc::RcParams {
+        ah_attr: a.path_to(&b),
+        dest_qp_num: nb,
+        max_dest_rd_atomic: attr.max_qp_rd_atom as u8 + 1,
+        ..verbs::rc::RcParams::default()
     };
-    use QpAttrMask as M;
-    Provider::modify_qp(
-        &a.dev,
-        &mut deep,
-        &at,
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-    )
-    .unwrap();
-    at.qp_state = QpState::Rtr;
-    at.path_mtu = Mtu::Mtu1024;
-    at.dest_qp_num = nb;
-    at.ah_attr = a.path_to(&b);
-    at.max_dest_rd_atomic = attr.max_qp_rd_atom as u8 + 1;
-    let rtr = M::STATE
-        | M::AV
-        | M::PATH_MTU
-        | M::DEST_QPN
-        | M::RQ_PSN
-        | M::MAX_DEST_RD_ATOMIC
-        | M::MIN_RNR_TIMER;
     assert_eq!(
-        Provider::modify_qp(&a.dev, &mut deep, &at, rtr).unwrap_err(),
+        verbs::rc::connect(&a.dev, &mut deep, &p).unwrap_err(),
         verbs::Error::InvalidArgument
     );
-    at.max_dest_rd_atomic = attr.max_qp_rd_atom as u8;
-    Provider::modify_qp(&a.dev, &mut deep, &at, rtr).expect("INIT -> RTR at the depth");
+    assert_eq!(
+        verbs::QueuePair::state(&deep),
+        QpState::Init,
+        "refused at INIT -> RTR"
+    );
+    p.max_dest_rd_atomic = attr.max_qp_rd_atom as u8;
+    verbs::rc::rtr_rts(&a.dev, &mut deep, &p).expect("INIT -> RTR at the depth");
 
     a.no_device_errors();
     b.no_device_errors();

@@ -15,7 +15,9 @@ use crate::cli::{Plan, Test};
 use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
 use crate::serve::Peer;
-use crate::setup::{Error, Pair, Result, check_ok, compare};
+#[cfg(feature = "emulator")]
+use crate::setup::Pair;
+use crate::setup::{Error, Result, check_ok, compare};
 
 /// Slots of one side fit in this many bytes (at least one slot).
 const SLOT_BUDGET: usize = 1 << 20;
@@ -66,6 +68,7 @@ impl BwConfig {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// Runs `test` (a bandwidth test) at `size` on `pair`: the client's loop with the server
 /// driven from this thread.
 pub fn run(
@@ -237,6 +240,7 @@ mod tests {
         assert_eq!(slots(8 << 20), 1);
     }
 
+    #[cfg(feature = "emulator")]
     #[test]
     fn a_run_verifies_and_a_corrupted_target_does_not() {
         use crate::port::Port;
@@ -249,7 +253,7 @@ mod tests {
                 inline: 0,
                 mtu: None,
             };
-            let mut pair = Pair::new(slots(size) * size, &qp).unwrap();
+            let mut pair = Pair::new(slots(size) * size, &qp, 1).unwrap();
             let mut p = Progress::with_terminal(vec![1.0], false);
             let cfg = BwConfig {
                 tx_depth: 16,
@@ -263,17 +267,17 @@ mod tests {
             assert!(r.posted.iter().zip(&r.completed).all(|(p, c)| p < c));
             // One flipped byte in a target slot is found.
             let target = if test == Test::ReadBw {
-                &pair.c
+                &pair.lanes[0].0
             } else {
-                &pair.s
+                &pair.lanes[0].1
             };
             let off = target.dst_off(3, size) + 17;
             let b = target.buf.mem.read_u8(off).unwrap();
             target.buf.mem.write_u8(off, !b).unwrap();
             let e = if test == Test::ReadBw {
-                verify_reads(&pair.c, size, slots(size))
+                verify_reads(&pair.lanes[0].0, size, slots(size))
             } else {
-                crate::serve::check(&pair.s, test, size, 100)
+                crate::serve::check(&pair.lanes[0].1, test, size, 100)
             }
             .unwrap_err();
             assert!(e.contains("slot 3") && e.contains("byte 17"), "{e}");

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use verbs::Mtu;
 
+use device_open::Family;
+
 use crate::remote::{DEFAULT_CM_PORT, DEFAULT_FABRIC_PORT, DEFAULT_TIMEOUT_S};
 
 /// Largest message size `-s` accepts (the device's `max_msg_sz` is 1 GiB).
@@ -161,6 +163,8 @@ impl Plan {
 pub const DEFAULT_ITERS: u64 = 1000;
 /// Default bandwidth queue depth (perftest's `-t`).
 pub const DEFAULT_TX_DEPTH: u32 = 128;
+/// Most QPs (threads) `-q` accepts.
+pub const MAX_QPS: u32 = 16;
 /// Default completion moderation for bandwidth tests (perftest's `-Q`, capped by the depth).
 pub const DEFAULT_CQ_MOD: u32 = 100;
 
@@ -203,6 +207,8 @@ pub struct Options {
     pub fabric_port: Option<u16>,
     /// `--timeout`, in seconds.
     pub timeout: Option<f64>,
+    /// `-q`: QPs, one per thread.
+    pub qps: Option<u32>,
 }
 
 /// Where the two ends run.
@@ -293,8 +299,13 @@ Options:
                           (default {DEFAULT_FABRIC_PORT})
       --timeout SECS      give up when the peer makes no progress for SECS
                           (default {DEFAULT_TIMEOUT_S})
-  -d, --device DEV        emu (default: emulated NICs) or vfio:BDF (a real NIC
-                          through VFIO; with --server or PEER)
+  -q, --qps N             run N QPs, one per thread, each with its own CQ and
+                          buffer (default 1); bandwidth is their sum, latency
+                          their samples merged (client and embedded mode; the
+                          server follows the client)
+  -d, --device DEV        emu (default: emulated NICs), vfio:BDF (a real NIC
+                          through VFIO; with --server or PEER) or efa[:NAME]
+                          (says whether this build has it)
   -h, --help              print this help
   -V, --version           print the version
 
@@ -491,6 +502,13 @@ where
                 o.timeout = Some(t);
             }
             "-d" | "--device" => o.device = Some(value),
+            "-q" | "--qps" => {
+                let q: u32 = number(&name, &value)?;
+                if q == 0 || q > MAX_QPS {
+                    return Err(usage_err(format!("{name}: 1 .. {MAX_QPS}")));
+                }
+                o.qps = Some(q);
+            }
             _ => return Err(usage_err(format!("unknown option '{arg}'"))),
         }
     }
@@ -568,21 +586,12 @@ fn check(o: &Options) -> Result<(), CliError> {
         )));
     }
     let device = o.device.as_deref().unwrap_or("emu");
-    if device != "emu" && !device.starts_with("vfio:") {
-        return Err(usage_err(format!(
-            "--device: 'emu' or 'vfio:BDF', not '{device}'"
-        )));
-    }
-    if device == "vfio:" {
-        return Err(usage_err(
-            "--device vfio: needs a PCI address (vfio:0000:01:00.0)",
-        ));
-    }
-    if let Some(bdf) = device.strip_prefix("vfio:")
-        && let Err(e) = bdf.parse::<vfio_attach::PciAddress>()
-    {
-        return Err(usage_err(format!("--device vfio:{bdf}: {e}")));
-    }
+    let family: Family = device
+        .parse()
+        .map_err(|e| usage_err(format!("--device {e}")))?;
+    family
+        .available()
+        .map_err(|e| usage_err(format!("--device {device}: {e}")))?;
     let peer = match &o.peer {
         None => None,
         Some(p) => Some(p.parse::<Ipv4Addr>().map_err(|_| {
@@ -621,11 +630,12 @@ fn check(o: &Options) -> Result<(), CliError> {
             || o.tx_depth.is_some()
             || o.cq_mod.is_some()
             || o.inline.is_some()
-            || o.plot.is_some())
+            || o.plot.is_some()
+            || o.qps.is_some())
     {
         return Err(usage_err(
             "--server takes the test parameters from the client: give -s, -a, -n, -D, -t, -Q, \
-             -I and --plot to the client",
+             -I, -q and --plot to the client",
         ));
     }
     if device == "emu" {
@@ -660,9 +670,18 @@ impl Options {
         }
     }
 
-    /// The VFIO device asked for (`--device vfio:BDF`).
-    pub fn vfio(&self) -> Option<&str> {
-        self.device.as_deref().and_then(|d| d.strip_prefix("vfio:"))
+    /// The device family (`--device`; checked by [`parse`]).
+    pub fn family(&self) -> Family {
+        self.device
+            .as_deref()
+            .unwrap_or("emu")
+            .parse()
+            .unwrap_or(Family::Emu)
+    }
+
+    /// QPs, one per thread (`-q`).
+    pub fn qps(&self) -> u32 {
+        self.qps.unwrap_or(1)
     }
 
     /// Local NIC, ports and timeout of the two-process mode.
@@ -811,7 +830,19 @@ mod tests {
         assert_eq!(o.test, None);
         assert_eq!(o.net().timeout, Duration::from_millis(2500));
         let o = run(&["send_lat", "--server", "--device", "vfio:0000:01:00.0"]);
-        assert_eq!(o.vfio(), Some("0000:01:00.0"));
+        assert_eq!(o.family(), Family::Vfio("0000:01:00.0".into()));
+        assert!(matches!(
+            err(&["write_bw", "--server", "--device", "efa"]),
+            CliError::Usage(m) if m.contains("not available")
+        ));
+        assert_eq!(run(&["write_bw", "-q", "4"]).qps(), 4);
+        for bad in [
+            &["write_bw", "-q", "0"][..],
+            &["write_bw", "-q", "17"],
+            &["write_bw", "--server", "-q", "2"],
+        ] {
+            assert!(matches!(err(bad), CliError::Usage(_)), "{bad:?}");
+        }
         for bad in [
             &["write_bw", "--server", "127.0.0.2"][..],
             &["send_lat", "--device", "vfio:0000:01:00.0"],

@@ -21,7 +21,9 @@ use crate::cli::{Plan, Test};
 use crate::port::{Pace, Port, Request, Target, Wait};
 use crate::progress::Progress;
 use crate::serve::{Peer, Queue};
-use crate::setup::{Error, Pair, Result, check_ok, compare};
+#[cfg(feature = "emulator")]
+use crate::setup::Pair;
+use crate::setup::{Error, Result, check_ok, compare};
 
 /// Send queue depth of the latency QPs (one request in flight; room to reap lazily).
 pub const LAT_SQ: u32 = 16;
@@ -56,6 +58,7 @@ pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f
     }
 }
 
+#[cfg(feature = "emulator")]
 /// Runs `test` (a latency test) at `size` on `pair`: the client's loop with the server driven
 /// from this thread.
 pub fn run(
@@ -256,6 +259,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "emulator")]
     #[test]
     fn runs_verify_and_corruption_is_found() {
         use crate::port::Port;
@@ -272,7 +276,7 @@ mod tests {
                 inline: test.default_inline(),
                 mtu: None,
             };
-            let mut pair = Pair::new(size, &qp).unwrap();
+            let mut pair = Pair::new(size, &qp, 1).unwrap();
             let mut p = Progress::with_terminal(vec![1.0], false);
             let r = run(
                 &mut pair,
@@ -288,17 +292,17 @@ mod tests {
             assert!(r.samples_us.iter().all(|&x| x > 0.0));
             // Damage what arrived: the check after the run sees it.
             let target = if matches!(test, Test::ReadLat) {
-                &pair.c
+                &pair.lanes[0].0
             } else {
-                &pair.s
+                &pair.lanes[0].1
             };
             let off = target.dst_off(0, size);
             let b = target.buf.mem.read_u8(off).unwrap();
             target.buf.mem.write_u8(off, b ^ 0x40).unwrap();
             let e = if test == Test::ReadLat {
-                verify(&pair.c, test, size, 300, stamp(299))
+                verify(&pair.lanes[0].0, test, size, 300, stamp(299))
             } else {
-                crate::serve::check(&pair.s, test, size, 300)
+                crate::serve::check(&pair.lanes[0].1, test, size, 300)
             }
             .unwrap_err();
             assert!(!e.is_empty());

@@ -42,12 +42,11 @@ mod stats;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cli::{Command, Mode, Options, Plan, Test};
-use nic_hal::RegisterIo;
+use cli::{Command, Mode, Options, Test};
+use device_open::{Device, WithDevice};
 use progress::Progress;
 use remote::{Local, Net, Outcome};
 use report::{BannerInfo, RunInfo, Side};
-use setup::{Pair, QpConfig};
 
 fn main() {
     std::process::exit(real_main());
@@ -90,38 +89,52 @@ type BoxError = Box<dyn std::error::Error>;
 /// Runs what `o` asks for; `Ok(false)` when some data did not verify.
 fn run(o: &Options) -> Result<bool, BoxError> {
     if o.mode() == Mode::Embedded {
-        return run_tests(o, &mut Embedded);
+        #[cfg(feature = "emulator")]
+        return run_tests(o, &mut embedded::Embedded);
+        #[cfg(not(feature = "emulator"))]
+        return Err(
+            "the embedded mode runs on emulated NICs: this rperf was built without \
+                    the `emulator` feature (use --server or PEER with --device vfio:BDF)"
+                .into(),
+        );
     }
     let net = o.net();
-    if let Some(bdf) = o.vfio() {
-        // A real NIC: attach it through VFIO (the clear error of vfio-attach otherwise).
-        let dev = vfio_attach::attach(bdf, &vfio_attach::AttachOptions::default())
-            .map_err(|e| format!("--device vfio:{bdf}: {e}"))?;
-        let dma = dev
-            .dma(vfio_attach::DmaOptions::default())
-            .map_err(|e| format!("--device vfio:{bdf}: DMA memory: {e}"))?;
-        let local = Local::new(dev.bar(), dma, net.local, &net)?;
-        let device = format!("mlx5 at {bdf} (VFIO)");
-        return run_remote(o, &net, &local, &device);
-    }
-    let nic = remote::emulated_nic(&net)?;
-    let local = Local::new(nic.regs(), nic.allocator(), net.local, &net)?;
-    let device = format!(
-        "emulated mlx5 at {} on the UDP fabric (port {})",
-        net.local, net.fabric_port
-    );
-    let r = run_remote(o, &net, &local, &device);
-    drop(local);
-    drop(nic);
-    r
+    device_open::open_remote(
+        &o.family(),
+        net.local,
+        net.fabric_port,
+        Remote { o, net: &net },
+    )?
 }
 
-fn run_remote<R: RegisterIo + 'static>(
-    o: &Options,
-    net: &Net,
-    local: &Local<R>,
-    device: &str,
-) -> Result<bool, BoxError> {
+/// The two-process mode on this process's device, whatever its type.
+struct Remote<'a> {
+    o: &'a Options,
+    net: &'a Net,
+}
+
+impl WithDevice for Remote<'_> {
+    type Output = Result<bool, BoxError>;
+
+    fn run<D: Device>(self, dev: device_open::Opened<D>) -> Self::Output {
+        let device_open::Opened {
+            dev,
+            mac,
+            ip,
+            label,
+            clock,
+            backing,
+        } = dev;
+        let local = Local::new(dev, ip, mac, clock, label, self.net)?;
+        let r = run_remote(self.o, self.net, &local);
+        // The manager (and the device in it) before what keeps the device alive.
+        drop(local);
+        drop(backing);
+        r
+    }
+}
+
+fn run_remote<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
     match o.mode() {
         Mode::Client(peer) => run_tests(
             o,
@@ -129,19 +142,16 @@ fn run_remote<R: RegisterIo + 'static>(
                 local,
                 net,
                 peer,
-                device,
+                device: &local.label,
             },
         ),
         _ => serve(o, net, local),
     }
 }
 
-/// The server: connections until the client's last one.
-fn serve<R: RegisterIo + 'static>(
-    o: &Options,
-    net: &Net,
-    local: &Local<R>,
-) -> Result<bool, BoxError> {
+/// The server: connections until the client's last one; the `-q` connections of one run
+/// are served concurrently, one thread each.
+fn serve<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
     let listener = remote::listen(local, net)?;
     // On stderr, so that stdout stays the results (JSON Lines with --json).
     eprintln!(
@@ -149,22 +159,25 @@ fn serve<R: RegisterIo + 'static>(
         local.ip, net.port, net.fabric_port
     );
     let mut all_ok = true;
-    loop {
-        let s = remote::serve_one(local, &listener, o.test, net)?;
-        let peer = s.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "{}",
-            report::served(s.req.test, s.req.size, s.count, &peer, &s.verified, o.json)
-        )?;
-        out.flush()?;
-        all_ok &= s.verified.is_ok();
-        if s.req.last {
-            break;
+    let r = (|| -> Result<(), BoxError> {
+        loop {
+            let s = remote::serve_group(local, &listener, o.test, net)?;
+            let peer = s.peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{}",
+                report::served(s.req.test, s.req.size, s.count, &peer, &s.verified, o.json)
+            )?;
+            out.flush()?;
+            all_ok &= s.verified.is_ok();
+            if s.req.last {
+                return Ok(());
+            }
         }
-    }
+    })();
     listener.destroy_ep();
+    r?;
     Ok(all_ok)
 }
 
@@ -194,86 +207,206 @@ fn run_info(o: &Options, test: Test, rd_atomic: u8, mtu: u32, mode: &'static str
         inline: o.inline(test),
         rd_atomic,
         mtu,
+        qps: o.qps(),
         mode,
     }
 }
 
-/// Both ends here.
-struct Embedded;
+/// The first error of `runs`' verdicts, with the lane it came from when there are several.
+fn merge_verdicts<'a>(
+    verdicts: impl Iterator<Item = &'a std::result::Result<(), String>>,
+    lanes: usize,
+) -> std::result::Result<(), String> {
+    for (k, v) in verdicts.enumerate() {
+        if let Err(e) = v {
+            return Err(if lanes > 1 {
+                format!("QP {k}: {e}")
+            } else {
+                e.clone()
+            });
+        }
+    }
+    Ok(())
+}
 
-impl Exec for Embedded {
-    fn mode(&self) -> &'static str {
-        "embedded"
+/// One result from the results of the lanes of a `-q` run: latency samples merged,
+/// bandwidth runs side by side (their figures are summed).
+fn merge_outcomes(outs: Vec<Outcome>) -> Result<Outcome, BoxError> {
+    let n = outs.len();
+    let mut lat: Vec<lat::LatRun> = Vec::new();
+    let mut bw: Vec<bw::BwRun> = Vec::new();
+    for out in outs {
+        match out {
+            Outcome::Lat(r) => lat.push(r),
+            Outcome::Bw(mut r) => bw.append(&mut r),
+        }
+    }
+    if !lat.is_empty() {
+        let verified = merge_verdicts(lat.iter().map(|r| &r.verified), n);
+        let size = lat[0].size;
+        let samples_us = lat.into_iter().flat_map(|r| r.samples_us).collect();
+        return Ok(Outcome::Lat(lat::LatRun {
+            size,
+            samples_us,
+            verified,
+        }));
+    }
+    if bw.is_empty() {
+        return Err("no QP ran".into());
+    }
+    Ok(Outcome::Bw(bw))
+}
+
+#[cfg(feature = "emulator")]
+mod embedded {
+    //! The embedded mode's [`Exec`]: both ends here, `-q` lanes on threads of their own.
+
+    use super::*;
+    use setup::{Pair, QpConfig};
+
+    /// Both ends here.
+    pub struct Embedded;
+
+    impl Exec for Embedded {
+        fn mode(&self) -> &'static str {
+            "embedded"
+        }
+
+        fn run(
+            &mut self,
+            o: &Options,
+            test: Test,
+            size: usize,
+            _last: bool,
+            banner: bool,
+            progress: &mut Progress,
+        ) -> Result<(RunInfo, Outcome), BoxError> {
+            let plan: cli::Plan = o.plan();
+            let inline = o.inline(test);
+            let qp = QpConfig {
+                sq: if test.is_lat() {
+                    lat::LAT_SQ
+                } else {
+                    o.tx_depth()
+                },
+                rq: match test {
+                    Test::SendLat => lat::LAT_RQ,
+                    Test::SendBw => bw::RX_DEPTH.max(o.tx_depth()),
+                    _ => 1,
+                },
+                inline,
+                mtu: o.mtu,
+            };
+            // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
+            // receive, counter or buffer layout carries over from the previous size.
+            let mut pair = Pair::new(remote::region_for(test, size), &qp, o.qps() as usize)?;
+            let info = run_info(o, test, pair.rd_atomic, pair.mtu.bytes(), self.mode());
+            if banner {
+                use verbs::MemoryRegion;
+                let side = |e: &setup::End<setup::EmbeddedDevice>| Side {
+                    qpn: Some(e.qpn()),
+                    psn: Some(e.psn),
+                    rkey: e.mr.rkey(),
+                    vaddr: e.buf.mem.addr(),
+                    gid: e.nic.gid,
+                };
+                let (c, s) = pair.lane0();
+                let bi = BannerInfo {
+                    mode: "EMBEDDED (both ends in this process, two emulated NICs)",
+                    device: "emulated mlx5",
+                    fw: pair.fw,
+                    local: side(c),
+                    remote: side(s),
+                };
+                emit(progress, &report::banner(&info, &bi))?;
+                emit(progress, &report::header(test))?;
+            }
+            let cfg = bw::BwConfig::new(o.tx_depth(), o.cq_mod(), inline);
+            let out = if o.qps() == 1 {
+                if test.is_lat() {
+                    Outcome::Lat(lat::run(&mut pair, test, size, plan, inline, progress)?)
+                } else {
+                    Outcome::Bw(vec![bw::run(&mut pair, test, size, plan, cfg, progress)?])
+                }
+            } else {
+                merge_outcomes(lanes(&mut pair, test, size, plan, cfg)?)?
+            };
+            pair.teardown()?;
+            Ok((info, out))
+        }
     }
 
-    fn run(
-        &mut self,
-        o: &Options,
+    /// Runs every lane of `pair` on a thread of its own: each posts and polls its own QPs
+    /// and CQs, and runs the world in its waits (the devices progress whichever thread
+    /// steps them).
+    fn lanes(
+        pair: &mut Pair,
         test: Test,
         size: usize,
-        _last: bool,
-        banner: bool,
-        progress: &mut Progress,
-    ) -> Result<(RunInfo, Outcome), BoxError> {
-        let plan: Plan = o.plan();
-        let inline = o.inline(test);
-        let qp = QpConfig {
-            sq: if test.is_lat() {
-                lat::LAT_SQ
-            } else {
-                o.tx_depth()
-            },
-            rq: match test {
-                Test::SendLat => lat::LAT_RQ,
-                Test::SendBw => bw::RX_DEPTH.max(o.tx_depth()),
-                _ => 1,
-            },
-            inline,
-            mtu: o.mtu,
-        };
-        // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
-        // receive, counter or buffer layout carries over from the previous size.
-        let mut pair = Pair::new(remote::region_for(test, size), &qp)?;
-        let info = run_info(o, test, pair.rd_atomic, pair.mtu.bytes(), self.mode());
-        if banner {
-            use verbs::MemoryRegion;
-            let side = |e: &setup::End| Side {
-                qpn: Some(e.qpn()),
-                psn: Some(e.psn),
-                rkey: e.mr.rkey(),
-                vaddr: e.buf.mem.addr(),
-                gid: e.gid,
-            };
-            let bi = BannerInfo {
-                mode: "EMBEDDED (both ends in this process, two emulated NICs)",
-                device: "emulated mlx5",
-                fw: pair.c.dev.fw_version(),
-                local: side(&pair.c),
-                remote: side(&pair.s),
-            };
-            emit(progress, &report::banner(&info, &bi))?;
-            emit(progress, &report::header(test))?;
-        }
-        let out = if test.is_lat() {
-            Outcome::Lat(lat::run(&mut pair, test, size, plan, inline, progress)?)
+        plan: cli::Plan,
+        cfg: bw::BwConfig,
+    ) -> Result<Vec<Outcome>, BoxError> {
+        let Pair { world, lanes, .. } = pair;
+        let world: &nic_testbed::World = world;
+        let use_inline = test.inline_at(cfg.inline, size);
+        let rx_depth = if test.is_lat() {
+            lat::LAT_RQ
         } else {
-            let cfg = bw::BwConfig::new(o.tx_depth(), o.cq_mod(), inline);
-            Outcome::Bw(bw::run(&mut pair, test, size, plan, cfg, progress)?)
+            cfg.rx_depth
         };
-        pair.teardown()?;
-        Ok((info, out))
+        let results: Vec<setup::Result<Outcome>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = lanes
+                .iter_mut()
+                .map(|(c, s)| {
+                    sc.spawn(move || -> setup::Result<Outcome> {
+                        let mut quiet = Progress::with_terminal(vec![1.0], false);
+                        let (c, mut near, world) = setup::split_lane(
+                            c,
+                            s,
+                            world,
+                            test,
+                            size,
+                            use_inline,
+                            rx_depth,
+                            plan.count(),
+                        )?;
+                        Ok(if test.is_lat() {
+                            Outcome::Lat(lat::measure(
+                                c, &mut near, world, test, size, plan, use_inline, &mut quiet,
+                            )?)
+                        } else {
+                            Outcome::Bw(vec![bw::measure(
+                                c, &mut near, world, test, size, plan, cfg, &mut quiet,
+                            )?])
+                        })
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(setup::Error::Check("a QP's thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(k, r)| r.map_err(|e| format!("QP {k}: {e}").into()))
+            .collect()
     }
 }
 
 /// The client end of a server in another process.
-struct Client<'a, R: RegisterIo> {
-    local: &'a Local<R>,
+struct Client<'a, D: Device> {
+    local: &'a Local<D>,
     net: &'a Net,
     peer: std::net::Ipv4Addr,
     device: &'a str,
 }
 
-impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
+impl<D: Device> Exec for Client<'_, D> {
     fn mode(&self) -> &'static str {
         "client"
     }
@@ -289,12 +422,15 @@ impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
     ) -> Result<(RunInfo, Outcome), BoxError> {
         let inline = o.inline(test);
         let info = run_info(o, test, setup::MAX_RD_ATOMIC, self.local.mtu, self.mode());
+        let qps = o.qps();
         let run = remote::ClientRun {
             test,
             size,
             plan: o.plan(),
             cfg: bw::BwConfig::new(o.tx_depth(), o.cq_mod(), inline),
             last,
+            qps,
+            lane: 0,
         };
         let mode = format!(
             "CLIENT of {}:{} (this NIC {}), through the connection manager",
@@ -306,7 +442,7 @@ impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
             verbs::Gid::from_ipv4(self.peer.octets()),
         );
         let device = self.device;
-        let mut on_connected = |a: &remote::Addresses| -> std::io::Result<()> {
+        let on_connected = |a: &remote::Addresses| -> std::io::Result<()> {
             if !banner {
                 return Ok(());
             }
@@ -334,15 +470,36 @@ impl<R: RegisterIo + 'static> Exec for Client<'_, R> {
             writeln!(out, "{}", report::header(test))?;
             out.flush()
         };
-        let out = remote::client(
-            self.local,
-            self.net,
-            self.peer,
-            run,
-            progress,
-            &mut on_connected,
-        )?;
-        Ok((info, out))
+        let (local, net, peer) = (self.local, self.net, self.peer);
+        if qps == 1 {
+            let out = remote::client(local, net, peer, run, progress, &mut { on_connected })?;
+            return Ok((info, out));
+        }
+        // One connection per thread; the first prints the banner.
+        let results: Vec<Result<Outcome, String>> = std::thread::scope(|sc| {
+            let on_connected = &on_connected;
+            let hs: Vec<_> = (0..qps)
+                .map(|lane| {
+                    sc.spawn(move || {
+                        let mut quiet = Progress::with_terminal(vec![1.0], false);
+                        let mut banner = |a: &remote::Addresses| {
+                            if lane == 0 { on_connected(a) } else { Ok(()) }
+                        };
+                        let run = remote::ClientRun { lane, ..run };
+                        remote::client(local, net, peer, run, &mut quiet, &mut banner)
+                            .map_err(|e| format!("QP {lane}: {e}"))
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a QP's thread panicked".into()))
+                })
+                .collect()
+        });
+        let outs = results.into_iter().collect::<Result<Vec<_>, String>>()?;
+        Ok((info, merge_outcomes(outs)?))
     }
 }
 
@@ -431,17 +588,30 @@ fn run_test(
                 lat_runs.push((r, st));
                 (line, v)
             }
-            Outcome::Bw(r) => {
-                let st =
-                    stats::bw_stats(size, &r.posted, &r.completed).ok_or("no bandwidth samples")?;
-                let n = r.completed.len();
+            Outcome::Bw(runs) => {
+                // Several QPs: their figures add up (each ran the whole time).
+                let mut st = stats::BwStats {
+                    peak_mbs: 0.0,
+                    avg_mbs: 0.0,
+                    msg_rate_mpps: 0.0,
+                };
+                let mut n = 0;
+                for r in &runs {
+                    let s = stats::bw_stats(size, &r.posted, &r.completed)
+                        .ok_or("no bandwidth samples")?;
+                    st.peak_mbs += s.peak_mbs;
+                    st.avg_mbs += s.avg_mbs;
+                    st.msg_rate_mpps += s.msg_rate_mpps;
+                    n += r.completed.len();
+                }
+                let verified = merge_verdicts(runs.iter().map(|r| &r.verified), runs.len());
                 bw_runs.push((size, st));
                 let line = if o.json {
-                    report::bw_json(&info, size, n, &st, &r.verified)
+                    report::bw_json(&info, size, n, &st, &verified)
                 } else {
                     report::bw_row(size, n, &st)
                 };
-                (line, r.verified)
+                (line, verified)
             }
         };
         emit(progress, &line)?;

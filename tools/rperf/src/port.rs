@@ -109,6 +109,7 @@ impl Buffer {
     }
 
     /// What the peer needs to target this buffer.
+    #[cfg(feature = "emulator")]
     pub fn as_peer(&self) -> PeerBuf {
         PeerBuf {
             addr: self.mem.addr(),

@@ -19,19 +19,15 @@
 //! ([`mac_for`]) and each end enters its /24's MACs in the manager's neighbour table.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cm::{
     AddrInfo, Cm, CmConfig, CmId, ConnParam, EventParam, Neighbor, QpInitAttr, RaiFlags,
     getaddrinfo,
 };
-use nic_emulator::Profile;
-use nic_hal::{DmaAllocator, RegisterIo};
-use nic_testbed::{RealTime, UdpNic};
+use device_open::{Device, mac_for};
 use verbs::{
-    AccessFlags, Gid, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion,
-    WrOpcode,
+    AccessFlags, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion, WrOpcode,
 };
 
 use crate::bw::{self, BwConfig, BwRun};
@@ -56,7 +52,7 @@ pub const DEFAULT_TIMEOUT_S: f64 = 60.0;
 /// Magic at the head of rperf's private data.
 const MAGIC: &[u8; 4] = b"RPRF";
 /// Protocol version.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Bytes of the CTRL area after DST: `[0, 64)` incoming, `[64, 128)` outgoing.
 const CTRL: usize = 4096;
 const CTRL_IN: usize = 0;
@@ -73,12 +69,6 @@ const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
-
-/// The MAC of the emulated NIC at `ip` (both ends derive it: the UDP fabric has no ARP).
-pub fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
-    let o = ip.octets();
-    [0x02, 0x00, o[0], o[1], o[2], o[3]]
-}
 
 /// Where this process's NIC is and how to reach the peer.
 #[derive(Clone, Debug)]
@@ -97,38 +87,32 @@ fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
     move |e| Error::Check(format!("{what}: {e:?} (errno {})", e.errno()))
 }
 
-/// The device type a NIC of this mode is driven through.
-pub type RtDevice<R> = mlx5::Device<R, RealTime>;
-
 /// This process's NIC, probed and added to a connection manager.
-pub struct Local<R: RegisterIo> {
+pub struct Local<D: Device> {
     /// The manager (which owns the device).
-    pub cm: Cm<RtDevice<R>>,
+    pub cm: Cm<D>,
     /// Firmware version, for the banner.
     pub fw: (u16, u16, u16),
     /// The port's active MTU in bytes.
     pub mtu: u32,
     /// This NIC's address.
     pub ip: Ipv4Addr,
+    /// What the NIC is, for the banner.
+    pub label: String,
 }
 
-impl<R: RegisterIo + 'static> Local<R> {
-    /// Probes `regs`/`dma` as an mlx5 device with address `ip`, adds it to a new manager.
-    pub fn new(regs: R, dma: Arc<dyn DmaAllocator>, ip: Ipv4Addr, net: &Net) -> Result<Self> {
-        let dev = mlx5::Device::probe(regs, dma, RealTime::new(), mlx5::Config::default())
-            .map_err(|err| Error::Driver {
-                what: "probe the NIC",
-                err,
-            })?;
-        let mac = dev.mac().map_err(|err| Error::Driver {
-            what: "query the MAC",
-            err,
-        })?;
-        dev.set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
-            .map_err(|err| Error::Driver {
-                what: "program the RoCE GID",
-                err,
-            })?;
+impl<D: Device> Local<D> {
+    /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
+    /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with
+    /// the caller, to be dropped after this.
+    pub fn new(
+        dev: D,
+        ip: Ipv4Addr,
+        mac: [u8; 6],
+        clock: device_open::Clock,
+        label: String,
+        net: &Net,
+    ) -> Result<Self> {
         let fw = dev.fw_version();
         let mtu = Provider::query_port(&dev, 1)
             .map_err(|err| Error::Verbs {
@@ -138,7 +122,7 @@ impl<R: RegisterIo + 'static> Local<R> {
             .active_mtu
             .bytes();
         let cm = Cm::new(
-            RealTime::new(),
+            clock,
             CmConfig {
                 wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
                 auto_comp_channels: false,
@@ -154,26 +138,14 @@ impl<R: RegisterIo + 'static> Local<R> {
                 cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
             }
         }
-        Ok(Local { cm, fw, mtu, ip })
+        Ok(Local {
+            cm,
+            fw,
+            mtu,
+            ip,
+            label,
+        })
     }
-}
-
-/// An emulated NIC on the UDP fabric at `net.local`.
-pub fn emulated_nic(net: &Net) -> Result<UdpNic> {
-    UdpNic::new(
-        net.local,
-        net.fabric_port,
-        Profile {
-            mac: mac_for(net.local),
-            ..Profile::default()
-        },
-    )
-    .map_err(|e| {
-        Error::Check(format!(
-            "emulated NIC at {}:{} (UDP fabric): {e}",
-            net.local, net.fabric_port
-        ))
-    })
 }
 
 // ------------------------------------------------------------------ the private data
@@ -203,6 +175,10 @@ pub struct Req {
     pub rkey: u32,
     /// The inline threshold.
     pub inline: u32,
+    /// Connections of this run (`-q`), each served on a thread of its own.
+    pub qps: u8,
+    /// Which of them this is (0-based).
+    pub lane: u8,
 }
 
 impl Req {
@@ -220,11 +196,13 @@ impl Req {
         b[28..36].copy_from_slice(&self.addr.to_le_bytes());
         b[36..40].copy_from_slice(&self.rkey.to_le_bytes());
         b[40..44].copy_from_slice(&self.inline.to_le_bytes());
+        b[44] = self.qps;
+        b[45] = self.lane;
         b
     }
 
     fn decode(b: &[u8]) -> std::result::Result<Req, String> {
-        if b.len() < 44 || &b[..4] != MAGIC {
+        if b.len() < 46 || &b[..4] != MAGIC {
             return Err("the connection request is not from rperf".into());
         }
         if b[4] != VERSION {
@@ -247,7 +225,12 @@ impl Req {
             addr: u64_at(28),
             rkey: u32_at(36),
             inline: u32_at(40),
+            qps: b[44],
+            lane: b[45],
         };
+        if r.qps == 0 || u32::from(r.qps) > crate::cli::MAX_QPS || r.lane >= r.qps {
+            return Err(format!("QP {} of {} out of range", r.lane, r.qps));
+        }
         let size = usize::try_from(r.size).unwrap_or(usize::MAX);
         if size == 0 || size > crate::cli::MAX_SIZE {
             return Err(format!("message size {} out of range", r.size));
@@ -534,8 +517,8 @@ impl Wait for Spin {
 pub enum Outcome {
     /// A latency run.
     Lat(LatRun),
-    /// A bandwidth run.
-    Bw(BwRun),
+    /// A bandwidth run: one per QP (`-q`), their figures summed.
+    Bw(Vec<BwRun>),
 }
 
 /// Parameters of one client run.
@@ -551,6 +534,10 @@ pub struct ClientRun {
     pub cfg: BwConfig,
     /// The last connection of this client.
     pub last: bool,
+    /// Connections of this run (`-q`: one per thread).
+    pub qps: u32,
+    /// Which of them this is.
+    pub lane: u32,
 }
 
 /// What the banner shows of a connection.
@@ -563,8 +550,8 @@ pub struct Addresses {
 }
 
 /// Connects to `peer`, runs `run`, exchanges verdicts, disconnects.
-pub fn client<R: RegisterIo + 'static>(
-    local: &Local<R>,
+pub fn client<D: Device>(
+    local: &Local<D>,
     net: &Net,
     peer: Ipv4Addr,
     run: ClientRun,
@@ -593,7 +580,7 @@ pub fn client<R: RegisterIo + 'static>(
         .cm
         .create_ep(&res, None, Some(&mut attr))
         .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
-    let mut c = Conn::new(id, region, local.ip.octets()[3])?;
+    let mut c = Conn::new(id, region, lane_seed(local.ip, run.lane))?;
     let use_inline = test.inline_at(cfg.inline, size);
     let req = Req {
         test,
@@ -607,6 +594,8 @@ pub fn client<R: RegisterIo + 'static>(
         addr: c.buf.mem.addr(),
         rkey: c.buf.rkey,
         inline: cfg.inline,
+        qps: run.qps as u8,
+        lane: run.lane as u8,
     }
     .encode();
     let r = (|| -> std::result::Result<Outcome, Box<dyn std::error::Error>> {
@@ -670,9 +659,9 @@ pub fn client<R: RegisterIo + 'static>(
             )?;
             Outcome::Lat(r)
         } else {
-            Outcome::Bw(bw::measure(
+            Outcome::Bw(vec![bw::measure(
                 &mut c, &mut far, net, test, size, plan, cfg, progress,
-            )?)
+            )?])
         })
     })();
     let closed = c.close();
@@ -798,7 +787,7 @@ pub struct Served {
 }
 
 /// A listening endpoint on this process's NIC.
-pub fn listen<R: RegisterIo + 'static>(local: &Local<R>, net: &Net) -> Result<CmId<RtDevice<R>>> {
+pub fn listen<D: Device>(local: &Local<D>, net: &Net) -> Result<CmId<D>> {
     let passive = AddrInfo {
         ai_flags: RaiFlags::PASSIVE,
         ..AddrInfo::default()
@@ -823,13 +812,16 @@ fn reject_with<P: Provider>(id: &CmId<P>, why: &str) {
     let _ = id.reject(&b);
 }
 
-/// Serves one connection on `listener`: the client's test, then its verdict.
-pub fn serve_one<R: RegisterIo + 'static>(
-    local: &Local<R>,
-    listener: &CmId<RtDevice<R>>,
+/// The pattern seed of this NIC's end of connection `lane`: differs per NIC and per lane.
+fn lane_seed(ip: Ipv4Addr, lane: u32) -> u8 {
+    ip.octets()[3].wrapping_add((lane as u8).wrapping_mul(16))
+}
+
+/// The next connection request on `listener`, checked: its id and what it asks for.
+fn next_request<D: Device>(
+    listener: &CmId<D>,
     only: Option<Test>,
-    net: &Net,
-) -> std::result::Result<Served, Box<dyn std::error::Error>> {
+) -> std::result::Result<(CmId<D>, Req), Box<dyn std::error::Error>> {
     let id = listener
         .get_request()
         .map_err(cm_err("get_request (waiting for a client)"))?;
@@ -852,6 +844,89 @@ pub fn serve_one<R: RegisterIo + 'static>(
         reject_with(&id, &why);
         return Err(why.into());
     }
+    Ok((id, req))
+}
+
+/// Serves the connections of one client run on `listener` (its `-q` connections, each on a
+/// thread of its own): what they ask for, the iterations they counted (summed) and the
+/// first failed check.
+pub fn serve_group<D: Device>(
+    local: &Local<D>,
+    listener: &CmId<D>,
+    only: Option<Test>,
+    net: &Net,
+) -> std::result::Result<Served, Box<dyn std::error::Error>> {
+    let (id, first) = next_request(listener, only)?;
+    let n = first.qps;
+    let results: Vec<std::result::Result<Served, String>> = std::thread::scope(|sc| {
+        let serve = |id: CmId<D>, req: Req| {
+            sc.spawn(move || serve_conn(local, id, req, net).map_err(|e| e.to_string()))
+        };
+        let mut hs = vec![serve(id, first)];
+        let mut err = None;
+        for _ in 1..n {
+            match next_request(listener, only) {
+                Ok((id, r)) => {
+                    let same =
+                        (r.test, r.size, r.qps, r.last) == (first.test, first.size, n, first.last);
+                    if !same {
+                        reject_with(&id, "not a connection of the run being served");
+                        id.destroy_ep();
+                        err = Some(format!(
+                            "a connection request that is not of the run being served: {r:?}"
+                        ));
+                        break;
+                    }
+                    hs.push(serve(id, r));
+                }
+                Err(e) => {
+                    err = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let mut out: Vec<_> = hs
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a connection's thread panicked".into()))
+            })
+            .collect();
+        if let Some(e) = err {
+            out.push(Err(e));
+        }
+        out
+    });
+    let mut served: Option<Served> = None;
+    let mut lanes = Vec::new();
+    for r in results {
+        let s = r?;
+        lanes.push(s.req.lane);
+        match &mut served {
+            None => served = Some(s),
+            Some(all) => {
+                all.count += s.count;
+                if all.verified.is_ok() {
+                    all.verified = s.verified.map_err(|e| format!("QP {}: {e}", s.req.lane));
+                }
+            }
+        }
+    }
+    lanes.sort_unstable();
+    if lanes != (0..n).collect::<Vec<u8>>() {
+        return Err(format!("the run's connections were QPs {lanes:?} of {n}").into());
+    }
+    served.ok_or_else(|| "no connection".into())
+}
+
+/// Serves connection `id`, which asks for `req`: the client's test, then its verdict.
+fn serve_conn<D: Device>(
+    local: &Local<D>,
+    id: CmId<D>,
+    req: Req,
+    net: &Net,
+) -> std::result::Result<Served, Box<dyn std::error::Error>> {
+    let peer = id.dst_addr();
     let size = req.size as usize;
     let region = req.region as usize;
     let mut attr = QpInitAttr {
@@ -862,7 +937,7 @@ pub fn serve_one<R: RegisterIo + 'static>(
         reject_with(&id, "the server cannot create a QP of this size");
         return Err(cm_err("create_qp")(e).into());
     }
-    let mut s = Conn::new(id, region, local.ip.octets()[3])?;
+    let mut s = Conn::new(id, region, lane_seed(local.ip, u32::from(req.lane)))?;
     s.buf.peer = PeerBuf {
         addr: req.addr,
         rkey: req.rkey,
@@ -963,6 +1038,8 @@ mod tests {
             addr: 0x1234_5678_9abc,
             rkey: 0xdead_beef,
             inline: 0,
+            qps: 2,
+            lane: 1,
         };
         let b = r.encode();
         assert_eq!(Req::decode(&b), Ok(r));
@@ -972,6 +1049,9 @@ mod tests {
         let mut bad = b;
         bad[24] ^= 1; // region
         assert!(Req::decode(&bad).unwrap_err().contains("buffer"));
+        let mut bad = b;
+        bad[45] = 2; // lane 2 of 2
+        assert!(Req::decode(&bad).unwrap_err().contains("QP 2 of 2"));
         let mut bad = b;
         bad[5] = 99;
         assert!(Req::decode(&bad).is_err());

@@ -25,6 +25,8 @@ pub struct RunInfo {
     pub rd_atomic: u8,
     /// Path MTU in bytes.
     pub mtu: u32,
+    /// QPs (one per thread).
+    pub qps: u32,
     /// `embedded`, `client` or `server` (JSON's `mode`).
     pub mode: &'static str,
 }
@@ -96,7 +98,7 @@ pub fn banner(info: &RunInfo, bi: &BannerInfo<'_>) -> String {
         " Device          : {} (fw {maj}.{min}.{sub})\tTransport type : IB",
         bi.device
     );
-    let _ = writeln!(b, " Number of qps   : 1\t\tConnection type : RC");
+    let _ = writeln!(b, " Number of qps   : {}\t\tConnection type : RC", info.qps);
     if info.test.is_lat() {
         let _ = writeln!(b, " TX depth        : 1");
     } else {
@@ -236,9 +238,10 @@ fn jn(x: f64) -> String {
 
 fn json_common(info: &RunInfo, size: usize, iters: usize) -> String {
     format!(
-        "{{\"test\":{},\"mode\":{},\"bytes\":{size},\"iterations\":{iters},\"mtu\":{},\"inline\":{}",
+        "{{\"test\":{},\"mode\":{},\"bytes\":{size},\"iterations\":{iters},\"qps\":{},\"mtu\":{},\"inline\":{}",
         js(info.test.name()),
         js(info.mode),
+        info.qps,
         info.mtu,
         info.inline as usize >= size && info.test.can_inline()
     )

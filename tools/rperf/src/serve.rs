@@ -335,7 +335,7 @@ pub fn check<E: Port>(e: &E, test: Test, size: usize, count: u64) -> Verdict {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "emulator"))]
 mod tests {
     use super::*;
     use crate::bw::{self, BwConfig};
@@ -353,7 +353,7 @@ mod tests {
                 inline: 0,
                 mtu: None,
             };
-            let mut pair = Pair::new(bw::slots(size) * size, &qp).unwrap();
+            let mut pair = Pair::new(bw::slots(size) * size, &qp, 1).unwrap();
             let mut p = Progress::with_terminal(vec![1.0], false);
             let plan = Plan::Iters(20);
             let (c, mut near, world) = pair.split(test, size, false, 32, 20).unwrap();

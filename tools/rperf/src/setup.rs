@@ -9,26 +9,37 @@
 //! The client NIC runs the loops of [`crate::lat`] and [`crate::bw`]; the server NIC is their
 //! far end ([`Near`]), a [`Responder`] driven from the same thread.
 
+// Without the emulator only the two-process mode is built: the embedded fixture (and what only
+// it uses) is left out.
+#![cfg_attr(not(feature = "emulator"), allow(unused_imports, dead_code))]
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlx5::{Cq, Mr, Pd, Qp};
-use nic_emulator::{Live, Profile};
-use nic_testbed::{EmuDevice, Testbed, World};
+use device_open::Device;
+#[cfg(feature = "emulator")]
+use device_open::{InProcess, Open};
+#[cfg(feature = "emulator")]
+use nic_emulator::Profile;
+#[cfg(feature = "emulator")]
+use nic_testbed::World;
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpAttr, QpAttrMask as M,
-    QpCap, QpInitAttr, QpType, RecvWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpCap, QpInitAttr, QpType,
+    RecvWr, Sge, WcStatus, WorkCompletion,
 };
 
 use crate::cli::Test;
 use crate::port::{Buffer, Pace, Port, Request, Wait};
 use crate::serve::{Peer, Responder, Verdict};
 
+#[cfg(feature = "emulator")]
 /// Port address of the client (requester) NIC.
 pub const IP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+#[cfg(feature = "emulator")]
 /// Port address of the server (responder) NIC.
 pub const IP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+#[cfg(feature = "emulator")]
 /// Seed of the fabric (no faults are configured; the seed only fixes the run).
 const WORLD_SEED: u64 = 0x0072_7065_7266;
 /// A wait fails when the virtual clock moved this far without the awaited progress (RC
@@ -40,13 +51,6 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// What went wrong during a run.
 #[derive(Debug)]
 pub enum Error {
-    /// The driver refused an operation.
-    Driver {
-        /// The operation.
-        what: &'static str,
-        /// The driver's error.
-        err: mlx5::Error,
-    },
     /// A verbs call failed.
     Verbs {
         /// The operation.
@@ -87,7 +91,6 @@ pub enum Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Driver { what, err } => write!(f, "{what}: driver error {err:?}"),
             Error::Verbs { what, err } => write!(f, "{what}: {err}"),
             Error::Post { what, err } => {
                 write!(f, "{what}: {} (request {})", err.error, err.bad_wr)
@@ -150,57 +153,77 @@ const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
-/// One NIC with its driver, its verbs objects and its RC QP.
-pub struct End {
-    /// The emulated NIC.
-    pub tb: Testbed,
+#[cfg(feature = "emulator")]
+/// One NIC: the opened device and its PD (shared by every lane on it).
+pub struct Nic<D: Device> {
     /// The driver.
-    pub dev: EmuDevice,
-    pd: Pd,
-    /// Send and receive completions of the QP.
-    pub cq: Cq,
-    /// Its registration of [`End::buf`].
-    pub mr: Mr,
-    /// The QP.
-    pub qp: Qp,
+    pub dev: D,
+    pd: D::Pd,
     /// The port's RoCE GID (IPv4-mapped).
     pub gid: Gid,
     /// The port's MAC.
     pub mac: [u8; 6],
-    /// Initial send PSN.
+    /// The port's address.
+    pub ip: Ipv4Addr,
+}
+
+#[cfg(feature = "emulator")]
+impl<D: Device> Nic<D> {
+    /// Allocates the PD of `dev`, whose port is at `ip` with MAC `mac`.
+    pub fn new(dev: D, ip: Ipv4Addr, mac: [u8; 6]) -> Result<Nic<D>> {
+        let pd = Provider::alloc_pd(&dev).map_err(verbs_err("alloc_pd"))?;
+        Ok(Nic {
+            dev,
+            pd,
+            gid: Gid::from_ipv4(ip.octets()),
+            mac,
+            ip,
+        })
+    }
+
+    /// Frees the PD and shuts the driver down.
+    pub fn close(self) -> Result<()> {
+        let Nic { dev, pd, ip, .. } = self;
+        Provider::dealloc_pd(&dev, pd).map_err(|e| Error::Verbs {
+            what: "dealloc_pd",
+            err: e.error,
+        })?;
+        dev.shutdown()
+            .map_err(|e| Error::Check(format!("{ip}: {e}")))
+    }
+}
+
+#[cfg(feature = "emulator")]
+/// One lane's end on one NIC: its CQ, its registered buffer and its RC QP.
+pub struct End<D: Device> {
+    /// The NIC.
+    pub nic: Arc<Nic<D>>,
+    /// Send and receive completions of the QP.
+    pub cq: D::Cq,
+    /// Its registration of [`End::buf`].
+    pub mr: D::Mr,
+    /// The QP.
+    pub qp: D::Qp,
+    /// The QP's initial send PSN.
     pub psn: u32,
     /// The registered buffer `[SRC | DST]` (the pattern seed is the last byte of the NIC's
-    /// address).
+    /// address, plus the lane).
     pub buf: Buffer,
 }
 
-impl End {
-    fn new(tb: Testbed, region: usize, cfg: &QpConfig) -> Result<End> {
-        let dev = tb
-            .probe(mlx5::Config::default())
-            .map_err(|err| Error::Driver {
-                what: "probe the emulated NIC",
-                err,
-            })?;
-        let gid = Gid::from_ipv4(tb.ip().octets());
-        let mac = dev.mac().map_err(|err| Error::Driver {
-            what: "query the MAC",
-            err,
-        })?;
-        dev.set_roce_gid(0, gid.0, mac)
-            .map_err(|err| Error::Driver {
-                what: "program the RoCE GID",
-                err,
-            })?;
-        let pd = Provider::alloc_pd(&dev).map_err(verbs_err("alloc_pd"))?;
+#[cfg(feature = "emulator")]
+impl<D: Device> End<D> {
+    /// Lane `lane`'s end on `nic`.
+    pub fn new(nic: &Arc<Nic<D>>, lane: usize, region: usize, cfg: &QpConfig) -> Result<End<D>> {
+        let dev = &nic.dev;
         let cqe = (cfg.sq + cfg.rq + 16).next_power_of_two();
-        let cq = Provider::create_cq(&dev, cqe, 0, None).map_err(verbs_err("create_cq"))?;
-        let mem = Provider::alloc_buf(&dev, 2 * region).map_err(|err| Error::Dma {
+        let cq = Provider::create_cq(dev, cqe, 0, None).map_err(verbs_err("create_cq"))?;
+        let mem = Provider::alloc_buf(dev, 2 * region).map_err(|err| Error::Dma {
             what: "allocate buffer",
             err,
         })?;
         let mr =
-            Provider::reg_mr(&dev, &pd, mem.clone(), ALL_ACCESS).map_err(verbs_err("reg_mr"))?;
+            Provider::reg_mr(dev, &nic.pd, mem.clone(), ALL_ACCESS).map_err(verbs_err("reg_mr"))?;
         let want = QpCap {
             max_send_wr: cfg.sq,
             max_recv_wr: cfg.rq,
@@ -209,8 +232,8 @@ impl End {
             max_inline_data: cfg.inline,
         };
         let (qp, _cap) = Provider::create_qp(
-            &dev,
-            &pd,
+            dev,
+            &nic.pd,
             &QpInitAttr {
                 qp_type: QpType::Rc,
                 send_cq: &cq,
@@ -235,18 +258,15 @@ impl End {
             }
         })?;
         // A PSN that differs per NIC and QP, fixed from run to run (perftest draws one).
-        let seed = verbs::QueuePair::qp_num(&qp) ^ u32::from_be_bytes(tb.ip().octets());
+        let seed = verbs::QueuePair::qp_num(&qp) ^ u32::from_be_bytes(nic.ip.octets());
         let psn = (seed.wrapping_mul(0x9e37_79b1) >> 8) & 0xff_ffff;
-        let buf = Buffer::new(mem, mr.lkey(), mr.rkey(), region, tb.ip().octets()[3]);
+        let who = nic.ip.octets()[3].wrapping_add((lane as u8).wrapping_mul(16));
+        let buf = Buffer::new(mem, mr.lkey(), mr.rkey(), region, who);
         Ok(End {
-            tb,
-            dev,
-            pd,
+            nic: nic.clone(),
             cq,
             mr,
             qp,
-            gid,
-            mac,
             psn,
             buf,
         })
@@ -254,136 +274,92 @@ impl End {
 
     /// The QP number.
     pub fn qpn(&self) -> u32 {
-        self.qp.qpn()
+        verbs::QueuePair::qp_num(&self.qp)
     }
 
     /// The path to `peer` (for RTR).
-    fn path_to(&self, peer: &End) -> AhAttr {
+    fn path_to(&self, peer: &End<D>) -> AhAttr {
         AhAttr {
-            dgid: peer.gid,
+            dgid: peer.nic.gid,
             sgid_index: 0,
             hop_limit: 64,
             is_global: true,
             port_num: 1,
-            dmac: peer.mac,
+            dmac: peer.nic.mac,
             ..AhAttr::default()
         }
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `peer`.
-    fn connect(&mut self, peer: &End, mtu: Mtu, rd_atomic: u8) -> Result<()> {
-        let mut a = QpAttr {
-            qp_state: verbs::QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
+    /// RESET -> INIT -> RTR -> RTS towards `peer`, with perftest's timers (the defaults of
+    /// [`verbs::rc::RcParams`]: RNR timer 0.64 ms, ACK timeout 14, 7 retries each).
+    fn connect(&mut self, peer: &End<D>, mtu: Mtu, rd_atomic: u8) -> Result<()> {
+        let params = verbs::rc::RcParams {
+            access: AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
+            ah_attr: self.path_to(peer),
+            path_mtu: mtu,
+            dest_qp_num: peer.qpn(),
+            rq_psn: peer.psn,
+            max_dest_rd_atomic: rd_atomic,
+            sq_psn: self.psn,
+            max_rd_atomic: rd_atomic,
+            ..Default::default()
         };
-        Provider::modify_qp(
-            &self.dev,
-            &mut self.qp,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .map_err(verbs_err("modify_qp RESET -> INIT"))?;
-        a.qp_state = verbs::QpState::Rtr;
-        a.path_mtu = mtu;
-        a.dest_qp_num = peer.qpn();
-        a.rq_psn = peer.psn;
-        a.max_dest_rd_atomic = rd_atomic;
-        a.min_rnr_timer = 12; // 0.64 ms, perftest's value
-        a.ah_attr = self.path_to(peer);
-        Provider::modify_qp(
-            &self.dev,
-            &mut self.qp,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .map_err(verbs_err("modify_qp INIT -> RTR"))?;
-        a.qp_state = verbs::QpState::Rts;
-        a.sq_psn = self.psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = rd_atomic;
-        Provider::modify_qp(
-            &self.dev,
-            &mut self.qp,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .map_err(verbs_err("modify_qp RTR -> RTS"))
+        verbs::rc::connect(&self.nic.dev, &mut self.qp, &params)
+            .map_err(verbs_err("modify_qp RESET -> INIT -> RTR -> RTS"))
     }
 
-    /// Destroys everything, shuts the driver down, and checks that the device holds no object,
-    /// the driver no DMA memory, and that the device logged no error.
+    /// Destroys the QP, the CQ (checking it saw no malformed entry) and the MR, and frees
+    /// the buffer.
     fn teardown(self) -> Result<()> {
         let End {
-            tb,
-            dev,
-            pd,
+            nic,
             cq,
             buf,
             mr,
             qp,
             ..
         } = self;
-        let errors = tb.device().errors().to_vec();
+        let dev = &nic.dev;
         let destroy = |what: &'static str, err: verbs::Error| Error::Verbs { what, err };
-        Provider::destroy_qp(&dev, qp).map_err(|e| destroy("destroy_qp", e.error))?;
-        let bad = cq.bad_cqes().0;
-        Provider::destroy_cq(&dev, cq).map_err(|e| destroy("destroy_cq", e.error))?;
-        Provider::dereg_mr(&dev, mr).map_err(|e| destroy("dereg_mr", e.error))?;
-        Provider::dealloc_pd(&dev, pd).map_err(|e| destroy("dealloc_pd", e.error))?;
+        Provider::destroy_qp(dev, qp).map_err(|e| destroy("destroy_qp", e.error))?;
+        let bad = D::bad_cqes(&cq);
+        Provider::destroy_cq(dev, cq).map_err(|e| destroy("destroy_cq", e.error))?;
+        Provider::dereg_mr(dev, mr).map_err(|e| destroy("dereg_mr", e.error))?;
         drop(buf);
-        dev.shutdown().map_err(|err| Error::Driver {
-            what: "shutdown",
-            err,
-        })?;
-        let ip = tb.ip();
-        if !errors.is_empty() {
-            return Err(Error::Check(format!("{ip}: device errors: {errors:?}")));
-        }
         if bad != 0 {
-            return Err(Error::Check(format!("{ip}: {bad} malformed CQEs")));
-        }
-        if tb.live() != Live::default() {
-            return Err(Error::Check(format!(
-                "{ip}: objects left on the device: {:?}",
-                tb.live()
-            )));
-        }
-        if tb.dma.live_buffers() != 0 {
-            return Err(Error::Check(format!(
-                "{ip}: {} DMA buffers left behind",
-                tb.dma.live_buffers()
-            )));
+            return Err(Error::Check(format!("{}: {bad} malformed CQEs", nic.ip)));
         }
         Ok(())
     }
 }
 
-/// Both ends of the connection and the world they live in.
+#[cfg(feature = "emulator")]
+/// The device type of the embedded mode.
+pub type EmbeddedDevice = nic_testbed::EmuDevice;
+
+#[cfg(feature = "emulator")]
+/// Both NICs, one connection per lane, and the world they live in.
 pub struct Pair {
     /// The fabric, the devices and the virtual clock.
     pub world: Arc<World>,
-    /// The requester (perftest's client).
-    pub c: End,
-    /// The responder (perftest's server).
-    pub s: End,
+    /// Per lane, the requester (perftest's client) and the responder (perftest's server).
+    pub lanes: Vec<(End<EmbeddedDevice>, End<EmbeddedDevice>)>,
+    /// The client NIC.
+    pub c: Arc<Nic<EmbeddedDevice>>,
+    /// The server NIC.
+    pub s: Arc<Nic<EmbeddedDevice>>,
+    backings: [device_open::Backing; 2],
+    /// Firmware version of the client NIC.
+    pub fw: (u16, u16, u16),
     /// The path MTU in use.
     pub mtu: Mtu,
     /// Outstanding READs / atomics per QP.
     pub rd_atomic: u8,
 }
 
+#[cfg(feature = "emulator")]
 fn profile_for(ip: Ipv4Addr) -> Profile {
     Profile {
         mac: [0x02, 0, 0, 0, 0x01, ip.octets()[3]],
@@ -391,35 +367,68 @@ fn profile_for(ip: Ipv4Addr) -> Profile {
     }
 }
 
+#[cfg(feature = "emulator")]
+fn open_nic(
+    world: &Arc<World>,
+    ip: Ipv4Addr,
+) -> Result<(Nic<EmbeddedDevice>, device_open::Backing)> {
+    let o = InProcess {
+        world,
+        ip,
+        profile: profile_for(ip),
+    }
+    .open()
+    .map_err(Error::Check)?;
+    Ok((Nic::new(o.dev, ip, o.mac)?, o.backing))
+}
+
+#[cfg(feature = "emulator")]
 impl Pair {
-    /// Two NICs with `region` bytes of SRC and of DST each, and connected RC QPs.
-    pub fn new(region: usize, cfg: &QpConfig) -> Result<Pair> {
+    /// Two NICs with `lanes` connected RC QPs between them, each end with `region` bytes of
+    /// SRC and of DST.
+    pub fn new(region: usize, cfg: &QpConfig, lanes: usize) -> Result<Pair> {
         let region = region.max(4096).next_multiple_of(4096);
         let world = World::new(WORLD_SEED);
-        let mut c = End::new(world.nic(IP_CLIENT, profile_for(IP_CLIENT)), region, cfg)?;
-        let mut s = End::new(world.nic(IP_SERVER, profile_for(IP_SERVER)), region, cfg)?;
+        let (c, cb) = open_nic(&world, IP_CLIENT)?;
+        let (s, sb) = open_nic(&world, IP_SERVER)?;
+        let (c, s) = (Arc::new(c), Arc::new(s));
         let port = Provider::query_port(&c.dev, 1).map_err(verbs_err("query_port"))?;
+        let attr = Provider::query_device(&c.dev).map_err(verbs_err("query_device"))?;
         let mtu = cfg.mtu.unwrap_or(port.active_mtu);
-        let caps = c.dev.caps();
-        let rd_atomic = MAX_RD_ATOMIC
-            .min(1u8 << caps.log_max_ra_req_qp.min(caps.log_max_ra_res_qp).min(7))
-            .max(1);
-        c.connect(&s, mtu, rd_atomic)?;
-        s.connect(&c, mtu, rd_atomic)?;
-        c.buf.peer = s.buf.as_peer();
-        s.buf.peer = c.buf.as_peer();
-        Ok(Pair {
+        let rd_atomic = u32::from(MAX_RD_ATOMIC)
+            .min(attr.max_qp_rd_atom)
+            .min(attr.max_qp_init_rd_atom)
+            .max(1) as u8;
+        let fw = device_open::Device::fw_version(&c.dev);
+        let mut pair = Pair {
             world,
+            lanes: Vec::with_capacity(lanes),
             c,
             s,
+            backings: [cb, sb],
+            fw,
             mtu,
             rd_atomic,
-        })
+        };
+        for k in 0..lanes {
+            let mut ce = End::new(&pair.c, k, region, cfg)?;
+            let mut se = End::new(&pair.s, k, region, cfg)?;
+            ce.connect(&se, mtu, rd_atomic)?;
+            se.connect(&ce, mtu, rd_atomic)?;
+            ce.buf.peer = se.buf.as_peer();
+            se.buf.peer = ce.buf.as_peer();
+            pair.lanes.push((ce, se));
+        }
+        Ok(pair)
     }
 
-    /// For a run of `test` at `size`: the client NIC, the server NIC as its far end (a
-    /// [`Responder`] driven from the client's thread, see [`Responder::new`]) and the world
-    /// that paces both.
+    /// The first lane's ends.
+    pub fn lane0(&self) -> (&End<EmbeddedDevice>, &End<EmbeddedDevice>) {
+        let (c, s) = &self.lanes[0];
+        (c, s)
+    }
+
+    /// For a run of `test` at `size` on the first lane: see [`split_lane`].
     pub fn split(
         &mut self,
         test: Test,
@@ -427,30 +436,69 @@ impl Pair {
         use_inline: bool,
         rx_depth: u32,
         limit: u64,
-    ) -> Result<(&mut End, Near<'_>, &World)> {
-        let Pair { world, c, s, .. } = self;
-        let world: &World = world;
-        let resp = Responder::new(s, test, size, use_inline, rx_depth, limit)?;
-        Ok((
-            c,
-            Near {
-                end: s,
-                world,
-                resp,
-            },
-            world,
-        ))
+    ) -> Result<(&mut End<EmbeddedDevice>, Near<'_, EmbeddedDevice>, &World)> {
+        let Pair { world, lanes, .. } = self;
+        let (c, s) = &mut lanes[0];
+        split_lane(c, s, world, test, size, use_inline, rx_depth, limit)
     }
 
-    /// Tears both ends down (see [`End::teardown`]).
+    /// Tears every lane down, then both NICs, and checks that the devices hold no object,
+    /// the drivers no DMA memory, and that the devices logged no error.
     pub fn teardown(self) -> Result<()> {
-        let Pair { c, s, .. } = self;
-        let rc = c.teardown();
-        let rs = s.teardown();
-        rc.and(rs)
+        let Pair {
+            lanes,
+            c,
+            s,
+            backings,
+            ..
+        } = self;
+        let mut r = Ok(());
+        for (ce, se) in lanes {
+            r = r.and(ce.teardown()).and(se.teardown());
+        }
+        r?;
+        let close = |n: Arc<Nic<EmbeddedDevice>>| match Arc::try_unwrap(n) {
+            Ok(n) => n.close(),
+            Err(_) => Err(Error::Check("a NIC is still in use at teardown".into())),
+        };
+        let rc = close(c);
+        let rs = close(s);
+        rc.and(rs)?;
+        for b in &backings {
+            b.check().map_err(Error::Check)?;
+        }
+        Ok(())
     }
 }
 
+#[cfg(feature = "emulator")]
+/// For a run of `test` at `size` on one lane: the client end, the server end as its far end
+/// (a [`Responder`] driven from the client's thread, see [`Responder::new`]) and the world
+/// that paces both.
+#[allow(clippy::too_many_arguments)]
+pub fn split_lane<'a, D: Device>(
+    c: &'a mut End<D>,
+    s: &'a mut End<D>,
+    world: &'a World,
+    test: Test,
+    size: usize,
+    use_inline: bool,
+    rx_depth: u32,
+    limit: u64,
+) -> Result<(&'a mut End<D>, Near<'a, D>, &'a World)> {
+    let resp = Responder::new(s, test, size, use_inline, rx_depth, limit)?;
+    Ok((
+        c,
+        Near {
+            end: s,
+            world,
+            resp,
+        },
+        world,
+    ))
+}
+
+#[cfg(feature = "emulator")]
 /// Fails a wait that makes no progress for [`STALL_LIMIT_NS`] of virtual time, or for
 /// [`STALL_LIMIT_WALL`] of wall-clock time (a device that keeps "making progress" without
 /// getting anywhere would never move the virtual clock); each spin runs the world one step.
@@ -465,6 +513,7 @@ pub struct Watchdog<'a> {
 /// Wall-clock limit of a wait without progress.
 pub const STALL_LIMIT_WALL: Duration = Duration::from_secs(120);
 
+#[cfg(feature = "emulator")]
 impl Pace for World {
     type Wait<'a> = Watchdog<'a>;
 
@@ -479,6 +528,7 @@ impl Pace for World {
     }
 }
 
+#[cfg(feature = "emulator")]
 impl Wait for Watchdog<'_> {
     fn progress(&mut self) {
         self.since_ns = self.world.now_ns();
@@ -499,21 +549,22 @@ impl Wait for Watchdog<'_> {
     }
 }
 
-impl Port for End {
+#[cfg(feature = "emulator")]
+impl<D: Device> Port for End<D> {
     fn post(&mut self, r: &Request) -> Result<()> {
         let mut sg = [Sge::default()];
         let wr = self.buf.wr(r, &mut sg)?;
-        Provider::post_send(&self.dev, &mut self.qp, &[wr]).map_err(post_err("post_send"))
+        Provider::post_send(&self.nic.dev, &mut self.qp, &[wr]).map_err(post_err("post_send"))
     }
 
     fn post_recv(&mut self, wr_id: u64, off: usize, len: usize) -> Result<()> {
         let sge = self.buf.sge(off, len);
-        Provider::post_recv(&self.dev, &mut self.qp, &[recv_wr(wr_id, &sge)])
+        Provider::post_recv(&self.nic.dev, &mut self.qp, &[recv_wr(wr_id, &sge)])
             .map_err(post_err("post_recv"))
     }
 
     fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        Provider::poll_cq(&self.dev, &self.cq, wc).map_err(verbs_err("poll_cq"))
+        Provider::poll_cq(&self.nic.dev, &self.cq, wc).map_err(verbs_err("poll_cq"))
     }
 
     fn buf(&self) -> &Buffer {
@@ -525,15 +576,17 @@ impl Port for End {
     }
 }
 
+#[cfg(feature = "emulator")]
 /// The server NIC of a [`Pair`] as the client's loops see it: a [`Responder`] driven from
 /// the client's thread.
-pub struct Near<'a> {
-    end: &'a mut End,
+pub struct Near<'a, D: Device> {
+    end: &'a mut End<D>,
     world: &'a World,
     resp: Responder,
 }
 
-impl Peer<End> for Near<'_> {
+#[cfg(feature = "emulator")]
+impl<D: Device> Peer<End<D>> for Near<'_, D> {
     fn answer(&mut self) -> Result<()> {
         let want = self.resp.answered + 1;
         let mut wd = self.world.wait("the peer's message");
@@ -546,7 +599,7 @@ impl Peer<End> for Near<'_> {
         }
     }
 
-    fn before_read(&mut self, _c: &mut End, size: usize, st: u8) -> Result<u8> {
+    fn before_read(&mut self, _c: &mut End<D>, size: usize, st: u8) -> Result<u8> {
         // A new stamp in the server's memory each time: every READ must fetch it.
         self.end.stamp(size, st)?;
         Ok(st)
@@ -564,7 +617,7 @@ impl Peer<End> for Near<'_> {
         !self.resp.has_ring() || self.resp.q.recvs >= limit
     }
 
-    fn finish(&mut self, _c: &mut End, count: u64) -> Result<Verdict> {
+    fn finish(&mut self, _c: &mut End<D>, count: u64) -> Result<Verdict> {
         self.resp.finish(self.end, self.world, count)
     }
 }

@@ -343,3 +343,26 @@ fn bad_command_lines_exit_2() {
         assert!(help.contains(t), "{t} missing from --help");
     }
 }
+
+#[test]
+fn two_qps_on_two_threads_embedded() {
+    // -q 2: two connections between the two NICs, one thread each; the figures are the
+    // two QPs' together and each QP's data is verified.
+    for t in ["write_bw", "send_lat", "read_bw", "write_lat"] {
+        let (stdout, stderr) = ok(&[t, "-q", "2", "-n", "50", "-s", "512", "--json"]);
+        let v = json_lines(&stdout);
+        assert_eq!(v.len(), 1, "{t}: {stdout}");
+        check_json(&v[0], t, 512, Some(100));
+        assert_eq!(v[0]["qps"].as_u64(), Some(2), "{}", v[0]);
+        assert!(
+            stderr.contains(&format!("{t}: data verified: yes")),
+            "{stderr}"
+        );
+    }
+    let (stdout, _) = ok(&["write_bw", "-q", "3", "-n", "40", "-s", "4096"]);
+    assert!(stdout.contains(" Number of qps   : 3"), "{stdout}");
+    let rows = table_rows(&stdout, &BW_HEADER);
+    assert_eq!(rows.len(), 1, "{stdout}");
+    check_row(&rows[0], BW_HEADER.len(), 4096.0, 120.0, "write_bw -q 3");
+    assert!(stdout.ends_with("data verified: yes\n"), "{stdout}");
+}

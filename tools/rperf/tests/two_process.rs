@@ -291,3 +291,38 @@ fn a_vfio_device_that_is_not_there_fails_with_vfio_attachs_error() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn two_qps_on_two_threads_as_two_processes() {
+    // -q 2: two connections, one thread each on both sides; the server serves them as one run.
+    let (sip, cip, port) = ("127.0.7.14", "127.0.7.13", 47_005);
+    for t in ["write_bw", "send_lat"] {
+        let srv = server(&[t, "--json"], sip, port);
+        let mut args = vec![t, "-q", "2", "-n", "30", "-s", "300", "--json"];
+        if t.ends_with("_bw") {
+            args.extend(["-t", "8"]);
+        }
+        let out = client(&args, sip, cip, port);
+        let (code, sout, serr) = srv.finish();
+        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
+            out.status
+        );
+        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
+        let c = json_lines(&cout);
+        assert_eq!(c.len(), 1, "{t}: {cout}");
+        let v = &c[0];
+        assert_eq!(v["qps"].as_u64(), Some(2), "{v}");
+        // Both QPs' iterations are counted: 30 each.
+        assert_eq!(v["iterations"].as_u64(), Some(60), "{v}");
+        assert_eq!(v["data_verified"], true, "{v}");
+        assert!(cerr.contains(&format!("{t}: data verified: yes")), "{cerr}");
+        // The server reports the run once, with the iterations of both connections.
+        let s = json_lines(&sout);
+        assert_eq!(s.len(), 1, "{t}: {sout}");
+        assert_eq!(s[0]["iterations"].as_u64(), Some(60), "{}", s[0]);
+        assert_eq!(s[0]["data_verified"], true, "{}", s[0]);
+    }
+}

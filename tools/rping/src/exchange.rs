@@ -63,17 +63,17 @@ pub(crate) fn decode_info(m: &[u8; INFO_LEN]) -> (u64, u32, u32) {
 }
 
 /// Memory on one NIC plus its registration.
-pub(crate) struct Buf {
+pub(crate) struct Buf<M> {
     pub(crate) mem: Buffer,
-    pub(crate) mr: mlx5::Mr,
+    pub(crate) mr: M,
 }
 
-impl Buf {
-    fn new<P: Dev>(
+impl<M: verbs::MemoryRegion> Buf<M> {
+    fn new<P: Dev<Mr = M>>(
         id: &CmId<P>,
         len: usize,
-        reg: impl FnOnce(Buffer) -> Result<mlx5::Mr, cm::Error>,
-    ) -> Result<Buf, String> {
+        reg: impl FnOnce(Buffer) -> Result<M, cm::Error>,
+    ) -> Result<Buf<M>, String> {
         let mem = id.alloc_buf(len).map_err(|e| format!("dma alloc: {e:?}"))?;
         let mr = reg(mem.clone()).map_err(|e| format!("reg_mr: {e:?}"))?;
         Ok(Buf { mem, mr })
@@ -97,12 +97,12 @@ impl Buf {
             .map_err(|e| format!("dma write: {e:?}"))
     }
 
-    fn free<P: Dev>(self, id: &CmId<P>) {
+    fn free<P: Dev<Mr = M>>(self, id: &CmId<P>) {
         let _ = id.dereg_mr(self.mr);
     }
 }
 
-pub(crate) fn qp_attr() -> QpInitAttr<mlx5::Cq, mlx5::Srq> {
+pub(crate) fn qp_attr<P: Dev>() -> QpInitAttr<P::Cq, P::Srq> {
     QpInitAttr {
         cap: QpCap {
             max_send_wr: SQ_DEPTH,
@@ -143,7 +143,7 @@ pub(crate) fn check_wc(
 pub(crate) fn send_info<P: Dev>(
     id: &CmId<P>,
     side: &str,
-    send: &Buf,
+    send: &Buf<P::Mr>,
     info: [u8; INFO_LEN],
 ) -> Result<(), String> {
     send.write(&info)?;
@@ -164,7 +164,7 @@ pub(crate) fn send_info<P: Dev>(
 pub(crate) fn recv_info<P: Dev>(
     id: &CmId<P>,
     side: &str,
-    recv: &Buf,
+    recv: &Buf<P::Mr>,
 ) -> Result<Option<[u8; INFO_LEN]>, String> {
     let wc = id
         .get_recv_comp()
@@ -204,9 +204,9 @@ pub(crate) struct Served {
 pub(crate) fn server_pings<P: Dev>(
     conn: &CmId<P>,
     o: &Options,
-    recv: &Buf,
-    send: &Buf,
-    rdma: &Buf,
+    recv: &Buf<P::Mr>,
+    send: &Buf<P::Mr>,
+    rdma: &Buf<P::Mr>,
 ) -> Result<Served, String> {
     let mut s = Served::default();
     let mut t0 = None;
@@ -335,10 +335,10 @@ pub(crate) struct Pinged {
 pub(crate) fn client_pings<P: Dev>(
     id: &CmId<P>,
     o: &Options,
-    recv: &Buf,
-    send: &Buf,
-    start: &Buf,
-    sink: &Buf,
+    recv: &Buf<P::Mr>,
+    send: &Buf<P::Mr>,
+    start: &Buf<P::Mr>,
+    sink: &Buf<P::Mr>,
 ) -> Result<Pinged, String> {
     let t0 = Instant::now();
     let mut ping = 0;

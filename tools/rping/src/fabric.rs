@@ -68,7 +68,7 @@ pub(crate) fn embedded(o: &Options) -> Result<Pinged, String> {
     };
     let res = getaddrinfo(Some(SERVER_IP), Some(&port), Some(&passive))
         .map_err(|e| format!("server: getaddrinfo: {e:?}"))?;
-    let mut a = qp_attr();
+    let mut a = qp_attr::<EmuDevice>();
     let listen = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("server: create_ep: {e:?}"))?;
@@ -86,7 +86,7 @@ pub(crate) fn embedded(o: &Options) -> Result<Pinged, String> {
         };
         let res = getaddrinfo(Some(SERVER_IP), Some(&port), Some(&hints))
             .map_err(|e| format!("client: getaddrinfo: {e:?}"))?;
-        let mut a = qp_attr();
+        let mut a = qp_attr::<EmuDevice>();
         let id = cm
             .create_ep(&res, None, Some(&mut a))
             .map_err(|e| format!("client: create_ep: {e:?}"))?;
@@ -209,7 +209,7 @@ pub(crate) fn serve_on<P: Dev>(cm: &Cm<P>, ip: Ipv4Addr, o: &Options) -> Result<
         Some(&passive),
     )
     .map_err(|e| format!("server: getaddrinfo: {e:?}"))?;
-    let mut a = qp_attr();
+    let mut a = qp_attr::<P>();
     let listen = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("server: create_ep: {e:?}"))?;
@@ -241,7 +241,7 @@ pub(crate) fn connect_on<P: Dev>(
         Some(&hints),
     )
     .map_err(|e| format!("client: getaddrinfo: {e:?}"))?;
-    let mut a = qp_attr();
+    let mut a = qp_attr::<P>();
     let id = cm
         .create_ep(&res, None, Some(&mut a))
         .map_err(|e| format!("client: create_ep: {e:?}"))?;

@@ -45,22 +45,37 @@
 //! Modules: `cli` (the command line), `exchange` (rping's exchange over a connection) and
 //! `fabric` (the NICs and the CM connections it runs on); this file dispatches and reports.
 
+#[cfg(feature = "emulator")]
 mod cli;
+#[cfg(feature = "emulator")]
 mod exchange;
+#[cfg(feature = "emulator")]
 mod fabric;
 
+#[cfg(not(feature = "emulator"))]
+fn main() -> std::process::ExitCode {
+    eprintln!(
+        "rping: every mode of rping runs on emulated NICs: this rping was built without the \
+         `emulator` feature"
+    );
+    std::process::ExitCode::from(2)
+}
+
+#[cfg(feature = "emulator")]
 use std::process::ExitCode;
+#[cfg(feature = "emulator")]
 use std::time::Duration;
 
-use verbs::Provider;
-
+#[cfg(feature = "emulator")]
 use crate::cli::{CliError, USAGE, parse};
+#[cfg(feature = "emulator")]
 use crate::fabric::{connect, embedded, serve};
 
-/// The devices rping runs on: the mlx5 driver over any register backend and platform.
-trait Dev: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq, Srq = mlx5::Srq> {}
-impl<P: Provider<Mr = mlx5::Mr, Cq = mlx5::Cq, Srq = mlx5::Srq>> Dev for P {}
+/// The devices rping runs on: any provider the tools can open (`device_open`).
+#[cfg(feature = "emulator")]
+use device_open::Device as Dev;
 
+#[cfg(feature = "emulator")]
 fn per_ping(elapsed: Duration, n: u32) -> String {
     let ms = elapsed.as_secs_f64() * 1e3;
     if n == 0 {
@@ -69,6 +84,7 @@ fn per_ping(elapsed: Duration, n: u32) -> String {
     format!("{ms:.1} ms, {:.3} ms per ping", ms / f64::from(n))
 }
 
+#[cfg(feature = "emulator")]
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let o = match parse(&args) {

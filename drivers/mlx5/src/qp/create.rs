@@ -19,7 +19,7 @@ use crate::wq::{BfReg, QpCore, RqState, SqState, max_wqe_bytes, sq_limits};
 
 use super::{GSI_QPN, Qp, QpState, ServiceType, q};
 
-/// Parameters of [`Device::create_qp`].
+/// Parameters of [`create_qp`](crate::raw::RawDevice::create_qp).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpCreate {
     /// Service type.
@@ -65,7 +65,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Creates a QP in RESET: allocates its work-queue buffer and doorbell record and issues
     /// CREATE_QP. Sizes are checked against the capabilities (`log_max_qp_sz`, the QPC field
     /// widths, `max_wqe_sz_rq`); the RQ must be at least 64 bytes (it precedes the SQ).
-    pub fn create_qp(&self, attr: &QpCreate) -> Result<Qp, Error> {
+    pub(crate) fn create_qp(&self, attr: &QpCreate) -> Result<Qp, Error> {
         self.create_qp_on(attr, None)
     }
 
@@ -74,7 +74,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// the buffer), receive completions in `attr.recv_cqn` naming SRQ WQEs. The SRQ must be
     /// of this device and of the QP's PD (else [`Error::InvalidArgument`]); it cannot be
     /// destroyed while the QP exists.
-    pub fn create_qp_srq(&self, attr: &QpCreate, srq: &Srq) -> Result<Qp, Error> {
+    pub(crate) fn create_qp_srq(&self, attr: &QpCreate, srq: &Srq) -> Result<Qp, Error> {
         if srq.core.dev_uid != self.uid || srq.core.pd != attr.pd {
             return Err(Error::InvalidArgument);
         }
@@ -243,7 +243,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Attaches a QP to its CQs (the ones named at creation): from now on their pollers accept
     /// CQEs naming it. The verbs provider's `create_qp` does this itself. CQs other than the
     /// ones named at creation, or of another device: [`Error::InvalidArgument`].
-    pub fn attach_qp(&self, qp: &mut Qp, send_cq: &Cq, recv_cq: &Cq) -> Result<(), Error> {
+    pub(crate) fn attach_qp(&self, qp: &mut Qp, send_cq: &Cq, recv_cq: &Cq) -> Result<(), Error> {
         if qp.is_attached()
             || send_cq.cqn() != qp.send_cqn
             || recv_cq.cqn() != qp.recv_cqn
@@ -264,7 +264,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Destroys a QP and frees its memory; its completions still in its CQs are discarded
     /// (they are skipped by the next polls) and it is detached from them. A UAR allocated for
     /// it alone is freed too. If the command fails the memory is leaked.
-    pub fn destroy_qp(&self, qp: Qp) -> Result<(), Error> {
+    pub(crate) fn destroy_qp(&self, qp: Qp) -> Result<(), Error> {
         self.destroy_qp_keep(qp).map_err(|(e, _)| e)
     }
 

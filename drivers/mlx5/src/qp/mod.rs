@@ -21,6 +21,7 @@ mod query;
 pub use create::QpCreate;
 pub use modify::{QpAccess, QpModify, Transition};
 pub use path::{AddressPath, Mtu};
+#[cfg(any(test, feature = "raw"))]
 pub use query::QueryQp;
 
 use alloc::sync::Arc;
@@ -109,10 +110,10 @@ impl QpState {
 
 /// A queue pair. Owns its work-queue buffer (RQ first, then SQ) and doorbell record; the
 /// driver tracks its state as the transitions it executed. Dropped without
-/// [`Device::destroy_qp`](crate::Device::destroy_qp), its memory is leaked (the device may still access it).
+/// `destroy_qp`, its memory is leaked (the device may still access it).
 ///
 /// The data path: [`Device::post_send`](crate::Device::post_send) / [`Device::post_recv`](crate::Device::post_recv) (take `&mut Qp`: one poster
-/// per QP, no lock), completions through the CQs it is attached to ([`Device::attach_qp`](crate::Device::attach_qp)).
+/// per QP, no lock), completions through the CQs it is attached to.
 #[derive(Debug)]
 pub struct Qp {
     qpn: u32,
@@ -152,12 +153,12 @@ impl Qp {
     }
 
     /// Service type.
-    pub fn service(&self) -> ServiceType {
+    pub(crate) fn service(&self) -> ServiceType {
         self.service
     }
 
     /// State after the last successful transition.
-    pub fn state(&self) -> QpState {
+    pub(crate) fn state(&self) -> QpState {
         self.state
     }
 

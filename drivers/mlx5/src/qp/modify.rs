@@ -155,7 +155,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// the driver last moved the QP to (`ToErr` and `ToRst` from any state), else
     /// [`Error::InvalidArgument`]; the attributes it uses are range-checked. After `ToRst` the
     /// doorbell record is cleared.
-    pub fn modify_qp(
+    pub(crate) fn modify_qp(
         &self,
         qp: &mut Qp,
         transition: Transition,

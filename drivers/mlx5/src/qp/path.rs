@@ -39,6 +39,7 @@ impl Mtu {
     }
 
     /// The MTU in bytes.
+    #[cfg_attr(not(feature = "raw"), allow(dead_code))]
     pub fn bytes(self) -> u32 {
         128 << self.prm()
     }

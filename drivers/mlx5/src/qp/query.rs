@@ -46,7 +46,7 @@ pub struct QueryQp {
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// QUERY_QP: the device's view of the QP. A state value that does not exist, or a service
     /// type other than the QP's, is [`Error::BadOutput`].
-    pub fn query_qp(&self, qp: &Qp) -> Result<QueryQp, Error> {
+    pub(crate) fn query_qp(&self, qp: &Qp) -> Result<QueryQp, Error> {
         let mut inp = cmd_in(opcode::QUERY_QP, 0, 16);
         query_qp_in::QPN.set(&mut inp, qp.qpn);
         let out = self.cmd(&inp, query_qp_out::SIZE)?;

@@ -6,10 +6,12 @@
 use std::time::Instant;
 
 use firmware_interface::{cmd_status, opcode};
-use mlx5::{AddressPath, MkeyAccess, QpCreate, QpModify, Transition};
 use nic_emulator::{Live, Profile};
-use nic_hal::DmaBuf;
 use nic_testbed::Testbed;
+use verbs::rc::RcParams;
+use verbs::{
+    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpCap, QpInitAttr, QpType, QueuePair,
+};
 
 fn main() {
     if let Err(e) = run() {
@@ -42,64 +44,66 @@ fn run() -> Result<(), String> {
     let t1 = Instant::now();
     let e = |what: &str| {
         let what = what.to_string();
-        move |err: mlx5::Error| format!("{what}: {err:?}")
+        move |err: verbs::Error| format!("{what}: {err} ({err:?})")
     };
-    let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    let eqn = dev.driver_eqn().map_err(e("driver_eqn"))?;
-    let cq = dev.create_cq(8, eqn).map_err(e("create_cq"))?;
-    // Freed by hand below, only once the key is destroyed (an early return leaks it).
-    let mem = std::mem::ManuallyDrop::new(
-        DmaBuf::new(dev.dma(), 64 << 10, 4096).map_err(|x| format!("dma: {x:?}"))?,
-    );
-    let pages: Vec<u64> = (0..16).map(|i| mem.iova() + i * 4096).collect();
-    // SAFETY: `mem` is freed only after `destroy_mkey` succeeded (never, on any error).
-    let mr = unsafe { dev.create_mkey(pd, mem.iova(), 64 << 10, MkeyAccess::LOCAL_WRITE, &pages) }
-        .map_err(e("create_mkey"))?;
-    let mut qp = dev
-        .create_qp(&QpCreate {
-            pd,
-            send_cqn: cq.cqn(),
-            recv_cqn: cq.cqn(),
-            ..QpCreate::default()
-        })
-        .map_err(e("create_qp"))?;
-    // A loopback path: our own GID (127.0.0.1, IPv4-mapped) and MAC.
-    let mac = dev.mac().map_err(e("mac"))?;
-    let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1];
-    dev.set_roce_gid(0, gid, mac).map_err(e("set_roce_gid"))?;
-    let attrs = QpModify {
-        remote_qpn: qp.qpn(),
-        path: AddressPath {
-            rgid: gid,
-            rmac: mac,
-            grh: true,
-            ..AddressPath::default()
+    let pd = Provider::alloc_pd(&dev).map_err(e("alloc_pd"))?;
+    let cq = Provider::create_cq(&dev, 255, 0, None).map_err(e("create_cq"))?;
+    let mem = Provider::alloc_buf(&dev, 64 << 10).map_err(e("alloc_buf"))?;
+    let mr = dev
+        .reg_mr(&pd, mem, AccessFlags::LOCAL_WRITE)
+        .map_err(e("reg_mr"))?;
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
         },
-        ..QpModify::default()
+        sq_sig_all: false,
     };
-    for t in [
-        Transition::Rst2Init,
-        Transition::Init2Rtr,
-        Transition::Rtr2Rts,
-    ] {
-        dev.modify_qp(&mut qp, t, &attrs).map_err(e("modify_qp"))?;
-    }
-    let state = dev.query_qp(&qp).map_err(e("query_qp"))?.state;
+    let (mut qp, _) = Provider::create_qp(&dev, &pd, &init).map_err(e("create_qp"))?;
+    // A loopback path: our own GID (127.0.0.1, IPv4-mapped) and MAC.
+    let mac = dev.mac().map_err(|x| format!("mac: {x:?}"))?;
+    let gid = Gid::from_ipv4([127, 0, 0, 1]);
+    dev.set_roce_gid(0, gid.0, mac)
+        .map_err(|x| format!("set_roce_gid: {x:?}"))?;
+    let rc = RcParams {
+        ah_attr: AhAttr {
+            dgid: gid,
+            dmac: mac,
+            is_global: true,
+            hop_limit: 64,
+            port_num: 1,
+            ..AhAttr::default()
+        },
+        dest_qp_num: qp.qp_num(),
+        ..RcParams::default()
+    };
+    verbs::rc::connect(&dev, &mut qp, &rc).map_err(e("RESET -> INIT -> RTR -> RTS"))?;
+    let state = Provider::query_qp(&dev, &qp)
+        .map_err(e("query_qp"))?
+        .qp_state;
     println!(
-        "objects: pd {pd} cq {:#x} mkey {:#x} qp {:#x} in {state:?}",
+        "objects: pd {:#x} cq {:#x} mkey {:#x} qp {:#x} in {state:?}",
+        pd.pdn(),
         cq.cqn(),
-        mr.key(),
-        qp.qpn()
+        mr.lkey(),
+        qp.qp_num()
     );
-    dev.destroy_qp(qp).map_err(e("destroy_qp"))?;
-    dev.destroy_mkey(mr).map_err(e("destroy_mkey"))?;
-    dev.destroy_cq(cq).map_err(e("destroy_cq"))?;
-    dev.dealloc_pd(pd).map_err(e("dealloc_pd"))?;
-    drop(std::mem::ManuallyDrop::into_inner(mem));
+    let destroyed = |what: &'static str| move |err: verbs::Error| format!("{what}: {err:?}");
+    Provider::destroy_qp(&dev, qp).map_err(|x| destroyed("destroy_qp")(x.error))?;
+    Provider::dereg_mr(&dev, mr).map_err(|x| destroyed("dereg_mr")(x.error))?;
+    Provider::destroy_cq(&dev, cq).map_err(|x| destroyed("destroy_cq")(x.error))?;
+    Provider::dealloc_pd(&dev, pd).map_err(|x| destroyed("dealloc_pd")(x.error))?;
     let t_objects = t1.elapsed();
 
     let t2 = Instant::now();
-    dev.shutdown().map_err(e("shutdown"))?;
+    dev.shutdown().map_err(|x| format!("shutdown: {x:?}"))?;
     let t_down = t2.elapsed();
 
     let d = tb.device();

@@ -37,10 +37,11 @@ use mlx5::{Ah, Cq, Mr, Pd, Qp};
 use nic_emulator::Profile;
 use nic_hal::Platform;
 use nic_testbed::udp::{UdpDevice, UdpNic};
+use verbs::rc::RcParams;
 use verbs::{
-    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpCap, QpInitAttr, QpType,
+    QueuePair, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 /// Receive buffers kept posted (the peer has at most one SEND in flight).
@@ -566,54 +567,30 @@ fn setup(nic: &UdpNic, args: &Args) -> Res<Node> {
 
 /// RESET -> INIT -> RTR -> RTS towards the peer.
 fn connect(n: &mut Node, my_psn: u32, peer: &Hello) -> Res<()> {
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        ..QpAttr::default()
+    let p = RcParams {
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ah_attr: AhAttr {
+            dgid: Gid(peer.gid),
+            sgid_index: 0,
+            hop_limit: 64,
+            is_global: true,
+            port_num: 1,
+            dmac: peer.mac,
+            ..AhAttr::default()
+        },
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: peer.qpn,
+        rq_psn: peer.psn,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        sq_psn: my_psn,
+        max_rd_atomic: 4,
+        ..RcParams::default()
     };
-    let modify = |n: &mut Node, a: &QpAttr, mask| {
-        Provider::modify_qp(&n.dev, &mut n.qp, a, mask)
-            .map_err(|e| format!("modify_qp to {:?}: {e} ({e:?})", a.qp_state))
-    };
-    modify(n, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu1024;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = peer.psn;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    a.ah_attr = AhAttr {
-        dgid: Gid(peer.gid),
-        sgid_index: 0,
-        hop_limit: 64,
-        is_global: true,
-        port_num: 1,
-        dmac: peer.mac,
-        ..AhAttr::default()
-    };
-    modify(
-        n,
-        &a,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.sq_psn = my_psn;
-    a.timeout = 14; // 67 ms
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    modify(
-        n,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
+    verbs::rc::connect(&n.dev, &mut n.qp, &p).map_err(|e| {
+        let reached = QueuePair::state(&n.qp);
+        format!("bringing the QP up (stopped in {reached:?}): {e} ({e:?})")
+    })
 }
 
 fn run(args: &Args, pipe: &mut Pipe) -> Res<String> {

@@ -118,6 +118,27 @@ impl Default for Conn {
     }
 }
 
+impl Conn {
+    /// The bring-up parameters towards the QP `dest_qp_num` over `path`.
+    pub fn params(&self, path: AhAttr, dest_qp_num: u32) -> verbs::rc::RcParams {
+        verbs::rc::RcParams {
+            access: self.access,
+            ah_attr: path,
+            path_mtu: self.mtu,
+            dest_qp_num,
+            rq_psn: self.rq_psn,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            sq_psn: self.sq_psn,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            max_rd_atomic: self.max_rd_atomic,
+            ..verbs::rc::RcParams::default()
+        }
+    }
+}
+
 /// Queue sizes used unless a test asks for others.
 pub const CAP: QpCap = QpCap {
     max_send_wr: 64,
@@ -165,52 +186,8 @@ impl Node {
 
     /// RESET -> INIT -> RTR -> RTS towards `peer`'s QP `remote_qpn`.
     pub fn connect(&self, qp: &mut Qp, peer: &Node, remote_qpn: u32, c: &Conn) {
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: c.access,
-            ..QpAttr::default()
-        };
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )
-        .expect("RESET -> INIT");
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = c.mtu;
-        a.dest_qp_num = remote_qpn;
-        a.rq_psn = c.rq_psn;
-        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
-        a.min_rnr_timer = c.min_rnr_timer;
-        a.ah_attr = self.path_to(peer);
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        )
-        .expect("INIT -> RTR");
-        a.qp_state = QpState::Rts;
-        a.sq_psn = c.sq_psn;
-        a.timeout = c.timeout;
-        a.retry_cnt = c.retry_cnt;
-        a.rnr_retry = c.rnr_retry;
-        a.max_rd_atomic = c.max_rd_atomic;
-        Provider::modify_qp(
-            &self.dev,
-            qp,
-            &a,
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        )
-        .expect("RTR -> RTS");
+        verbs::rc::connect(&self.dev, qp, &c.params(self.path_to(peer), remote_qpn))
+            .expect("RESET -> INIT -> RTR -> RTS");
     }
 
     /// A UD QP RESET -> INIT -> RTR -> RTS with Q_Key `qkey`.

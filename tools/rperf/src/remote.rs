@@ -101,6 +101,18 @@ pub struct Local<D: Device> {
     pub label: String,
 }
 
+/// The device's clock and relax hook, as the connection manager's [`cm::Platform`].
+struct CmClock(device_open::Clock);
+
+impl cm::Platform for CmClock {
+    fn relax(&self) {
+        nic_hal::Platform::relax(&self.0)
+    }
+    fn now_ns(&self) -> u64 {
+        nic_hal::Platform::now_ns(&self.0)
+    }
+}
+
 impl<D: Device> Local<D> {
     /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
     /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with
@@ -122,7 +134,7 @@ impl<D: Device> Local<D> {
             .active_mtu
             .bytes();
         let cm = Cm::new(
-            clock,
+            CmClock(clock),
             CmConfig {
                 wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
                 auto_comp_channels: false,

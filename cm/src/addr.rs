@@ -136,8 +136,8 @@ fn parse_ipv4(s: &str) -> Option<Ipv4Addr> {
 /// * with neither: flags, family, QP type, port space and destination come from the hints;
 /// * a result without a source address takes the hints' one.
 ///
-/// Not done: librdmacm's device check (ENODEV without RDMA devices) belongs to
-/// [`Cm::add_device`](crate::Cm::add_device) here, and there is no ibacm route lookup
+/// The pure parsing: [`Cm::getaddrinfo`](crate::Cm::getaddrinfo) adds librdmacm's device
+/// check (ENODEV without RDMA devices). There is no ibacm route lookup
 /// (so no AF_IB head entry and no `ai_connect`).
 ///
 /// ```

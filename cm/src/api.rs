@@ -7,20 +7,21 @@ use alloc::vec::Vec;
 use core::net::{SocketAddr, SocketAddrV4};
 use core::sync::atomic::Ordering;
 
-use nic_hal::Platform;
-use verbs::{Provider, QueuePair};
+use crate::platform::Platform;
+use verbs::Provider;
 
 use crate::Cm;
 use crate::addr::{AddrInfo, PortSpace, RaiFlags};
-use crate::core::{
-    CmConfig, CmPd, CmStats, Dev, DeviceId, DeviceInfo, Gsi, NEXT_CM, Neighbor, PdRec, Shared,
-    State, guid_of,
-};
+use crate::config::{CmConfig, CmStats};
+use crate::device::{CmPd, Dev, DeviceId, DeviceInfo, Neighbor, PdRec, guid_of};
 use crate::error::Error;
 use crate::event::{Chan, CmEvent, EventChannel, EventRec, EventType};
+use crate::gsi::Gsi;
 use crate::id::{CmId, IdHandle, QpInitAttr};
 use crate::ops::saved_attr;
 use crate::slab::Key;
+use crate::state::{NEXT_CM, Shared, State};
+use crate::transport::{DevTransport, Transport};
 
 /// Time `create_ep` gives address and route resolution (librdmacm's).
 const EP_TIMEOUT_MS: u32 = 2000;
@@ -91,6 +92,16 @@ impl<P: Provider> Cm<P> {
         }
     }
 
+    /// The application's handle of id `key`.
+    pub(crate) fn id_of(&self, key: Key) -> CmId<P> {
+        let path = self.with_state(|st| st.ids.get(key).map(|s| s.path.clone()));
+        CmId {
+            cm: self.clone(),
+            key,
+            path: path.unwrap_or_else(crate::resources::new_path),
+        }
+    }
+
     /// One pass of the progress engine (for programs that poll instead of blocking).
     pub fn progress(&self) {
         self.with_state(|st| st.progress());
@@ -134,6 +145,14 @@ impl<P: Provider> Cm<P> {
             Ok(p) => p.active_mtu,
             Err(e) => return Err((e.into(), provider)),
         };
+        // librdmacm's per-device limits (it casts them to 8 bits; they saturate here)
+        let (max_responder_resources, max_initiator_depth) = match provider.query_device() {
+            Ok(a) => (
+                u8::try_from(a.max_qp_rd_atom).unwrap_or(u8::MAX),
+                u8::try_from(a.max_qp_init_rd_atom).unwrap_or(u8::MAX),
+            ),
+            Err(e) => return Err((e.into(), provider)),
+        };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
         let gsi = match Gsi::create(&provider, rs, ss) {
             Ok(g) => g,
@@ -142,7 +161,9 @@ impl<P: Provider> Cm<P> {
         Ok(self.with_state(|st| {
             let agent = st.rng.next() as u32;
             let key = st.devs.insert(Dev {
-                provider,
+                provider: Arc::new(provider),
+                max_responder_resources,
+                max_initiator_depth,
                 ip,
                 gid,
                 mac,
@@ -152,15 +173,17 @@ impl<P: Provider> Cm<P> {
                 pds: Default::default(),
                 default_pd: None,
                 refcnt: 0,
-                gsi: Some(gsi),
+                held_cqs: Vec::new(),
+                transport: Some(DevTransport::Mad(gsi)),
             });
             st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
         }))
     }
 
-    /// Removes a device and hands its provider back: EBUSY while ids are bound to it or a
-    /// PD of it cannot be freed (user PDs, MRs still registered on the default PD).
+    /// Removes a device and hands its provider back: EBUSY while ids are bound to it, a QP
+    /// that could not be destroyed still holds it, or a PD of it cannot be freed (user PDs,
+    /// MRs still registered on the default PD).
     pub fn remove_device(&self, dev: DeviceId) -> Result<P, Error> {
         self.with_state(|st| {
             let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
@@ -168,6 +191,10 @@ impl<P: Provider> Cm<P> {
                 return Err(Error::Busy);
             }
             let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            x.release_held_cqs();
+            if !x.held_cqs.is_empty() || Arc::strong_count(&x.provider) > 1 {
+                return Err(Error::Busy);
+            }
             for k in x.pds.keys() {
                 if let Some(rec) = x.pds.remove(k)
                     && let Err(e) = x.provider.dealloc_pd(rec.pd)
@@ -180,11 +207,12 @@ impl<P: Provider> Cm<P> {
             }
             x.default_pd = None;
             let mut x = st.devs.remove(d).ok_or(Error::NoDevice)?;
-            if let Some(g) = x.gsi.take() {
-                g.destroy(&x.provider);
+            if let Some(t) = x.transport.take() {
+                t.destroy(&x.provider);
             }
             st.forget_device(d, x.ip);
-            Ok(x.provider)
+            // the count was checked above, under the lock every new holder takes
+            Arc::try_unwrap(x.provider).map_err(|_| Error::Busy)
         })
     }
 
@@ -283,6 +311,20 @@ impl<P: Provider> Cm<P> {
         self.with_provider(dev, |p| p.dereg_mr(mr).map_err(|e| e.error.into()))?
     }
 
+    /// `rdma_getaddrinfo` as librdmacm runs it: ENODEV while the manager has no device (its
+    /// device check), then [`getaddrinfo`](crate::getaddrinfo)'s parsing and rules.
+    pub fn getaddrinfo(
+        &self,
+        node: Option<&str>,
+        service: Option<&str>,
+        hints: Option<&AddrInfo>,
+    ) -> Result<AddrInfo, Error> {
+        if self.with_state(|st| st.devs.len() == 0) {
+            return Err(Error::NoDevice);
+        }
+        crate::addr::getaddrinfo(node, service, hints)
+    }
+
     // -------------------------------------------------------------- channels and ids
 
     /// `rdma_create_event_channel`.
@@ -337,10 +379,7 @@ impl<P: Provider> Cm<P> {
     ) -> Result<CmId<P>, Error> {
         let key =
             self.with_state(|st| st.create_id(channel.map(|c| c.key), context, ps, qp_type))?;
-        Ok(CmId {
-            cm: self.clone(),
-            key,
-        })
+        Ok(self.id_of(key))
     }
 
     /// `rdma_create_ep`: a synchronous id from an [`AddrInfo`].
@@ -426,10 +465,7 @@ impl<P: Provider> Cm<P> {
     /// `rdma_get_cm_event` on channel `chan`.
     pub(crate) fn get_event(&self, chan: Key) -> Result<CmEvent<P>, Error> {
         let ev = self.pop_event(chan)?;
-        let new_id = (ev.ty == EventType::ConnectRequest).then(|| CmId {
-            cm: self.clone(),
-            key: ev.id,
-        });
+        let new_id = (ev.ty == EventType::ConnectRequest).then(|| self.id_of(ev.id));
         Ok(CmEvent {
             event: ev.ty,
             status: ev.status,
@@ -479,7 +515,7 @@ impl<P: Provider> State<P> {
             gid: x.gid,
             mac: x.mac,
             guid: x.guid,
-            cm_qpn: x.gsi.as_ref().map_or(0, |g| g.qp.qp_num()),
+            cm_qpn: x.transport.as_ref().map_or(0, |t| t.local_endpoint()),
             active_mtu: x.mtu,
         })
     }

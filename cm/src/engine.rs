@@ -5,15 +5,18 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use verbs::{Gid, Provider, QueuePair};
+use verbs::{Gid, Provider};
 
-use crate::core::{Connect, Fsm, Peer, Route, State, cm_access, ib_time_ns, qp_rtr_rts, qp_to_err};
+use crate::conn::{Fsm, Peer, Route};
+use crate::error::Error;
 use crate::event::{ConnData, EventParam, EventType, UdData};
 use crate::mad::{
     CmMad, CmMessage, CmaAddrs, CmaHeader, Drep, Dreq, MadBytes, Mra, Rej, Rep, Req, Rtu, SidrRep,
     SidrReq, limits, msg_kind, parse_service_id, rej_reason, sidr_status, transport,
 };
+use crate::qp::{Connect, cm_access, qp_rtr_rts, qp_to_err};
 use crate::slab::Key;
+use crate::state::{State, ib_time_ns};
 
 /// Service timeout of the MRAs sent for requests the application has not answered yet
 /// (4.096 µs × 2^24 ≈ 67 s, rdma_cm's).
@@ -42,7 +45,7 @@ impl<P: Provider> State<P> {
         }
     }
 
-    fn find(&self, pred: impl Fn(&crate::core::IdState<P>) -> bool) -> Option<Key> {
+    fn find(&self, pred: impl Fn(&crate::conn::IdState<P>) -> bool) -> Option<Key> {
         self.ids.iter().find(|(_, s)| pred(s)).map(|(k, _)| k)
     }
 
@@ -212,7 +215,7 @@ impl<P: Provider> State<P> {
             Some(dev) => (dev.gid, dev.mtu),
             None => return,
         };
-        let mtu = crate::core::mtu_from_code(r.path_mtu).map_or(mtu, |m| m.min(mtu));
+        let mtu = crate::state::mtu_from_code(r.path_mtu).map_or(mtu, |m| m.min(mtu));
         let p = &r.primary_path;
         let route = Route {
             sgid: gid,
@@ -327,7 +330,7 @@ impl<P: Provider> State<P> {
         let tid = s.conn.tid;
         let (local, remote) = (s.conn.local_comm_id, r.local_comm_id);
         let rts_route = s.rts_route();
-        let Some(q) = s.qp.as_mut() else {
+        if s.qp.is_none() {
             s.fsm = Fsm::RepRcvd;
             self.push_event(
                 k,
@@ -349,7 +352,20 @@ impl<P: Provider> State<P> {
             rnr_retry: r.rnr_retry_count,
             access: cm_access(s.responder_resources),
         };
-        match qp_rtr_rts(&dev.provider, &mut q.qp, &c) {
+        let moved = {
+            let mut path = s.path.lock();
+            match path.qp.as_mut() {
+                Some(q) => {
+                    let r = qp_rtr_rts(&*dev.provider, &mut q.qp, &c);
+                    if r.is_err() {
+                        qp_to_err(&*dev.provider, &mut q.qp);
+                    }
+                    r
+                }
+                None => Err(Error::InvalidArgument),
+            }
+        };
+        match moved {
             Ok(()) => {
                 s.fsm = Fsm::Established;
                 let rtu = CmMessage::Rtu(Rtu {
@@ -361,7 +377,6 @@ impl<P: Provider> State<P> {
                 self.push_event(k, EventType::Established, 0, EventParam::Conn(data), None);
             }
             Err(_) => {
-                qp_to_err(&dev.provider, &mut q.qp);
                 s.fsm = Fsm::Closed;
                 s.connect_error = true;
                 self.push_event(k, EventType::ConnectError, -1, EventParam::None, None);
@@ -409,8 +424,8 @@ impl<P: Provider> State<P> {
         match s.fsm {
             Fsm::ReqSent | Fsm::RepSent | Fsm::RepRcvd => {
                 s.conn.retx = None;
-                if let Some(q) = s.qp.as_mut() {
-                    qp_to_err(&dev.provider, &mut q.qp);
+                if let Some(q) = s.path.lock().qp.as_mut() {
+                    qp_to_err(&*dev.provider, &mut q.qp);
                 }
                 s.fsm = Fsm::Closed;
                 if !s.connect_error {
@@ -475,8 +490,8 @@ impl<P: Provider> State<P> {
             Fsm::Established | Fsm::RepSent => {
                 // As the kernel's rdma_cm does on DREQ: the QP goes to ERR at once, so that
                 // posted receives flush while the consumer has not called disconnect yet.
-                if let Some(q) = s.qp.as_mut() {
-                    qp_to_err(&dev.provider, &mut q.qp);
+                if let Some(q) = s.path.lock().qp.as_mut() {
+                    qp_to_err(&*dev.provider, &mut q.qp);
                 }
                 s.conn.retx = None;
                 s.conn.dreq_tid = tid;
@@ -848,6 +863,6 @@ pub(crate) fn dreq_msg(local: u32, remote: u32, remote_qpn: u32) -> CmMessage {
 }
 
 /// The local QP number of an id's QP (or the one given in the connection parameters).
-pub(crate) fn qpn_of<P: Provider>(q: Option<&crate::core::QpRec<P>>, given: u32) -> u32 {
-    q.map_or(given & 0xFF_FFFF, |q| q.qp.qp_num())
+pub(crate) fn qpn_of(q: Option<&crate::resources::QpRec>, given: u32) -> u32 {
+    q.map_or(given & 0xFF_FFFF, |q| q.qpn)
 }

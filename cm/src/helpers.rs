@@ -6,6 +6,7 @@ use verbs::{
     WorkCompletion, WrOpcode,
 };
 
+use crate::datapath::DataPath;
 use crate::error::Error;
 use crate::id::CmId;
 
@@ -61,13 +62,17 @@ impl<P: Provider> CmId<P> {
         self.with_verbs(|v| v.provider.dereg_mr(mr).map_err(|e| e.error.into()))?
     }
 
+    /// The id's data path, for the helpers (no lock taken).
+    fn dp(&self) -> DataPath<P> {
+        DataPath {
+            cell: self.path.clone(),
+        }
+    }
+
     fn post(&self, wr: &SendWr<'_, P::Ah>) -> Result<(), Error> {
-        self.with_verbs(|v| {
-            let qp = v.qp.ok_or(Error::InvalidArgument)?;
-            v.provider
-                .post_send(qp, core::slice::from_ref(wr))
-                .map_err(Error::from)
-        })?
+        self.dp()
+            .post_send(core::slice::from_ref(wr))
+            .map_err(Error::from)
     }
 
     /// `rdma_post_recv`: one receive of `length` bytes at `addr` (inside `mr`, else EINVAL),
@@ -78,13 +83,11 @@ impl<P: Provider> CmId<P> {
             wr_id,
             sg_list: &sge,
         }];
-        self.with_verbs(|v| {
-            if let Some(srq) = v.srq {
-                return v.provider.post_srq_recv(srq, &wr).map_err(Error::from);
-            }
-            let qp = v.qp.ok_or(Error::InvalidArgument)?;
-            v.provider.post_recv(qp, &wr).map_err(Error::from)
-        })?
+        let dp = self.dp();
+        if self.path.lock().srq.is_some() {
+            return dp.post_srq_recv(&wr).map_err(Error::from);
+        }
+        dp.post_recv(&wr).map_err(Error::from)
     }
 
     /// `rdma_post_send`: a SEND of `length` bytes at `addr` (inside `mr`). Pass
@@ -233,54 +236,14 @@ impl<P: Provider> CmId<P> {
     }
 
     fn get_comp(&self, send: bool) -> Result<WorkCompletion, Error> {
-        let k = self.key;
+        let dp = self.dp();
         let mut armed = false;
-        self.cm.wait(|st| {
-            let Some(s) = st.ids.get_mut(k) else {
-                return Some(Err(Error::InvalidArgument));
-            };
-            let Some(dev) = s.dev.and_then(|d| st.devs.get(d)) else {
-                return Some(Err(Error::InvalidArgument));
-            };
-            let p = &dev.provider;
-            let auto = s.qp.as_mut().and_then(|q| {
-                if send {
-                    q.send_cq.as_mut()
-                } else {
-                    q.recv_cq.as_mut()
-                }
-            });
-            let Some(a) = auto else {
-                return Some(Err(Error::InvalidArgument));
-            };
-            let mut wc = [WorkCompletion::default()];
-            let mut poll = |a: &crate::core::AutoCq<P>| match p.poll_cq(&a.cq, &mut wc) {
-                Ok(0) => None,
-                Ok(_) => Some(Ok(wc[0])),
-                Err(e) => Some(Err(Error::from(e))),
-            };
-            if let Some(r) = poll(a) {
-                return Some(r);
-            }
-            if !armed && a.channel.is_some() {
-                if let Err(e) = p.req_notify_cq(&a.cq, false) {
-                    return Some(Err(e.into()));
-                }
-                armed = true;
-                if let Some(r) = poll(a) {
-                    return Some(r);
-                }
-            }
-            if let Some(ch) = a.channel.as_mut() {
-                match p.get_cq_event(ch) {
-                    // the event re-enables arming: poll again on the next round
-                    Ok(Some(_)) => armed = false,
-                    Ok(None) => {}
-                    Err(e) => return Some(Err(e.into())),
-                }
-            }
-            None
-        })
+        // The data path first (the id's lock only); the progress engine runs only while
+        // nothing is there.
+        if let Some(r) = dp.try_comp(send, &mut armed) {
+            return r;
+        }
+        self.cm.wait(|_| dp.try_comp(send, &mut armed))
     }
 }
 

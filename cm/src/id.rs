@@ -3,19 +3,35 @@
 use alloc::sync::Arc;
 use core::net::SocketAddr;
 
-use verbs::{Provider, QpCap, QpType, QueuePair, SrqAttr};
+use verbs::{Provider, QpCap, QpType, SrqAttr};
 
 use crate::Cm;
 use crate::api::v4;
-use crate::core::{CmPd, DeviceId};
+use crate::datapath::DataPath;
+use crate::device::{CmPd, DeviceId};
 use crate::error::Error;
 use crate::event::{ConnParam, EventChannel, EventParam, EventType};
+use crate::resources::PathCell;
 use crate::slab::Key;
 
 /// An id's identity, as events name it ([`CmEvent::id`](crate::CmEvent::id)); compare with
 /// [`CmId::handle`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IdHandle(pub(crate) u64);
+
+impl IdHandle {
+    /// The id whose CQ carries this CQ context: the CQs an id creates (`create_qp`,
+    /// `create_ep`) are created with [`cq_context`](Self::cq_context) of the id's handle, so a
+    /// completion event ([`verbs::CqEvent::cq_context`]) leads back to the id.
+    pub const fn from_cq_context(cq_context: u64) -> IdHandle {
+        IdHandle(cq_context)
+    }
+
+    /// The CQ context value of the CQs the id creates.
+    pub const fn cq_context(self) -> u64 {
+        self.0
+    }
+}
 
 /// QP creation attributes (`struct ibv_qp_init_attr` as `rdma_create_qp` takes it); `C` is
 /// the provider's CQ type, `S` its SRQ type (`QpInitAttr<P::Cq, P::Srq>`).
@@ -124,6 +140,8 @@ pub struct IdVerbs<'a, P: Provider> {
 pub struct CmId<P: Provider> {
     pub(crate) cm: Cm<P>,
     pub(crate) key: Key,
+    /// The id's data-path objects (shared with the manager's state).
+    pub(crate) path: PathCell<P>,
 }
 
 impl<P: Provider> core::fmt::Debug for CmId<P> {
@@ -140,7 +158,7 @@ impl<P: Provider> Drop for CmId<P> {
 }
 
 impl<P: Provider> CmId<P> {
-    fn read<R>(&self, f: impl FnOnce(&crate::core::IdState<P>) -> R) -> Option<R> {
+    fn read<R>(&self, f: impl FnOnce(&crate::conn::IdState<P>) -> R) -> Option<R> {
         self.cm.with_state(|st| st.ids.get(self.key).map(f))
     }
 
@@ -194,8 +212,7 @@ impl<P: Provider> CmId<P> {
 
     /// The QP number, if the id has a QP.
     pub fn qp_num(&self) -> Option<u32> {
-        self.read(|s| s.qp.as_ref().map(|q| q.qp.qp_num()))
-            .flatten()
+        self.read(|s| s.qp.as_ref().map(|q| q.qpn)).flatten()
     }
 
     /// The event the last synchronous call completed with (`id->event`): for a request id
@@ -213,7 +230,8 @@ impl<P: Provider> CmId<P> {
     }
 
     /// Lends the id's verbs objects to `f`, which must not call back into the manager (its
-    /// state is locked meanwhile). EINVAL for an id bound to no device.
+    /// state and the id's data path are locked meanwhile). EINVAL for an id bound to no
+    /// device.
     pub fn with_verbs<R>(&self, f: impl FnOnce(IdVerbs<'_, P>) -> R) -> Result<R, Error> {
         self.cm.with_state(|st| {
             let s = st.ids.get_mut(self.key).ok_or(Error::InvalidArgument)?;
@@ -221,14 +239,15 @@ impl<P: Provider> CmId<P> {
             let dev = st.devs.get(d).ok_or(Error::NoDevice)?;
             let pd = s.pd.and_then(|k| dev.pds.get(k)).map(|r| &r.pd);
             let srq = s.srq.as_ref().map(|x| &*x.srq);
-            let (qp, send_cq, send_ch, recv_cq, recv_ch) = match s.qp.as_mut() {
+            let mut path = s.path.lock();
+            let (qp, send_cq, send_ch, recv_cq, recv_ch) = match path.qp.as_mut() {
                 Some(q) => {
                     let (sc, sch) = match q.send_cq.as_mut() {
-                        Some(a) => (Some(&a.cq), a.channel.as_mut()),
+                        Some(a) => (Some(&*a.cq), a.channel.as_mut()),
                         None => (None, None),
                     };
                     let (rc, rch) = match q.recv_cq.as_mut() {
-                        Some(a) => (Some(&a.cq), a.channel.as_mut()),
+                        Some(a) => (Some(&*a.cq), a.channel.as_mut()),
                         None => (None, None),
                     };
                     (Some(&mut q.qp), sc, sch, rc, rch)
@@ -245,6 +264,21 @@ impl<P: Provider> CmId<P> {
                 recv_cq_channel: recv_ch,
                 srq,
             }))
+        })
+    }
+
+    /// The id's data path ([`DataPath`]): posts to its QP and SRQ and polls of its QP's CQs
+    /// that take only the id's own lock, never the manager's nor a device-wide one, so each
+    /// thread of a thread-per-core program drives its connections without contention. The
+    /// handle follows the id's QP (one created or destroyed later is seen); it can be cloned
+    /// and sent to another thread (where the provider's objects can). EINVAL while the id has
+    /// no QP.
+    pub fn data_path(&self) -> Result<DataPath<P>, Error> {
+        if self.path.lock().qp.is_none() {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(DataPath {
+            cell: self.path.clone(),
         })
     }
 
@@ -420,10 +454,7 @@ impl<P: Provider> CmId<P> {
             }
             Ok(())
         })?;
-        Ok(CmId {
-            cm: self.cm.clone(),
-            key: new,
-        })
+        Ok(self.cm.id_of(new))
     }
 
     /// `rdma_accept`: for a connected id, moves the QP to RTR and RTS with the request's
@@ -497,7 +528,9 @@ impl<P: Provider> CmId<P> {
     /// `rdma_create_qp`: a QP for the id, on `pd` (which must belong to the id's device,
     /// else EINVAL) or the id's PD (the device's default PD, shared by every id bound to it).
     /// Missing CQs are created (`cap.max_send_wr` / `cap.max_recv_wr` entries; 0: none),
-    /// each with its own completion channel, and exposed on the id; the caller's CQs are used
+    /// each with its own completion channel, exposed on the id and written back into `attr`
+    /// as shared handles (as librdmacm writes `id->send_cq` / `id->recv_cq` back), with the
+    /// id's [`IdHandle::cq_context`] as their CQ context; the caller's CQs are used
     /// (and held while the QP exists) but not recorded as the id's. `attr.srq` is used as
     /// given, else the id's SRQ ([`create_srq`](Self::create_srq)), written back. The QP is
     /// moved to INIT (UD: to RTS with Q_Key 0x01234567); the actual caps are written back
@@ -541,12 +574,14 @@ impl<P: Provider> CmId<P> {
 
     /// Whether the id has a QP and that QP receives from an SRQ.
     pub fn qp_on_srq(&self) -> bool {
-        self.read(|s| s.qp.as_ref().is_some_and(|q| q.user.srq.is_some()))
+        self.read(|s| s.qp.as_ref().is_some_and(|q| q.on_srq))
             .unwrap_or(false)
     }
 
     /// `rdma_destroy_qp`: the QP, then the CQs the id created, then their channels. EINVAL
-    /// without a QP.
+    /// without a QP. A CQ the id created that the caller still holds (the handle written back
+    /// by `create_qp`) is the caller's from then on, to destroy with the provider once no QP
+    /// uses it (its channel stays with it).
     pub fn destroy_qp(&self) -> Result<(), Error> {
         self.cm.with_state(|st| st.destroy_qp(self.key))
     }

@@ -22,13 +22,32 @@
 //!   service IDs), byte for byte.
 //! * One progress engine: no threads. Every blocking call drives
 //!   [`Cm::progress`] (received MADs, retransmissions, timeouts for every id of every
-//!   device) and the platform's relax hook in turn, so one thread can run both ends of a
-//!   connection.
+//!   device) and the host's relax hook ([`Platform`], the manager's own small trait: a clock
+//!   and a relax hook; verbs providers never block, so the device interface carries no host
+//!   services) in turn, so one thread can run both ends of a connection.
+//! * A thread-per-core data path: [`CmId::data_path`] gives a [`DataPath`] whose posts and
+//!   polls take only the id's own lock (which the engine takes for the QP's transitions), never
+//!   the manager's or a device-wide one; the device's provider is shared (`Arc`). The
+//!   `rdma_verbs.h` helpers on the id go through it.
+//! * Device limits: responder resources and initiator depth default to, and are checked
+//!   against, the device's `max_qp_rd_atom` / `max_qp_init_rd_atom` (`query_device`).
 //!
-//! Each device's CM MADs travel on its GSI QP (QP1, [`verbs::QpType::Gsi`]) with the GSI
-//! Q_Key 0x80010000 and P_Key index 0, to QP1 of the peer ([`mad::GSI_QPN`]), as the IB spec
-//! and librdmacm have them (on Linux the kernel's MAD layer owns QP1; there is no kernel
-//! here, so the manager creates it). The neighbour table ([`Neighbor`]) stands in for ARP.
+//! Each device's connection messages go through a transport (a crate-internal trait: send to a
+//! peer's manager, poll what arrived, recover, destroy). The first one is the IB CM's: MADs on
+//! the device's GSI QP (QP1, [`verbs::QpType::Gsi`]) with the GSI Q_Key 0x80010000 and P_Key
+//! index 0, to QP1 of the peer ([`mad::GSI_QPN`]), as the IB spec and librdmacm have them (on
+//! Linux the kernel's MAD layer owns QP1; there is no kernel here, so the manager creates it).
+//! A NIC family without QP1 brings a datagram exchange of its own as another transport;
+//! nothing outside the MAD transport assumes QP1. A transport whose QP goes to the error state
+//! (a hostile datagram, a device fault) is reset and its receives posted again by the engine
+//! ([`CmStats::transport_resets`]); retransmissions carry the connections in progress over it.
+//! The neighbour table ([`Neighbor`]) stands in for ARP.
+//!
+//! Modules: `api` (the manager's calls), `id` (the id's calls), `ops` (what each call does to
+//! the state), `engine` (received messages, timers), `state` (the state and the progress
+//! pass), `config`, `device`, `conn` (per-id protocol state), `resources` (an id's verbs
+//! objects), `datapath`, `ports`, `qp` (QP transitions), `transport` + `gsi` (messages), `mad`
+//! (wire format), `event`, `options`, `addr`, `helpers` (`rdma_verbs.h`).
 //!
 //! ```
 //! use cm::{getaddrinfo, AddrInfo, Error, PortSpace, RaiFlags, mad};
@@ -44,19 +63,34 @@ extern crate alloc;
 
 mod addr;
 mod api;
-mod core;
+mod config;
+mod conn;
+mod datapath;
+mod device;
 mod engine;
 mod error;
 mod event;
+mod gsi;
 mod helpers;
 mod id;
 pub mod mad;
 mod ops;
 mod options;
+mod platform;
+mod ports;
+mod qp;
+mod resources;
 mod slab;
+mod state;
+mod transport;
+
+#[cfg(test)]
+mod tests;
 
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
-pub use crate::core::{Cm, CmConfig, CmPd, CmStats, DeviceId, DeviceInfo, Neighbor, RDMA_UDP_QKEY};
+pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};
+pub use crate::datapath::DataPath;
+pub use crate::device::{CmPd, DeviceId, DeviceInfo, Neighbor};
 pub use crate::error::{Error, GaiError};
 pub use crate::event::{
     CmEvent, ConnData, ConnParam, EventChannel, EventParam, EventType, UdData, ack_cm_event,
@@ -66,3 +100,5 @@ pub use crate::options::{
     IdOptions, OPTION_IB, OPTION_IB_PATH, OPTION_ID, OPTION_ID_ACK_TIMEOUT, OPTION_ID_AFONLY,
     OPTION_ID_REUSEADDR, OPTION_ID_TOS, PATH_DATA_SIZE, PATH_FLAGS_GMP_PRIMARY_BIDIR,
 };
+pub use crate::platform::Platform;
+pub use crate::state::Cm;

@@ -5,13 +5,12 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType};
+use verbs::{Provider, QpInitAttr as VerbsQpInitAttr, QpType, QueuePair};
 
 use crate::addr::PortSpace;
-use crate::core::{
-    AutoCq, CmPd, Connect, Fsm, IdSrq, Peer, QpRec, RDMA_UDP_QKEY, SavedAttr, State, UserObjs,
-    cm_access, padded, qp_init, qp_rtr_rts, qp_to_err,
-};
+use crate::config::RDMA_UDP_QKEY;
+use crate::conn::{Fsm, Peer};
+use crate::device::CmPd;
 use crate::engine::{dreq_msg, qpn_of};
 use crate::error::Error;
 use crate::event::{Chan, ConnParam, EventParam, EventType};
@@ -20,7 +19,11 @@ use crate::mad::{
     CmMessage, CmaAddrs, CmaHeader, Rep, Req, ReqPath, Rtu, SidrRep, SidrReq, limits, msg_kind,
     rej_reason, service_id, sidr_status, transport,
 };
+use crate::qp::{Connect, cm_access, qp_init, qp_rtr_rts, qp_to_err};
+use crate::resources::{AutoCq, IdSrq, LiveQp, QpRec, SavedAttr, UserObjs};
 use crate::slab::Key;
+use crate::state::{State, padded};
+use crate::transport::Transport;
 
 /// librdmacm's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as much as the device allows".
 const MAX_RD: u8 = 0xFF;
@@ -50,7 +53,7 @@ impl<P: Provider> State<P> {
         Ok(self.new_id(chan, sync, context, ps, qp_type))
     }
 
-    fn id(&self, k: Key) -> Result<&crate::core::IdState<P>, Error> {
+    fn id(&self, k: Key) -> Result<&crate::conn::IdState<P>, Error> {
         self.ids.get(k).ok_or(Error::InvalidArgument)
     }
 
@@ -204,7 +207,7 @@ impl<P: Provider> State<P> {
         let passive_req = s.fsm == Fsm::ReqRcvd;
         let resp_res = s.responder_resources;
         let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
-        let p = &dev.provider;
+        let p = &*dev.provider;
         let with_channel = self.cfg.auto_comp_channels;
         let auto = |want: bool, n: u32| -> Result<Option<AutoCq<P>>, Error> {
             if !want || n == 0 {
@@ -216,7 +219,10 @@ impl<P: Provider> State<P> {
                 None
             };
             match p.create_cq(n, k.raw(), channel.as_ref()) {
-                Ok(cq) => Ok(Some(AutoCq { cq, channel })),
+                Ok(cq) => Ok(Some(AutoCq {
+                    cq: Arc::new(cq),
+                    channel,
+                })),
                 Err(e) => {
                     if let Some(c) = channel {
                         let _ = p.destroy_comp_channel(c);
@@ -227,7 +233,9 @@ impl<P: Provider> State<P> {
         };
         let drop_auto = |a: Option<AutoCq<P>>| {
             if let Some(a) = a {
-                let _ = p.destroy_cq(a.cq);
+                if let Ok(cq) = Arc::try_unwrap(a.cq) {
+                    let _ = p.destroy_cq(cq);
+                }
                 if let Some(c) = a.channel {
                     let _ = p.destroy_comp_channel(c);
                 }
@@ -244,13 +252,13 @@ impl<P: Provider> State<P> {
         let send_ref = user
             .send_cq
             .as_deref()
-            .or(send_auto.as_ref().map(|a| &a.cq))
-            .or(recv_auto.as_ref().map(|a| &a.cq))
+            .or(send_auto.as_ref().map(|a| &*a.cq))
+            .or(recv_auto.as_ref().map(|a| &*a.cq))
             .or(user.recv_cq.as_deref());
         let recv_ref = user
             .recv_cq
             .as_deref()
-            .or(recv_auto.as_ref().map(|a| &a.cq))
+            .or(recv_auto.as_ref().map(|a| &*a.cq))
             .or(send_ref);
         let (Some(send_cq), Some(recv_cq)) = (send_ref, recv_ref) else {
             drop_auto(send_auto);
@@ -307,43 +315,58 @@ impl<P: Provider> State<P> {
             return Err(e);
         }
         attr.cap = cap;
+        // the CQs the id made, as `rdma_create_qp` writes them back (`id->send_cq`, ...)
+        if let Some(a) = &send_auto {
+            attr.send_cq = Some(a.cq.clone());
+        }
+        if let Some(a) = &recv_auto {
+            attr.recv_cq = Some(a.cq.clone());
+        }
         if let Some(r) = dev.pds.get_mut(pdk) {
             r.users += 1;
         }
+        let provider = dev.provider.clone();
         if let Some(s) = self.ids.get_mut(k) {
-            s.qp = Some(QpRec {
-                qp,
+            let rec = QpRec {
                 pd: pdk,
+                qpn: qp.qp_num(),
+                on_srq: user.srq.is_some(),
+            };
+            let mut path = s.path.lock();
+            path.provider = Some(provider);
+            path.qp = Some(LiveQp {
+                qp,
                 send_cq: send_auto,
                 recv_cq: recv_auto,
                 user,
             });
+            drop(path);
+            s.qp = Some(rec);
             s.pd = Some(pdk);
         }
         Ok(())
     }
 
-    /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels.
+    /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels (waiting for a post
+    /// or poll in progress on the id's data path, which holds the id's lock).
     pub(crate) fn destroy_qp(&mut self, k: Key) -> Result<(), Error> {
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
-        let q = s.qp.take().ok_or(Error::InvalidArgument)?;
+        let rec = s.qp.ok_or(Error::InvalidArgument)?;
         let dev = self.devs.get_mut(d).ok_or(Error::NoDevice)?;
-        let p = &dev.provider;
-        let QpRec {
+        let p = &*dev.provider;
+        let mut path = s.path.lock();
+        let q = path.qp.take().ok_or(Error::InvalidArgument)?;
+        let LiveQp {
             qp,
-            pd,
             send_cq,
             recv_cq,
             user,
         } = q;
         if let Err(e) = p.destroy_qp(qp) {
-            if let Some(qp) = e.object
-                && let Some(s) = self.ids.get_mut(k)
-            {
-                s.qp = Some(QpRec {
+            if let Some(qp) = e.object {
+                path.qp = Some(LiveQp {
                     qp,
-                    pd,
                     send_cq,
                     recv_cq,
                     user,
@@ -351,17 +374,29 @@ impl<P: Provider> State<P> {
             }
             return Err(e.error.into());
         }
+        drop(path);
+        s.qp = None;
         // The caller's CQs and SRQ: released, not destroyed.
         drop(user);
-        if let Some(r) = dev.pds.get_mut(pd) {
+        if let Some(r) = dev.pds.get_mut(rec.pd) {
             r.users = r.users.saturating_sub(1);
         }
         // The CQs (receive, then send), then their channels
         // (`docs/cm.md#destroying-endpoints`).
         let mut channels = Vec::new();
         for a in [recv_cq, send_cq].into_iter().flatten() {
-            let _ = p.destroy_cq(a.cq);
-            channels.extend(a.channel);
+            // A CQ the caller still holds (from the attributes written back) waits, with its
+            // channel, until they let go of it.
+            match Arc::try_unwrap(a.cq) {
+                Ok(cq) => {
+                    let _ = p.destroy_cq(cq);
+                    channels.extend(a.channel);
+                }
+                Err(cq) => dev.held_cqs.push(AutoCq {
+                    cq,
+                    channel: a.channel,
+                }),
+            }
         }
         for c in channels {
             let _ = p.destroy_comp_channel(c);
@@ -386,10 +421,9 @@ impl<P: Provider> State<P> {
         rec.users += 1;
         *attr = verbs::SharedReceiveQueue::attr(&srq);
         if let Some(s) = self.ids.get_mut(k) {
-            s.srq = Some(IdSrq {
-                srq: Arc::new(srq),
-                pd: pdk,
-            });
+            let srq = Arc::new(srq);
+            s.path.lock().srq = Some(srq.clone());
+            s.srq = Some(IdSrq { srq, pd: pdk });
         }
         Ok(())
     }
@@ -399,9 +433,13 @@ impl<P: Provider> State<P> {
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
         let IdSrq { srq, pd } = s.srq.take().ok_or(Error::InvalidArgument)?;
+        // the data path's handle goes first (it comes back if the SRQ stays)
+        let path_srq = s.path.lock().srq.take();
+        drop(path_srq);
         let srq = match Arc::try_unwrap(srq) {
             Ok(x) => x,
             Err(srq) => {
+                s.path.lock().srq = Some(srq.clone());
                 s.srq = Some(IdSrq { srq, pd });
                 return Err(Error::Busy);
             }
@@ -411,10 +449,9 @@ impl<P: Provider> State<P> {
             if let Some(srq) = e.object
                 && let Some(s) = self.ids.get_mut(k)
             {
-                s.srq = Some(IdSrq {
-                    srq: Arc::new(srq),
-                    pd,
-                });
+                let srq = Arc::new(srq);
+                s.path.lock().srq = Some(srq.clone());
+                s.srq = Some(IdSrq { srq, pd });
             }
             return Err(e.error.into());
         }
@@ -422,6 +459,17 @@ impl<P: Provider> State<P> {
             r.users = r.users.saturating_sub(1);
         }
         Ok(())
+    }
+
+    /// The (responder resources, initiator depth) limits of the id's device (0 without one).
+    fn rd_limits(&self, k: Key) -> (u8, u8) {
+        self.ids
+            .get(k)
+            .and_then(|s| s.dev)
+            .and_then(|d| self.devs.get(d))
+            .map_or((0, 0), |x| {
+                (x.max_responder_resources, x.max_initiator_depth)
+            })
     }
 
     /// Device limits librdmacm checks `rdma_conn_param` against (PS_TCP only).
@@ -437,8 +485,9 @@ impl<P: Provider> State<P> {
                 Ok(())
             };
         };
-        if (p.responder_resources != MAX_RD && p.responder_resources > self.cfg.max_qp_rd_atom)
-            || (p.initiator_depth != MAX_RD && p.initiator_depth > self.cfg.max_qp_init_rd_atom)
+        let (max_resp, max_init) = self.rd_limits(k);
+        if (p.responder_resources != MAX_RD && p.responder_resources > max_resp)
+            || (p.initiator_depth != MAX_RD && p.initiator_depth > max_init)
         {
             return Err(Error::InvalidArgument);
         }
@@ -453,8 +502,9 @@ impl<P: Provider> State<P> {
             Some(v) if v != MAX_RD => v,
             _ => max,
         };
-        let init_depth = pick(param.map(|p| p.initiator_depth), cfg.max_qp_init_rd_atom);
-        let resp_res = pick(param.map(|p| p.responder_resources), cfg.max_qp_rd_atom);
+        let (max_resp, max_init) = self.rd_limits(k);
+        let init_depth = pick(param.map(|p| p.initiator_depth), max_init);
+        let resp_res = pick(param.map(|p| p.responder_resources), max_resp);
         let retry = param.map_or(7, |p| p.retry_count.min(7));
         let rnr = param.map_or(7, |p| p.rnr_retry_count.min(7));
         let fc = param.is_some_and(|p| p.flow_control);
@@ -480,7 +530,7 @@ impl<P: Provider> State<P> {
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
-            Some(q) => q.user.srq.is_some(),
+            Some(q) => q.on_srq,
             None => param.is_some_and(|p| p.srq),
         };
         let ps = s.ps;
@@ -545,6 +595,12 @@ impl<P: Provider> State<P> {
                 ..Req::default()
             })
         };
+        // the peer's manager, where the device's transport reaches it
+        let cm_qpn = self
+            .devs
+            .get(d)
+            .and_then(|x| x.transport.as_ref())
+            .map_or(0, |t| t.peer_endpoint());
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         s.initiator_depth = init_depth;
         s.responder_resources = resp_res;
@@ -560,7 +616,7 @@ impl<P: Provider> State<P> {
         c.peer = Peer {
             ip: *dst.ip(),
             mac: nb.mac,
-            qpn: crate::mad::GSI_QPN,
+            qpn: cm_qpn,
         };
         let timeout = self.cm_timeout_ns(cfg.cm_response_timeout);
         self.send_for(k, tid, msg, Some((timeout, cfg.max_cm_retries.min(15))));
@@ -578,8 +634,8 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         self.check_param(k, param)?;
+        let (max_resp, max_init) = self.rd_limits(k);
         let s = self.id(k)?;
-        let cfg = self.cfg;
         let pick = |v: Option<u8>, req: u8, max: u8| match v {
             Some(v) if v != MAX_RD => v,
             _ => req.min(max),
@@ -587,12 +643,12 @@ impl<P: Provider> State<P> {
         let init_depth = pick(
             param.map(|p| p.initiator_depth),
             s.initiator_depth,
-            cfg.max_qp_init_rd_atom,
+            max_init,
         );
         let resp_res = pick(
             param.map(|p| p.responder_resources),
             s.responder_resources,
-            cfg.max_qp_rd_atom,
+            max_resp,
         );
         let rnr = param.map_or(7, |p| p.rnr_retry_count.min(7));
         let fc = param.is_some_and(|p| p.flow_control);
@@ -600,7 +656,7 @@ impl<P: Provider> State<P> {
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
-            Some(q) => q.user.srq.is_some(),
+            Some(q) => q.on_srq,
             None => param.is_some_and(|p| p.srq),
         };
         let d = s.dev.ok_or(Error::InvalidArgument)?;
@@ -638,7 +694,9 @@ impl<P: Provider> State<P> {
         s.initiator_depth = init_depth;
         s.responder_resources = resp_res;
         let rts_route = s.rts_route();
-        if let Some(q) = s.qp.as_mut() {
+        if s.qp.is_some()
+            && let Some(q) = s.path.lock().qp.as_mut()
+        {
             let c = Connect {
                 route: rts_route,
                 dest_qpn: s.conn.remote_qpn,
@@ -651,12 +709,12 @@ impl<P: Provider> State<P> {
                 access: cm_access(resp_res),
             };
             // a failed transition returns without rejecting: the request stays pending
-            qp_rtr_rts(&dev.provider, &mut q.qp, &c)?;
+            qp_rtr_rts(&*dev.provider, &mut q.qp, &c)?;
         }
         if user_pd.len() > limits::REP {
             // the kernel refuses the ACCEPT and rejects the peer; librdmacm moves the QP to ERR
-            if let Some(q) = s.qp.as_mut() {
-                qp_to_err(&dev.provider, &mut q.qp);
+            if let Some(q) = s.path.lock().qp.as_mut() {
+                qp_to_err(&*dev.provider, &mut q.qp);
             }
             s.fsm = Fsm::Closed;
             let m = self.rej_msg(
@@ -740,8 +798,8 @@ impl<P: Provider> State<P> {
         let retries = self.cfg.max_cm_retries.min(15);
         let s = self.ids.get_mut(k).ok_or(Error::InvalidArgument)?;
         let d = s.dev.ok_or(Error::InvalidArgument)?;
-        if let (Some(dev), Some(q)) = (self.devs.get(d), s.qp.as_mut()) {
-            qp_to_err(&dev.provider, &mut q.qp);
+        if let (Some(dev), Some(q)) = (self.devs.get(d), s.path.lock().qp.as_mut()) {
+            qp_to_err(&*dev.provider, &mut q.qp);
         }
         let c = &s.conn;
         match s.fsm {

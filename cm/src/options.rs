@@ -3,12 +3,13 @@
 
 use verbs::{AccessFlags, Provider, QpAttr, QpAttrMask, QpState, QpType};
 
-use crate::core::{
-    Connect, Fsm, RDMA_UDP_QKEY, State, cm_access, mtu_from_code, rtr_attr, rts_attr,
-};
+use crate::config::RDMA_UDP_QKEY;
+use crate::conn::Fsm;
 use crate::error::Error;
 use crate::event::{EventParam, EventType};
+use crate::qp::{Connect, cm_access, rtr_attr, rts_attr};
 use crate::slab::Key;
+use crate::state::{State, mtu_from_code};
 
 /// `RDMA_OPTION_ID`: options of the id (`rdma_set_option` level 0).
 pub const OPTION_ID: i32 = 0;

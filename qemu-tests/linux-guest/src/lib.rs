@@ -509,6 +509,16 @@ impl Platform for SpinClock {
     }
 }
 
+/// The connection manager's host services are the driver's.
+impl cm::Platform for SpinClock {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

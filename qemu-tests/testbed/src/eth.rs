@@ -78,6 +78,16 @@ impl Platform for YieldingTime {
     }
 }
 
+/// The connection manager's host services are the driver's.
+impl cm::Platform for YieldingTime {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+}
+
 /// The driver type of an [`EthNic`].
 pub type EthDevice = mlx5::Device<EmuRegs, YieldingTime>;
 

@@ -260,6 +260,16 @@ impl Platform for EmuPlatform {
     }
 }
 
+/// The connection manager's host services are the driver's.
+impl cm::Platform for EmuPlatform {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+}
+
 /// The driver type as attached here.
 pub type EmuDevice = mlx5::Device<EmuRegs, EmuPlatform>;
 

@@ -71,6 +71,16 @@ impl Platform for RealTime {
     }
 }
 
+/// The connection manager's host services are the driver's.
+impl cm::Platform for RealTime {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+}
+
 /// The driver type as attached to a [`UdpNic`].
 pub type UdpDevice = mlx5::Device<EmuRegs, RealTime>;
 

@@ -170,6 +170,7 @@ fn no_listener_is_rejected_with_reason_8() {
         .unwrap();
     assert_eq!(st, verbs::QpState::Err);
     id.destroy_ep();
+    drop(a);
     s.teardown();
 }
 

@@ -61,7 +61,10 @@ fn b2_without_attr_no_qp_is_created() {
     conn.create_qp(None, &mut a).unwrap();
     conn.accept(None).unwrap();
     assert_eq!(ch.get_cm_event().unwrap().event, EventType::Established);
+    // the written-back CQs outlive the id; the manager destroys them once they are dropped
     drop((conn, client, listen, ch));
+    assert_eq!(s.cm.remove_device(s.server.dev).err(), Some(Error::Busy));
+    drop(a);
     s.teardown();
 }
 
@@ -137,6 +140,7 @@ fn b4_auto_cqs_have_channels_user_cqs_stay_the_users() {
         .unwrap();
     assert_eq!((send, recv), (true, false));
     drop(id);
+    drop(a);
     // destroy_ep left the user's CQ alone (and released it)
     let user_cq = Arc::try_unwrap(user_cq).expect("the manager holds no reference");
     s.cm.with_provider(s.client.dev, |p| {
@@ -162,7 +166,17 @@ fn b5_actual_caps_and_qp_type_are_written_back() {
         "{a:?}"
     );
     assert_eq!(query(&id).cap, a.cap, "what the QP has");
+    // the CQs the id made are written back, carrying the id's handle as their context
+    let (send, recv) = id
+        .with_verbs(|v| (v.send_cq.map(|c| c.cqn()), v.recv_cq.map(|c| c.cqn())))
+        .unwrap();
+    let (wsend, wrecv) = (a.send_cq.as_ref().unwrap(), a.recv_cq.as_ref().unwrap());
+    assert_eq!((Some(wsend.cqn()), Some(wrecv.cqn())), (send, recv));
+    for cq in [wsend, wrecv] {
+        assert_eq!(cm::IdHandle::from_cq_context(cq.cq_context()), id.handle());
+    }
     drop(id);
+    drop(a);
     s.teardown();
 }
 
@@ -206,7 +220,7 @@ fn b6_one_qp_per_id_and_the_id_must_be_bound() {
     let l = listener(&s);
     assert_eq!(l.create_qp(None, &mut a), Err(Error::InvalidArgument));
     s.cm.dealloc_pd(other).map_err(|(e, _)| e).unwrap();
-    drop((id, unbound, l));
+    drop((id, unbound, l, a));
     s.teardown();
 }
 

@@ -46,6 +46,16 @@ impl Platform for TscClock {
     }
 }
 
+/// The connection manager's host services are the driver's.
+impl cm::Platform for TscClock {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+}
+
 /// The PIT's input clock.
 const PIT_HZ: u64 = 1_193_182;
 

@@ -22,7 +22,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use cm::{
-    AddrInfo, Cm, CmConfig, CmId, ConnParam, EventParam, Neighbor, QpInitAttr, RaiFlags,
+    AddrInfo, Cm, CmConfig, CmId, ConnParam, DataPath, EventParam, Neighbor, QpInitAttr, RaiFlags,
     getaddrinfo,
 };
 use device_open::{Device, mac_for};
@@ -101,6 +101,18 @@ pub struct Local<D: Device> {
     pub label: String,
 }
 
+/// The device's clock and relax hook, as the connection manager's [`cm::Platform`].
+struct CmClock(device_open::Clock);
+
+impl cm::Platform for CmClock {
+    fn relax(&self) {
+        nic_hal::Platform::relax(&self.0)
+    }
+    fn now_ns(&self) -> u64 {
+        nic_hal::Platform::now_ns(&self.0)
+    }
+}
+
 impl<D: Device> Local<D> {
     /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
     /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with
@@ -122,7 +134,7 @@ impl<D: Device> Local<D> {
             .active_mtu
             .bytes();
         let cm = Cm::new(
-            clock,
+            CmClock(clock),
             CmConfig {
                 wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
                 auto_comp_channels: false,
@@ -322,6 +334,8 @@ fn caps(test: Test, server: bool, tx_depth: u32, rx_depth: u32, inline: u32) -> 
 /// One side of a connection: the id (with its QP and CQs), the buffer and the peer's.
 pub struct Conn<P: Provider> {
     id: CmId<P>,
+    /// The id's data path (posts and polls without the manager's lock).
+    dp: DataPath<P>,
     mr: Option<P::Mr>,
     /// `[SRC region | DST region | CTRL]`.
     buf: Buffer,
@@ -350,8 +364,10 @@ impl<P: Provider> Conn<P> {
                 err,
             })?;
         let buf = Buffer::new(mem, mr.lkey(), mr.rkey(), region, who);
+        let dp = id.data_path().map_err(cm_err("the id's data path"))?;
         Ok(Conn {
             id,
+            dp,
             mr: Some(mr),
             buf,
             connected: false,
@@ -411,50 +427,31 @@ impl<P: Provider> Conn<P> {
 }
 
 impl<P: Provider> Port for Conn<P> {
+    // Posts and polls go through the id's data path: only the id's own lock, never the
+    // connection manager's, so `-q N` threads do not serialise on it.
     fn post(&mut self, r: &Request) -> Result<()> {
         let mut sg = [Sge::default()];
         let wr = self.buf.wr(r, &mut sg)?;
-        self.id
-            .with_verbs(|v| match v.qp {
-                Some(qp) => v
-                    .provider
-                    .post_send(qp, &[wr])
-                    .map_err(post_err("post_send")),
-                None => Err(Error::Check("post_send: the id has no QP".into())),
-            })
-            .map_err(cm_err("post_send"))?
+        self.dp.post_send(&[wr]).map_err(post_err("post_send"))
     }
 
     fn post_recv(&mut self, wr_id: u64, off: usize, len: usize) -> Result<()> {
         let sge = self.buf.sge(off, len);
-        self.id
-            .with_verbs(|v| match v.qp {
-                Some(qp) => v
-                    .provider
-                    .post_recv(qp, &[recv_wr(wr_id, &sge)])
-                    .map_err(post_err("post_recv")),
-                None => Err(Error::Check("post_recv: the id has no QP".into())),
-            })
-            .map_err(cm_err("post_recv"))?
+        self.dp
+            .post_recv(&[recv_wr(wr_id, &sge)])
+            .map_err(post_err("post_recv"))
     }
 
     /// Polls the send CQ, then the receive CQ, into `wc`.
     fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        self.id
-            .with_verbs(|v| {
-                let mut n = 0;
-                for cq in [v.send_cq, v.recv_cq].into_iter().flatten() {
-                    if n < wc.len() {
-                        n += v.provider.poll_cq(cq, &mut wc[n..])?;
-                    }
-                }
-                Ok(n)
-            })
-            .map_err(cm_err("poll_cq"))?
-            .map_err(|err| Error::Verbs {
-                what: "poll_cq",
-                err,
-            })
+        let mut n = self.dp.poll_send_cq(wc).map_err(cm_err("poll_cq"))?;
+        if n < wc.len() {
+            n += self
+                .dp
+                .poll_recv_cq(&mut wc[n..])
+                .map_err(cm_err("poll_cq"))?;
+        }
+        Ok(n)
     }
 
     fn buf(&self) -> &Buffer {

@@ -434,6 +434,17 @@ impl Device {
         self.obj.qps.get(qpn).map(|q| q.state)
     }
 
+    /// Test knob: moves QP `qpn` to ERR as an error the device detected would (a local
+    /// error with the QP's catastrophic-error event), flushing its queues. False if there is
+    /// no such QP.
+    pub fn fail_qp(&mut self, qpn: u32) -> bool {
+        if self.obj.qps.get(qpn).is_none() {
+            return false;
+        }
+        self.qp_fatal(qpn);
+        true
+    }
+
     /// The most recent writes into allocated UAR pages (at most 4096 are kept).
     pub fn uar_writes(&self) -> &[UarWrite] {
         &self.uar_log

@@ -46,6 +46,9 @@ pub struct PortStats {
     pub rx_qkey_mismatch: u64,
     /// UD (and UC) messages dropped because no receive WQE was posted.
     pub rx_no_wqe: u64,
+    /// UD messages longer than the receive WQE's buffers (GRH area included), dropped
+    /// without a completion by a QP without an SRQ.
+    pub rx_too_long: u64,
     /// Duplicate requests seen by RC responders (re-ACKed, replayed or dropped).
     pub rx_duplicates: u64,
     /// PSN sequence error NAKs sent.

@@ -1,4 +1,12 @@
 //! UD receive: Q_Key check, the 40-byte GRH area, the scatter and the completion.
+//!
+//! A message longer than the receive WQE's buffers (GRH area included) is the IB spec's
+//! responder length error, which for the unreliable services is not the QP's error: without
+//! an SRQ it is dropped silently (the spec's class D: no completion, the WQE stays posted for
+//! the next message, counted in `rx_too_long`); with an SRQ the WQE taken for it completes
+//! with a local length error (class E). The QP stays in RTS either way, so one hostile
+//! datagram cannot stop a UD QP (QP1 included). Linux's software RoCE (rxe) classifies and
+//! handles this case the same way.
 
 use firmware_interface::cqe::{self, syndrome as cs};
 use firmware_interface::ctx::qpc as q;
@@ -49,8 +57,13 @@ impl Device {
         };
         let total = UD_GRH_SIZE as u64 + pkt.payload.len() as u64;
         if total > sgl.len {
-            self.resp_err_cqe(qpn, &info, cs::LOCAL_LENGTH_ERR);
-            self.qp_to_err(qpn, None);
+            if self.srq_of(qpn).is_some() {
+                // class E: the SRQ's WQE is consumed and completes in error
+                self.resp_err_cqe(qpn, &info, cs::LOCAL_LENGTH_ERR);
+            } else {
+                // class D: silently dropped, the WQE stays
+                self.net.stats.rx_too_long += 1;
+            }
             return;
         }
         // The GRH area for RoCE v2 over IPv4: 20 zero bytes, then the IPv4 header.

@@ -8,7 +8,7 @@
 //!   handshake above, `disconnect` on both sides, `destroy_ep` on both sides.
 //!
 //! ```text
-//! cargo bench -p cm --bench connect
+//! cargo bench -p nic-testbed --bench cm_connect
 //! ```
 //!
 //! The emulated device runs inline, so the figures include the device's work (MAD and QP

@@ -1,0 +1,68 @@
+//! The manager's tunables ([`CmConfig`]) and counters ([`CmStats`]).
+
+/// Q_Key of UD ids in the UDP and IB port spaces (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// Tunables of a [`Cm`](crate::Cm). The defaults are Linux's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmConfig {
+    /// CM response timeout exponent sent in REQs (4.096 µs × 2^t; 20 ≈ 4.3 s).
+    pub cm_response_timeout: u8,
+    /// REQ/REP/DREQ retransmissions before giving up (4 bits; 15).
+    pub max_cm_retries: u8,
+    /// Packet life time exponent of synthesised RoCE paths (16).
+    pub packet_life_time: u8,
+    /// Hop limit of synthesised paths.
+    pub hop_limit: u8,
+    /// Seed of the random communication IDs and PSNs.
+    pub seed: u64,
+    /// Receive buffers of each device's MAD QP (Linux's MAD layer: 512).
+    pub mad_recv_slots: u16,
+    /// Send buffers of each device's MAD QP (Linux's MAD layer: 128).
+    pub mad_send_slots: u16,
+    /// A blocking call gives up with ETIMEDOUT after this long (platform clock); `None`
+    /// waits forever, as librdmacm does.
+    pub wait_limit_ns: Option<u64>,
+    /// Give each CQ an id creates a completion channel of its own, as librdmacm does (on
+    /// by default). Off, those CQs have none and `get_*_comp` only polls: with providers
+    /// whose channels are scarce device objects (an mlx5 channel is an EQ), two channels per
+    /// connection limit a device to a few hundred connections at most.
+    pub auto_comp_channels: bool,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        CmConfig {
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            packet_life_time: 16,
+            hop_limit: 64,
+            seed: 0x5eed_0c0f_fee0_4c4d,
+            mad_recv_slots: 512,
+            mad_send_slots: 128,
+            wait_limit_ns: None,
+            auto_comp_channels: true,
+        }
+    }
+}
+
+/// Counters of the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmStats {
+    /// MADs sent (including retransmissions).
+    pub mads_sent: u64,
+    /// MADs received.
+    pub mads_received: u64,
+    /// Retransmissions (REQ, REP, DREQ, SIDR_REQ).
+    pub retransmits: u64,
+    /// Received MADs that did not decode, or arrived in error.
+    pub bad_mads: u64,
+    /// MADs that could not be sent (no free buffer, no neighbour, post failure).
+    pub send_failures: u64,
+    /// REQs dropped because the listener's backlog was full.
+    pub backlog_drops: u64,
+    /// A device's message transport failed (its QP went to the error state) and was reset.
+    pub transport_resets: u64,
+    /// Resets that failed (tried again on the next pass).
+    pub transport_reset_failures: u64,
+}

@@ -1,0 +1,160 @@
+//! [`DataPath`]: posts and polls on an id's QP that take the id's own lock only.
+
+use verbs::{PostError, Provider, RecvWr, SendWr, WorkCompletion};
+
+use crate::error::Error;
+use crate::resources::{IdPath, PathCell};
+
+/// The data path of a [`CmId`](crate::CmId) ([`CmId::data_path`](crate::CmId::data_path)):
+/// `ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv` and `ibv_poll_cq` on the id's QP, its
+/// SRQ and its QP's CQs.
+///
+/// Each call takes the id's own lock (which the progress engine also takes, briefly, to move
+/// the QP through its transitions), never the manager's lock nor a device-wide one: threads
+/// that each drive their own connections do not contend. The provider is shared by the
+/// device's ids; the provider serialises pollers of a CQ that several QPs share.
+///
+/// The handle follows the id: after `destroy_qp` (or the id's destruction) its calls fail with
+/// EINVAL; a QP created on the id later is used. Clones share the id's lock.
+pub struct DataPath<P: Provider> {
+    pub(crate) cell: PathCell<P>,
+}
+
+impl<P: Provider> Clone for DataPath<P> {
+    fn clone(&self) -> Self {
+        DataPath {
+            cell: self.cell.clone(),
+        }
+    }
+}
+
+impl<P: Provider> core::fmt::Debug for DataPath<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DataPath").finish_non_exhaustive()
+    }
+}
+
+/// EINVAL for a post to an id without a QP (or SRQ), as the first request refused.
+const NO_QUEUE: PostError = PostError {
+    error: verbs::Error::InvalidArgument,
+    bad_wr: 0,
+};
+
+impl<P: Provider> DataPath<P> {
+    fn with<R>(&self, f: impl FnOnce(&mut IdPath<P>) -> R) -> R {
+        f(&mut self.cell.lock())
+    }
+
+    /// The QP number, while the id has a QP.
+    pub fn qp_num(&self) -> Option<u32> {
+        self.with(|p| p.qp.as_ref().map(|q| verbs::QueuePair::qp_num(&q.qp)))
+    }
+
+    /// `ibv_post_send` on the id's QP. EINVAL (`bad_wr` 0) without a QP.
+    pub fn post_send(&self, wrs: &[SendWr<'_, P::Ah>]) -> Result<(), PostError> {
+        self.with(|p| {
+            let (Some(prov), Some(q)) = (p.provider.as_deref(), p.qp.as_mut()) else {
+                return Err(NO_QUEUE);
+            };
+            prov.post_send(&mut q.qp, wrs)
+        })
+    }
+
+    /// `ibv_post_recv` on the id's QP. EINVAL (`bad_wr` 0) without a QP.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.with(|p| {
+            let (Some(prov), Some(q)) = (p.provider.as_deref(), p.qp.as_mut()) else {
+                return Err(NO_QUEUE);
+            };
+            prov.post_recv(&mut q.qp, wrs)
+        })
+    }
+
+    /// `ibv_post_srq_recv` on the id's SRQ ([`CmId::create_srq`](crate::CmId::create_srq)),
+    /// else on the SRQ the id's QP receives from. EINVAL (`bad_wr` 0) without either.
+    pub fn post_srq_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.with(|p| {
+            let prov = p.provider.as_deref().ok_or(NO_QUEUE)?;
+            let srq = p
+                .srq
+                .as_deref()
+                .or(p.qp.as_ref().and_then(|q| q.user.srq.as_deref()))
+                .ok_or(NO_QUEUE)?;
+            prov.post_srq_recv(srq, wrs)
+        })
+    }
+
+    /// `ibv_poll_cq` on the CQ the id's QP sends to (the id's or the caller's). EINVAL
+    /// without a QP.
+    pub fn poll_send_cq(&self, wc: &mut [WorkCompletion]) -> Result<usize, Error> {
+        self.with(|p| {
+            let (Some(prov), Some(q)) = (p.provider.as_deref(), p.qp.as_ref()) else {
+                return Err(Error::InvalidArgument);
+            };
+            let cq = q.send_cq().ok_or(Error::InvalidArgument)?;
+            prov.poll_cq(cq, wc).map_err(Error::from)
+        })
+    }
+
+    /// `ibv_poll_cq` on the CQ the id's QP receives to. EINVAL without a QP.
+    pub fn poll_recv_cq(&self, wc: &mut [WorkCompletion]) -> Result<usize, Error> {
+        self.with(|p| {
+            let (Some(prov), Some(q)) = (p.provider.as_deref(), p.qp.as_ref()) else {
+                return Err(Error::InvalidArgument);
+            };
+            let cq = q.recv_cq().ok_or(Error::InvalidArgument)?;
+            prov.poll_cq(cq, wc).map_err(Error::from)
+        })
+    }
+
+    /// One round of `rdma_get_send_comp` / `rdma_get_recv_comp` on the CQ the id created:
+    /// poll; arm and poll again; drain the channel's event. `None`: nothing yet.
+    pub(crate) fn try_comp(
+        &self,
+        send: bool,
+        armed: &mut bool,
+    ) -> Option<Result<WorkCompletion, Error>> {
+        let mut g = self.cell.lock();
+        let p = &mut *g;
+        let Some(prov) = p.provider.as_deref() else {
+            return Some(Err(Error::InvalidArgument));
+        };
+        let auto = p.qp.as_mut().and_then(|q| {
+            if send {
+                q.send_cq.as_mut()
+            } else {
+                q.recv_cq.as_mut()
+            }
+        });
+        let Some(a) = auto else {
+            return Some(Err(Error::InvalidArgument));
+        };
+        let mut wc = [WorkCompletion::default()];
+        let mut poll = |cq: &P::Cq| match prov.poll_cq(cq, &mut wc) {
+            Ok(0) => None,
+            Ok(_) => Some(Ok(wc[0])),
+            Err(e) => Some(Err(Error::from(e))),
+        };
+        if let Some(r) = poll(&a.cq) {
+            return Some(r);
+        }
+        if !*armed && a.channel.is_some() {
+            if let Err(e) = prov.req_notify_cq(&a.cq, false) {
+                return Some(Err(e.into()));
+            }
+            *armed = true;
+            if let Some(r) = poll(&a.cq) {
+                return Some(r);
+            }
+        }
+        if let Some(ch) = a.channel.as_mut() {
+            match prov.get_cq_event(ch) {
+                // the event re-enables arming: poll again on the next round
+                Ok(Some(_)) => *armed = false,
+                Ok(None) => {}
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,383 @@
+//! The MAD transport: a device's GSI QP (QP1) with its buffers, carrying CM MADs to and from
+//! QP1 of the peers; the first [`Transport`] (the only place that knows of QP1).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::net::Ipv4Addr;
+
+use verbs::{
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr as VerbsQpInitAttr, QpState, QpType, QueuePair, RecvWr, SendFlags, SendWr, Sge,
+    UdDest, WcStatus, WorkCompletion, WrOpcode,
+};
+
+use crate::conn::Peer;
+use crate::error::Error;
+use crate::mad::{self, GSI_QKEY, MadBytes};
+use crate::qp::{qp_init, qp_to_err};
+use crate::slab::Key;
+use crate::transport::{Received, Transport};
+
+const SLOT: usize = 512;
+const GRH: usize = 40;
+const SEND_BIT: u64 = 1 << 32;
+
+/// The MAD QP of a device: its GSI QP (QP1, [`QpType::Gsi`]; on Linux the kernel's MAD layer
+/// owns it), its CQ, and registered buffers: `recv` slots then `send` slots of 512 bytes.
+/// MADs go to QP1 of the peer with the GSI Q_Key, P_Key index 0.
+pub(crate) struct Gsi<P: Provider> {
+    pub qp: P::Qp,
+    cq: P::Cq,
+    pd: P::Pd,
+    mr: P::Mr,
+    /// The slots (the MR holds another handle to them).
+    buf: Buffer,
+    recv_slots: u16,
+    send_slots: u16,
+    pub free_send: Vec<u16>,
+    ahs: Vec<(Ipv4Addr, P::Ah)>,
+    /// An error completion was seen: the QP is (or is going) to the error state, so it must
+    /// be reset and its receives posted again.
+    broken: bool,
+}
+
+// ------------------------------------------------------------------ the device MAD QP
+
+impl<P: Provider> Gsi<P> {
+    pub(crate) fn create(p: &P, recv_slots: u16, send_slots: u16) -> Result<Gsi<P>, Error> {
+        let (recv_slots, send_slots) = (recv_slots.max(1), send_slots.max(1));
+        let total = recv_slots as usize + send_slots as usize;
+        let pd = p.alloc_pd()?;
+        let made = (|| {
+            let cq = p.create_cq(total as u32 + 1, 0, None)?;
+            let buf = match p.alloc_buf(total * SLOT) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = p.destroy_cq(cq);
+                    return Err(e.into());
+                }
+            };
+            // (On the failure paths below, a failed `dereg_mr` leaves the memory with the
+            // MR, which keeps it: dropping `buf` then frees nothing the device can reach.)
+            let mr = match p.reg_mr(&pd, buf.clone(), AccessFlags::LOCAL_WRITE) {
+                Ok(m) => m,
+                Err(e) => {
+                    let _ = p.destroy_cq(cq);
+                    return Err(e.into());
+                }
+            };
+            let qp = p.create_qp(
+                &pd,
+                &VerbsQpInitAttr {
+                    qp_type: QpType::Gsi,
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: send_slots as u32,
+                        max_recv_wr: recv_slots as u32,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: true,
+                },
+            );
+            let mut qp = match qp {
+                Ok((qp, _)) => qp,
+                Err(e) => {
+                    let _ = p.dereg_mr(mr);
+                    let _ = p.destroy_cq(cq);
+                    return Err(e.into());
+                }
+            };
+            if let Err(e) = qp_init(p, &mut qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY) {
+                let _ = p.destroy_qp(qp);
+                let _ = p.dereg_mr(mr);
+                let _ = p.destroy_cq(cq);
+                return Err(e);
+            }
+            Ok((cq, buf, mr, qp))
+        })();
+        let (cq, buf, mr, qp) = match made {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = p.dealloc_pd(pd);
+                return Err(e);
+            }
+        };
+        let mut g = Gsi {
+            qp,
+            cq,
+            pd,
+            mr,
+            buf,
+            recv_slots,
+            send_slots,
+            free_send: (0..send_slots).rev().collect(),
+            ahs: Vec::new(),
+            broken: false,
+        };
+        for s in 0..recv_slots {
+            if let Err(e) = g.post_recv(p, s) {
+                g.teardown(p);
+                return Err(e);
+            }
+        }
+        Ok(g)
+    }
+
+    fn slot_addr(&self, slot: u32) -> u64 {
+        self.buf.addr() + slot as u64 * SLOT as u64
+    }
+
+    fn post_recv(&mut self, p: &P, slot: u16) -> Result<(), Error> {
+        let sge = [Sge {
+            addr: self.slot_addr(slot as u32),
+            length: (GRH + mad::MAD_SIZE) as u32,
+            lkey: self.mr.lkey(),
+        }];
+        p.post_recv(
+            &mut self.qp,
+            &[RecvWr {
+                wr_id: slot as u64,
+                sg_list: &sge,
+            }],
+        )?;
+        Ok(())
+    }
+
+    fn send_mad(&mut self, p: &P, to: &Peer, bytes: &MadBytes) -> bool {
+        let Some(slot) = self.free_send.pop() else {
+            return false;
+        };
+        let at = self.recv_slots as u32 + slot as u32;
+        let off = at as usize * SLOT;
+        if self.buf.write(off, bytes).is_err() {
+            self.free_send.push(slot);
+            return false;
+        }
+        if !self.ahs.iter().any(|(ip, _)| *ip == to.ip) {
+            let attr = AhAttr {
+                dgid: Gid::from_ipv4(to.ip.octets()),
+                sgid_index: 0,
+                hop_limit: 64,
+                is_global: true,
+                port_num: 1,
+                dmac: to.mac,
+                ..AhAttr::default()
+            };
+            match p.create_ah(&self.pd, &attr) {
+                Ok(ah) => self.ahs.push((to.ip, ah)),
+                Err(_) => {
+                    self.free_send.push(slot);
+                    return false;
+                }
+            }
+        }
+        let Some((_, ah)) = self.ahs.iter().find(|(ip, _)| *ip == to.ip) else {
+            self.free_send.push(slot);
+            return false;
+        };
+        let sge = [Sge {
+            addr: self.slot_addr(at),
+            length: mad::MAD_SIZE as u32,
+            lkey: self.mr.lkey(),
+        }];
+        let wr = SendWr {
+            wr_id: SEND_BIT | slot as u64,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            sg_list: &sge,
+            dest: Some(UdDest {
+                ah,
+                remote_qpn: to.qpn,
+                remote_qkey: GSI_QKEY,
+            }),
+            ..SendWr::default()
+        };
+        if p.post_send(&mut self.qp, &[wr]).is_err() {
+            self.free_send.push(slot);
+            return false;
+        }
+        true
+    }
+
+    /// Polls the CQ: frees send buffers, returns received MADs as (source IP, source QPN,
+    /// bytes), reposting their buffers; `bad` counts receives in error.
+    fn poll_cq(&mut self, p: &P, d: Key, out: &mut Vec<Received>, bad: &mut u64) {
+        let mut wc = [WorkCompletion::default(); 16];
+        loop {
+            let n = match p.poll_cq(&self.cq, &mut wc) {
+                Ok(n) => n,
+                Err(_) => {
+                    *bad += 1;
+                    0
+                }
+            };
+            for w in &wc[..n] {
+                if w.wr_id & SEND_BIT != 0 {
+                    let slot = (w.wr_id & 0xFFFF) as u16;
+                    // a completion for a buffer that is not out is the device's error
+                    if slot >= self.send_slots || self.free_send.contains(&slot) {
+                        *bad += 1;
+                    } else {
+                        self.free_send.push(slot);
+                    }
+                    if w.status != WcStatus::Success {
+                        self.broken = true;
+                    }
+                    continue;
+                }
+                let Ok(slot) = u16::try_from(w.wr_id) else {
+                    *bad += 1;
+                    continue;
+                };
+                if slot >= self.recv_slots {
+                    *bad += 1;
+                    continue;
+                }
+                if w.status != WcStatus::Success {
+                    // the QP is in error (a datagram too long for the buffer, say): the buffer
+                    // is not reposted; `recover` resets the QP and posts every buffer again
+                    *bad += 1;
+                    self.broken = true;
+                    continue;
+                }
+                let mut m = [0u8; GRH + mad::MAD_SIZE];
+                let ok = w.byte_len as usize >= m.len()
+                    && self.buf.read(slot as usize * SLOT, &mut m).is_ok();
+                let _ = self.post_recv(p, slot);
+                if !ok {
+                    *bad += 1;
+                    continue;
+                }
+                let Some(src) = grh_source(&m[..GRH]) else {
+                    *bad += 1;
+                    continue;
+                };
+                let mut b = Box::new([0u8; mad::MAD_SIZE]);
+                b.copy_from_slice(&m[GRH..]);
+                out.push(Received {
+                    dev: d,
+                    src,
+                    src_qp: w.src_qp,
+                    bytes: b,
+                });
+            }
+            if n < wc.len() {
+                break;
+            }
+        }
+    }
+
+    fn teardown(self, p: &P) {
+        let Gsi {
+            qp,
+            cq,
+            pd,
+            mr,
+            buf,
+            ahs,
+            ..
+        } = self;
+        for (_, ah) in ahs {
+            let _ = p.destroy_ah(ah);
+        }
+        // Teardown goes on whatever fails (there is no one to report to), but memory the
+        // device may still use is never freed.
+        let qp_gone = p.destroy_qp(qp).is_ok();
+        // A failed dereg keeps (or leaks) the MR's own handle to the slots.
+        let _ = p.dereg_mr(mr);
+        let _ = p.destroy_cq(cq);
+        let _ = p.dealloc_pd(pd);
+        if qp_gone {
+            drop(buf);
+        } else {
+            // The QP may still exist with receives posted into the slots (and sends reading
+            // them): leak the memory rather than free it under the device.
+            core::mem::forget(buf);
+        }
+    }
+
+    /// Drains the CQ, discarding receives (the QP is being reset) but freeing send slots.
+    fn drain(&mut self, p: &P) {
+        let mut wc = [WorkCompletion::default(); 16];
+        while let Ok(n) = p.poll_cq(&self.cq, &mut wc) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    /// ERR → RESET → INIT → RTR → RTS, every receive buffer posted again, every send buffer
+    /// free. Completions of the old incarnation are drained before and after the reset.
+    fn reset(&mut self, p: &P) -> Result<(), Error> {
+        qp_to_err(p, &mut self.qp);
+        self.drain(p);
+        let a = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        p.modify_qp(&mut self.qp, &a, QpAttrMask::STATE)?;
+        self.drain(p);
+        qp_init(p, &mut self.qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY)?;
+        self.free_send = (0..self.send_slots).rev().collect();
+        for s in 0..self.recv_slots {
+            self.post_recv(p, s)?;
+        }
+        Ok(())
+    }
+}
+
+impl<P: Provider> Transport<P> for Gsi<P> {
+    fn local_endpoint(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    fn peer_endpoint(&self) -> u32 {
+        mad::GSI_QPN
+    }
+
+    fn can_send(&self) -> bool {
+        !self.free_send.is_empty()
+    }
+
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
+        self.send_mad(p, to, msg)
+    }
+
+    fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {
+        self.poll_cq(p, dev, out, bad)
+    }
+
+    fn recover(&mut self, p: &P) -> Option<bool> {
+        if !self.broken {
+            return None;
+        }
+        let ok = self.reset(p).is_ok();
+        self.broken = !ok;
+        Some(ok)
+    }
+
+    fn destroy(self, p: &P) {
+        self.teardown(p)
+    }
+}
+
+/// The source IPv4 address of a UD receive's 40-byte GRH area: RoCEv2 over IPv4 puts the
+/// IPv4 header in its last 20 bytes; a real GRH (IP version 6) has the source GID at 8.
+fn grh_source(g: &[u8]) -> Option<Ipv4Addr> {
+    if g.len() < GRH {
+        return None;
+    }
+    if g[20] >> 4 == 4 {
+        return Some(Ipv4Addr::new(g[32], g[33], g[34], g[35]));
+    }
+    if g[0] >> 4 == 6 {
+        let mut s = [0u8; 16];
+        s.copy_from_slice(&g[8..24]);
+        return Gid(s).ipv4().map(Ipv4Addr::from);
+    }
+    None
+}

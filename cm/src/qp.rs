@@ -1,0 +1,124 @@
+//! QP transitions the manager performs: INIT (and UD up to RTS), RTR/RTS of a connection,
+//! ERR; and the responder access rdma_cm grants.
+
+use verbs::{AccessFlags, Provider, QpAttr, QpAttrMask as M, QpState, QpType};
+
+use crate::conn::Route;
+use crate::error::Error;
+
+// ------------------------------------------------------------------ QP transitions
+
+/// RESET → INIT of a connected QP, or RESET → INIT → RTR → RTS of a UD (or the GSI) QP.
+pub(crate) fn qp_init<P: Provider>(
+    p: &P,
+    qp: &mut P::Qp,
+    qp_type: QpType,
+    access: AccessFlags,
+    qkey: u32,
+) -> Result<(), Error> {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: access,
+        qkey,
+        ..QpAttr::default()
+    };
+    match qp_type {
+        QpType::Rc => {
+            p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
+        }
+        QpType::Ud | QpType::Gsi => {
+            p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
+            a.qp_state = QpState::Rtr;
+            p.modify_qp(qp, &a, M::STATE)?;
+            a.qp_state = QpState::Rts;
+            a.sq_psn = 0;
+            p.modify_qp(qp, &a, M::STATE | M::SQ_PSN)?;
+        }
+        // Types the manager does not bring up (SRD has no rdma_cm).
+        _ => return Err(Error::NotSupported),
+    }
+    Ok(())
+}
+
+/// Moves a QP to ERR (flushing its work requests); errors are ignored (the QP may already
+/// be there).
+pub(crate) fn qp_to_err<P: Provider>(p: &P, qp: &mut P::Qp) {
+    let a = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    let _ = p.modify_qp(qp, &a, M::STATE);
+}
+
+/// INIT → RTR → RTS of a connected QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Connect {
+    pub route: Route,
+    pub dest_qpn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub max_dest_rd_atomic: u8,
+    pub max_rd_atomic: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub access: AccessFlags,
+}
+
+/// The attributes (and mask) of the INIT → RTR transition of a connection.
+pub(crate) fn rtr_attr(c: &Connect) -> (QpAttr, M) {
+    let a = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: c.route.ah_attr(),
+        path_mtu: c.route.mtu,
+        dest_qp_num: c.dest_qpn & 0xFF_FFFF,
+        rq_psn: c.rq_psn,
+        max_dest_rd_atomic: c.max_dest_rd_atomic,
+        min_rnr_timer: 0,
+        qp_access_flags: c.access,
+        ..QpAttr::default()
+    };
+    let m = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER
+        | M::ACCESS_FLAGS;
+    (a, m)
+}
+
+/// The attributes (and mask) of the RTR → RTS transition of a connection.
+pub(crate) fn rts_attr(c: &Connect) -> (QpAttr, M) {
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: c.sq_psn,
+        timeout: c.route.local_ack_timeout,
+        retry_cnt: c.retry_cnt.min(7),
+        rnr_retry: c.rnr_retry.min(7),
+        max_rd_atomic: c.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    (a, m)
+}
+
+pub(crate) fn qp_rtr_rts<P: Provider>(p: &P, qp: &mut P::Qp, c: &Connect) -> Result<(), Error> {
+    let (a, m) = rtr_attr(c);
+    p.modify_qp(qp, &a, m)?;
+    let (a, m) = rts_attr(c);
+    p.modify_qp(qp, &a, m)?;
+    Ok(())
+}
+
+/// The responder access rdma_cm gives a connected QP: remote write, plus read and atomics
+/// when it accepts RDMA reads (responder resources > 0).
+pub(crate) fn cm_access(responder_resources: u8) -> AccessFlags {
+    if responder_resources > 0 {
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC
+    } else {
+        AccessFlags::REMOTE_WRITE
+    }
+}

@@ -1,0 +1,94 @@
+//! How connection messages travel between the managers of two nodes ([`Transport`]), and
+//! the transports a device can have ([`DevTransport`]).
+//!
+//! The IB CM carries its messages as MADs between the peers' GSI QPs (QP1): that is the MAD
+//! transport ([`Gsi`]), the first implementation. A NIC family without QP1 (EFA) brings a
+//! datagram exchange of the manager's own as another variant of [`DevTransport`]; nothing
+//! outside a transport's implementation assumes QP1 (a peer's endpoint comes from
+//! [`Transport::peer_endpoint`], a reply goes to the endpoint the request came from).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::net::Ipv4Addr;
+
+use verbs::Provider;
+
+use crate::conn::Peer;
+use crate::gsi::Gsi;
+use crate::mad::MadBytes;
+use crate::slab::Key;
+
+/// A connection message received on a device: its source address and endpoint, and its
+/// 256 bytes.
+pub(crate) struct Received {
+    pub dev: Key,
+    pub src: Ipv4Addr,
+    pub src_qp: u32,
+    pub bytes: Box<MadBytes>,
+}
+
+/// The exchange of connection messages of one device with its peers' managers.
+pub(crate) trait Transport<P: Provider> {
+    /// The endpoint (QP number) the peers reach this manager at.
+    fn local_endpoint(&self) -> u32;
+    /// The endpoint of a peer's manager that has not written to us yet (the MAD transport:
+    /// QP1 of every node).
+    fn peer_endpoint(&self) -> u32;
+    /// Whether a send can be taken now (else poll first: completed sends free room).
+    fn can_send(&self) -> bool;
+    /// Sends one message to `to`; false if it could not be sent (no room, no address, the
+    /// device refused it).
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool;
+    /// Collects the messages received meanwhile into `out`, frees the room of completed
+    /// sends; `bad` counts receives that failed or did not decode.
+    fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64);
+    /// Brings a transport that failed (its QP in error, whatever the cause) back to work.
+    /// `None`: it had not failed; `Some(ok)`: a recovery was tried.
+    fn recover(&mut self, p: &P) -> Option<bool>;
+    /// Destroys it (teardown goes on past failures; memory the device may still use leaks).
+    fn destroy(self, p: &P);
+}
+
+/// The transport of a device.
+pub(crate) enum DevTransport<P: Provider> {
+    /// IB CM MADs on the GSI QP.
+    Mad(Gsi<P>),
+}
+
+impl<P: Provider> Transport<P> for DevTransport<P> {
+    fn local_endpoint(&self) -> u32 {
+        match self {
+            DevTransport::Mad(g) => g.local_endpoint(),
+        }
+    }
+    fn peer_endpoint(&self) -> u32 {
+        match self {
+            DevTransport::Mad(g) => g.peer_endpoint(),
+        }
+    }
+    fn can_send(&self) -> bool {
+        match self {
+            DevTransport::Mad(g) => g.can_send(),
+        }
+    }
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
+        match self {
+            DevTransport::Mad(g) => g.send(p, to, msg),
+        }
+    }
+    fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {
+        match self {
+            DevTransport::Mad(g) => g.poll(p, dev, out, bad),
+        }
+    }
+    fn recover(&mut self, p: &P) -> Option<bool> {
+        match self {
+            DevTransport::Mad(g) => g.recover(p),
+        }
+    }
+    fn destroy(self, p: &P) {
+        match self {
+            DevTransport::Mad(g) => g.destroy(p),
+        }
+    }
+}

@@ -155,6 +155,21 @@ pub trait Provider {
         let _ = (channel, timeout_ns);
         Err(Error::NotSupported)
     }
+    /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
+    /// `channels` (`poll(2)` on their descriptors, then `ibv_get_cq_event` on the ready one):
+    /// the index of its channel and the event, `None` when the time ran out. The default
+    /// serves one channel with [`wait_cq_event`](Self::wait_cq_event) and says NotSupported
+    /// for more.
+    fn wait_cq_events(
+        &self,
+        channels: &mut [&mut Self::CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, Error> {
+        match channels {
+            [one] => Ok(self.wait_cq_event(one, timeout_ns)?.map(|e| (0, e))),
+            _ => Err(Error::NotSupported),
+        }
+    }
 
     /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); its completion events go to
     /// `channel` (none: events are not delivered).

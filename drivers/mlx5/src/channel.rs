@@ -19,6 +19,7 @@
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use firmware_interface::eqe;
@@ -243,31 +244,67 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         ch: &mut CompChannel,
         timeout_ns: u64,
     ) -> Result<Option<CqEvent>, Error> {
-        let vector = ch.vector();
-        self.wait_for(vector, timeout_ns, || self.get_cq_event(ch))
+        let vector = [ch.vector()];
+        self.wait_for(&vector, timeout_ns, || self.get_cq_event(ch))
+    }
+
+    /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
+    /// `channels` (as `poll(2)` on several channel descriptors, then `ibv_get_cq_event` on the
+    /// ready one); returns the index of its channel and the event, `None` when the time ran
+    /// out. The channels are looked at in order: the first one's events come first. With
+    /// interrupts the thread sleeps on the channels' vectors. No channel:
+    /// [`Error::InvalidArgument`].
+    pub fn wait_cq_events(
+        &self,
+        channels: &mut [&mut CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, Error> {
+        if channels.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        let mut vectors: Vec<u16> = channels.iter().map(|c| c.vector()).collect();
+        vectors.sort_unstable();
+        vectors.dedup();
+        self.wait_for(&vectors, timeout_ns, || {
+            for (i, ch) in channels.iter_mut().enumerate() {
+                if let Some(ev) = self.get_cq_event(ch)? {
+                    return Ok(Some((i, ev)));
+                }
+            }
+            Ok(None)
+        })
     }
 
     /// Waits up to `timeout_ns` nanoseconds for the next asynchronous event (a blocking
     /// `ibv_get_async_event`, see [`get_async_event`](Self::get_async_event)); `None` when the
     /// time ran out. With interrupts the thread sleeps on vector 0, the driver EQ's.
     pub fn wait_async_event(&self, timeout_ns: u64) -> Result<Option<AsyncEvent>, Error> {
-        self.wait_for(0, timeout_ns, || self.get_async_event())
+        self.wait_for(&[0], timeout_ns, || self.get_async_event())
     }
 
-    /// Arm, check, sleep until `vector` fires, check again; until `check` finds something or
-    /// the deadline passed. `check` polls an EQ, which leaves it armed when it found it empty
-    /// (every poll that consumes an EQE re-arms it), so an event after the check raises the
-    /// vector and ends the sleep. A sleep lasts at most [`Config::irq_recheck_ns`](crate::Config::irq_recheck_ns).
+    /// Arm, check, sleep until one of `vectors` fires, check again; until `check` finds
+    /// something or the deadline passed. `check` polls EQs, which leaves each armed when it
+    /// found it empty (every poll that consumes an EQE re-arms it), so an event after the
+    /// check raises the vector and ends the sleep. A sleep lasts at most
+    /// [`Config::irq_recheck_ns`](crate::Config::irq_recheck_ns).
     fn wait_for<T>(
         &self,
-        vector: u16,
+        vectors: &[u16],
         timeout_ns: u64,
         mut check: impl FnMut() -> Result<Option<T>, Error>,
     ) -> Result<Option<T>, Error> {
         let deadline = self.platform.now_ns().saturating_add(timeout_ns);
+        let mut watch: Vec<IrqWatch> = vectors
+            .iter()
+            .map(|&vector| IrqWatch { vector, seen: 0 })
+            .collect();
         loop {
             let irq = self.platform.interrupts();
-            let seen = irq.map(|i| i.count(vector));
+            if let Some(i) = irq {
+                for w in watch.iter_mut() {
+                    w.seen = i.count(w.vector);
+                }
+            }
             if let Some(x) = check()? {
                 return Ok(Some(x));
             }
@@ -275,11 +312,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             if now >= deadline {
                 return Ok(None);
             }
-            match (irq, seen) {
-                (Some(i), Some(seen)) => {
+            match irq {
+                Some(i) if !watch.is_empty() => {
                     let nap = (deadline - now).min(self.config.irq_recheck_ns);
-                    i.wait(&[IrqWatch { vector, seen }], nap)
-                        .map_err(Error::Interrupt)?;
+                    i.wait(&watch, nap).map_err(Error::Interrupt)?;
                 }
                 _ => self.platform.relax(),
             }

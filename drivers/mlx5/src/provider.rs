@@ -612,6 +612,14 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         Ok(Device::wait_cq_event(self, ch, timeout_ns)?)
     }
 
+    fn wait_cq_events(
+        &self,
+        channels: &mut [&mut CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, verbs::Error> {
+        Ok(Device::wait_cq_events(self, channels, timeout_ns)?)
+    }
+
     fn create_cq(
         &self,
         cqe: u32,

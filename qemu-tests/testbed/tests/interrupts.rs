@@ -2,7 +2,8 @@
 //! the driver's EQ is on MSI-X vector 0 and a completion channel's EQ on a vector of its own;
 //! a thread waiting for a completion event sleeps (its CPU time stays a small fraction of the
 //! wait) until the device raises the channel's vector; a CQ that was not armed raises
-//! nothing, and the wait then ends with its timeout.
+//! nothing, and the wait then ends with its timeout; a wait for an asynchronous event sleeps
+//! until a QP error raises vector 0.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -12,8 +13,9 @@ use nic_hal::Interrupts;
 use nic_testbed::udp::{UdpDevice, UdpNic};
 use verbs::rc::RcParams;
 use verbs::{
-    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpCap, QpInitAttr, QpType,
-    RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, AhAttr, AsyncElement, AsyncEventType, Buffer, Gid, MemoryRegion, Mtu, Provider,
+    QpCap, QpInitAttr, QpType, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
+    WrOpcode,
 };
 
 const UDP_PORT: u16 = 47_941;
@@ -254,6 +256,53 @@ fn a_completion_wait_sleeps_until_the_channel_vector_fires() {
         "{:?}",
         b.nic.device().errors()
     );
+
+    // An RDMA WRITE with a wrong rkey: B's QP raises WQ_ACCESS_ERROR on the driver's EQ,
+    // vector 0, which ends a sleeping wait for an asynchronous event.
+    let fired_before = b.nic.interrupts().count(0);
+    let (ev, wall, cpu) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let cpu0 = thread_cpu();
+            let t0 = Instant::now();
+            let ev = b.dev.wait_async_event(120_000_000_000).unwrap();
+            (ev, t0.elapsed(), thread_cpu() - cpu0)
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let sg = [Sge {
+            addr: mr_a.addr(),
+            length: 64,
+            lkey: mr_a.lkey(),
+        }];
+        Provider::post_send(
+            &a.dev,
+            &mut qa,
+            &[SendWr {
+                wr_id: 12,
+                opcode: WrOpcode::RdmaWrite,
+                flags: SendFlags::SIGNALED,
+                sg_list: &sg,
+                remote: RemoteOp::Rdma {
+                    remote_addr: mr_b.addr(),
+                    rkey: mr_b.rkey() ^ 0x5a00,
+                },
+                ..SendWr::default()
+            }],
+        )
+        .unwrap();
+        waiter.join().unwrap()
+    });
+    let ev = ev.expect("the event came before the timeout");
+    assert_eq!(
+        (ev.event_type, ev.element),
+        (AsyncEventType::QpAccessErr, AsyncElement::Qp(qb.qpn()))
+    );
+    assert!(b.nic.interrupts().count(0) > fired_before, "vector 0 fired");
+    assert!(wall >= Duration::from_millis(1000), "woke early ({wall:?})");
+    assert!(
+        cpu * 20 < wall,
+        "the waiting thread used {cpu:?} of CPU in a {wall:?} wait (5% allowed)"
+    );
+    assert_eq!(poll_one(&a.dev, &cq_a).status, WcStatus::RemAccessErr);
     assert_eq!(a.nic.interrupts().stray() + b.nic.interrupts().stray(), 0);
     Provider::destroy_qp(&a.dev, qa).unwrap();
     Provider::destroy_qp(&b.dev, qb).unwrap();

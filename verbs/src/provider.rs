@@ -65,9 +65,11 @@ pub trait SharedReceiveQueue {
 /// The fast path takes `&mut` QPs (one poster per QP, no lock) and `&` CQs (a CQ may be polled
 /// from any thread; the provider serialises pollers of one CQ). Neither allocates.
 ///
-/// Events are polled, not waited for (no kernel, no interrupts): a completion channel is a
-/// queue the caller drains with [`get_cq_event`](Self::get_cq_event); asynchronous events come
-/// from [`get_async_event`](Self::get_async_event).
+/// Events are polled: a completion channel is a queue the caller drains with
+/// [`get_cq_event`](Self::get_cq_event); asynchronous events come from
+/// [`get_async_event`](Self::get_async_event). A provider whose platform delivers interrupts
+/// may also let the caller sleep until one arrives ([`wait_cq_event`](Self::wait_cq_event),
+/// [`wait_async_event`](Self::wait_async_event)); the defaults say NotSupported.
 pub trait Provider {
     /// Protection domain.
     type Pd;
@@ -142,6 +144,32 @@ pub trait Provider {
     /// The next completion event of the channel, if any (`ibv_get_cq_event`, non-blocking).
     /// Each event re-enables the CQ for one [`req_notify_cq`](Self::req_notify_cq).
     fn get_cq_event(&self, channel: &mut Self::CompChannel) -> Result<Option<CqEvent>, Error>;
+    /// Waits up to `timeout_ns` nanoseconds for the channel's next completion event (the
+    /// blocking `ibv_get_cq_event`); `None` when the time ran out. The default: NotSupported
+    /// (poll [`get_cq_event`](Self::get_cq_event) instead).
+    fn wait_cq_event(
+        &self,
+        channel: &mut Self::CompChannel,
+        timeout_ns: u64,
+    ) -> Result<Option<CqEvent>, Error> {
+        let _ = (channel, timeout_ns);
+        Err(Error::NotSupported)
+    }
+    /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
+    /// `channels` (`poll(2)` on their descriptors, then `ibv_get_cq_event` on the ready one):
+    /// the index of its channel and the event, `None` when the time ran out. The default
+    /// serves one channel with [`wait_cq_event`](Self::wait_cq_event) and says NotSupported
+    /// for more.
+    fn wait_cq_events(
+        &self,
+        channels: &mut [&mut Self::CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, Error> {
+        match channels {
+            [one] => Ok(self.wait_cq_event(one, timeout_ns)?.map(|e| (0, e))),
+            _ => Err(Error::NotSupported),
+        }
+    }
 
     /// Creates a CQ of at least `cqe` entries (`ibv_create_cq`); its completion events go to
     /// `channel` (none: events are not delivered).
@@ -206,4 +234,10 @@ pub trait Provider {
 
     /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
     fn get_async_event(&self) -> Result<Option<AsyncEvent>, Error>;
+    /// Waits up to `timeout_ns` nanoseconds for the next asynchronous event (the blocking
+    /// `ibv_get_async_event`); `None` when the time ran out. The default: NotSupported.
+    fn wait_async_event(&self, timeout_ns: u64) -> Result<Option<AsyncEvent>, Error> {
+        let _ = timeout_ns;
+        Err(Error::NotSupported)
+    }
 }

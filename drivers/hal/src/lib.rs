@@ -7,8 +7,9 @@
 //!   No Rust reference to MMIO is ever formed.
 //! - [`DmaAllocator`] and the RAII [`DmaBuf`]: zeroed memory the device can reach, known by a
 //!   CPU address (`va`) and a device address (`iova`). The buffer is unmapped and freed on drop.
-//! - [`Platform`]: a relax hook for poll loops (where an inline emulator makes progress) and a
-//!   monotonic clock for timeouts.
+//! - [`Platform`]: a relax hook for poll loops (where an inline emulator makes progress), a
+//!   monotonic clock for timeouts and, where the backend can deliver them, the device's
+//!   interrupt vectors ([`Interrupts`]) to sleep on instead of spinning.
 //!
 //! and the named barriers of [`barrier`], which follow rdma-core's `udma_barrier.h`.
 //!
@@ -65,10 +66,12 @@ extern crate alloc;
 pub mod barrier;
 mod dma;
 mod heap;
+pub mod irq;
 mod mmio;
 
 pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
 pub use heap::HeapDma;
+pub use irq::{Interrupts, IrqError, IrqWatch};
 pub use mmio::MmioBar;
 
 /// Access to one device BAR by byte offset.
@@ -104,6 +107,11 @@ pub trait Platform {
     fn relax(&self);
     /// Monotonic time in nanoseconds, for timeouts.
     fn now_ns(&self) -> u64;
+    /// The device's interrupt vectors, if this backend delivers them. The default has none:
+    /// the driver then polls (a wait for an event spins on [`relax`](Self::relax)).
+    fn interrupts(&self) -> Option<&dyn Interrupts> {
+        None
+    }
 }
 
 impl<T: RegisterIo + ?Sized> RegisterIo for &T {
@@ -142,5 +150,8 @@ impl<T: Platform + ?Sized> Platform for alloc::sync::Arc<T> {
     }
     fn now_ns(&self) -> u64 {
         (**self).now_ns()
+    }
+    fn interrupts(&self) -> Option<&dyn Interrupts> {
+        (**self).interrupts()
     }
 }

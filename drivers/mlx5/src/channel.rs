@@ -1,17 +1,29 @@
 //! Completion channels and asynchronous events.
 //!
-//! There are no interrupts here: a completion channel is an EQ of its own (subscribed to
-//! nothing but the completion events of the CQs that name it) that the caller polls with
-//! [`Device::get_cq_event`]. Each event increments the CQ's arm sequence number, as Linux's EQ
-//! handler does. Asynchronous events (CQ errors, QP errors, port changes, fatal errors) arrive
-//! on the driver's own EQ and come out of [`Device::get_async_event`].
+//! A completion channel is an EQ of its own (subscribed to nothing but the completion events
+//! of the CQs that name it) that the caller polls with [`Device::get_cq_event`]. Each event
+//! increments the CQ's arm sequence number, as Linux's EQ handler does. Asynchronous events
+//! (CQ errors, QP errors, port changes, fatal errors) arrive on the driver's own EQ and come
+//! out of [`Device::get_async_event`].
+//!
+//! # Interrupts
+//!
+//! As Linux lays them out, the driver's own EQ (asynchronous events, command completions,
+//! page requests) is on MSI-X vector 0 and each completion EQ on a vector of its own: channel
+//! `k` (counted from 0 in creation order) gets vector `1 + k % (n - 1)` when the platform has
+//! `n > 1` vectors ([`Platform::interrupts`]), vector 0 otherwise. Both kinds of events can
+//! be waited for without spinning: [`Device::wait_cq_event`] and [`Device::wait_async_event`]
+//! read the vector's delivery count, check the EQ (which leaves it armed), and sleep until the
+//! vector fires, then check again. Without interrupts they poll (spinning on
+//! [`Platform::relax`]) until the timeout.
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use firmware_interface::eqe;
-use nic_hal::{Platform, RegisterIo};
+use nic_hal::{IrqWatch, Platform, RegisterIo};
 use verbs::{AsyncElement, AsyncEvent, AsyncEventType, CqEvent};
 
 use crate::cq::{Cq, CqCore};
@@ -54,6 +66,11 @@ impl CompChannel {
     /// The EQ number CQs on this channel name.
     pub fn eqn(&self) -> u32 {
         self.shared.eqn
+    }
+
+    /// The MSI-X vector the channel's EQ fires.
+    pub fn vector(&self) -> u16 {
+        self.eq.as_ref().map_or(0, Eq::vector)
     }
 
     /// Completion events that named a CQ not on this channel (destroyed since, or a device
@@ -120,7 +137,12 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// most [`CHANNEL_MAX_CQS`] CQs may use it.
     pub fn create_comp_channel(&self) -> Result<CompChannel, Error> {
         let log = CHANNEL_LOG_EQ.min(self.caps.log_max_eq_sz);
-        let eq = self.create_eq(log, 0)?;
+        let k = self.channels_made.fetch_add(1, Ordering::Relaxed);
+        let vector = match self.platform.interrupts().map(|i| i.vectors()) {
+            Some(n) if n > 1 => 1 + (k % u32::from(n - 1)) as u16,
+            _ => 0,
+        };
+        let eq = self.create_eq_on_vector(log, 0, vector)?;
         let nent = 1usize << log;
         Ok(CompChannel {
             shared: Arc::new(ChannelShared {
@@ -208,6 +230,96 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
         }
         first_err.map_or(Ok(None), Err)
+    }
+
+    /// Waits up to `timeout_ns` nanoseconds (of [`Platform::now_ns`]) for the channel's next
+    /// completion event (a blocking `ibv_get_cq_event`); `None` when the time ran out. As with
+    /// `ibv_get_cq_event`, only CQs armed with a notification request produce events.
+    ///
+    /// With interrupts the calling thread sleeps on the channel's vector between checks;
+    /// without, it polls [`get_cq_event`](Self::get_cq_event), calling
+    /// [`Platform::relax`] in between.
+    pub fn wait_cq_event(
+        &self,
+        ch: &mut CompChannel,
+        timeout_ns: u64,
+    ) -> Result<Option<CqEvent>, Error> {
+        let vector = [ch.vector()];
+        self.wait_for(&vector, timeout_ns, || self.get_cq_event(ch))
+    }
+
+    /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
+    /// `channels` (as `poll(2)` on several channel descriptors, then `ibv_get_cq_event` on the
+    /// ready one); returns the index of its channel and the event, `None` when the time ran
+    /// out. The channels are looked at in order: the first one's events come first. With
+    /// interrupts the thread sleeps on the channels' vectors. No channel:
+    /// [`Error::InvalidArgument`].
+    pub fn wait_cq_events(
+        &self,
+        channels: &mut [&mut CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, Error> {
+        if channels.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        let mut vectors: Vec<u16> = channels.iter().map(|c| c.vector()).collect();
+        vectors.sort_unstable();
+        vectors.dedup();
+        self.wait_for(&vectors, timeout_ns, || {
+            for (i, ch) in channels.iter_mut().enumerate() {
+                if let Some(ev) = self.get_cq_event(ch)? {
+                    return Ok(Some((i, ev)));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    /// Waits up to `timeout_ns` nanoseconds for the next asynchronous event (a blocking
+    /// `ibv_get_async_event`, see [`get_async_event`](Self::get_async_event)); `None` when the
+    /// time ran out. With interrupts the thread sleeps on vector 0, the driver EQ's.
+    pub fn wait_async_event(&self, timeout_ns: u64) -> Result<Option<AsyncEvent>, Error> {
+        self.wait_for(&[0], timeout_ns, || self.get_async_event())
+    }
+
+    /// Arm, check, sleep until one of `vectors` fires, check again; until `check` finds
+    /// something or the deadline passed. `check` polls EQs, which leaves each armed when it
+    /// found it empty (every poll that consumes an EQE re-arms it), so an event after the
+    /// check raises the vector and ends the sleep. A sleep lasts at most
+    /// [`Config::irq_recheck_ns`](crate::Config::irq_recheck_ns).
+    fn wait_for<T>(
+        &self,
+        vectors: &[u16],
+        timeout_ns: u64,
+        mut check: impl FnMut() -> Result<Option<T>, Error>,
+    ) -> Result<Option<T>, Error> {
+        let deadline = self.platform.now_ns().saturating_add(timeout_ns);
+        let mut watch: Vec<IrqWatch> = vectors
+            .iter()
+            .map(|&vector| IrqWatch { vector, seen: 0 })
+            .collect();
+        loop {
+            let irq = self.platform.interrupts();
+            if let Some(i) = irq {
+                for w in watch.iter_mut() {
+                    w.seen = i.count(w.vector);
+                }
+            }
+            if let Some(x) = check()? {
+                return Ok(Some(x));
+            }
+            let now = self.platform.now_ns();
+            if now >= deadline {
+                return Ok(None);
+            }
+            match irq {
+                Some(i) if !watch.is_empty() => {
+                    let nap = (deadline - now).min(self.config.irq_recheck_ns);
+                    i.wait(&watch, nap).map_err(Error::Interrupt)?;
+                }
+                _ => self.platform.relax(),
+            }
+        }
     }
 
     /// The next asynchronous event (CQ error, QP error, port change, fatal error), if any.

@@ -186,6 +186,8 @@ pub struct Device<R: RegisterIo, P: Platform> {
     hca_enabled: bool,
     hca_initialized: bool,
     pub(crate) mkey_variant: AtomicU8,
+    /// Completion channels made so far (their EQs take the completion vectors in turn).
+    pub(crate) channels_made: core::sync::atomic::AtomicU32,
     heartbeat: Mutex<Option<(u32, u64)>>,
     /// Objects made and not destroyed (the driver's own included).
     live: Mutex<LiveObjects>,
@@ -328,6 +330,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             hca_enabled: false,
             hca_initialized: false,
             mkey_variant: AtomicU8::new(0),
+            channels_made: core::sync::atomic::AtomicU32::new(0),
             heartbeat: Mutex::new(None),
             live: Mutex::new(LiveObjects::default()),
             closed: false,

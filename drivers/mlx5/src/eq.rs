@@ -23,6 +23,7 @@ use crate::mem::{Shared, write_pas};
 pub struct Eq {
     eqn: u8,
     log_size: u8,
+    vector: u16,
     ci: u32,
     uar: u32,
     event_mask: u64,
@@ -38,6 +39,12 @@ impl Eq {
     /// log2 of the number of entries.
     pub fn log_size(&self) -> u8 {
         self.log_size
+    }
+
+    /// The MSI-X vector the EQ fires when it is armed and gets an event (its context's
+    /// `intr`).
+    pub fn vector(&self) -> u16 {
+        self.vector
     }
 
     /// Software consumer index (free running).
@@ -119,6 +126,11 @@ pub enum Event {
         /// The 28 data bytes.
         data: [u8; 28],
     },
+}
+
+/// The largest value of the EQ context's 12-bit `intr`.
+const fn eqc_intr_max() -> u16 {
+    0xfff
 }
 
 /// Whether `t` is an event type of `device.h enum mlx5_event`.
@@ -257,11 +269,30 @@ fn parse_eqe(
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Creates an EQ of `2^log_size` entries subscribed to the event types in `event_mask`
-    /// (bit n = type n; completion events arrive on whatever EQ a CQ names). Its doorbell is in
-    /// the driver's UAR; it is armed before it is returned.
+    /// (bit n = type n; completion events arrive on whatever EQ a CQ names), on MSI-X vector
+    /// 0. Its doorbell is in the driver's UAR; it is armed before it is returned.
     pub fn create_eq(&self, log_size: u8, event_mask: u64) -> Result<Eq, Error> {
-        if log_size > self.caps.log_max_eq_sz || log_size > 24 {
+        self.create_eq_on_vector(log_size, event_mask, 0)
+    }
+
+    /// [`create_eq`](Self::create_eq) on MSI-X vector `vector` (the EQ context's `intr`):
+    /// the device raises that vector when the armed EQ gets an event. With interrupts
+    /// ([`Platform::interrupts`]) the vector must be one of the platform's
+    /// ([`Error::InvalidArgument`] otherwise) and is enabled here.
+    pub fn create_eq_on_vector(
+        &self,
+        log_size: u8,
+        event_mask: u64,
+        vector: u16,
+    ) -> Result<Eq, Error> {
+        if log_size > self.caps.log_max_eq_sz || log_size > 24 || vector > eqc_intr_max() {
             return Err(Error::InvalidArgument);
+        }
+        if let Some(irq) = self.platform.interrupts() {
+            if vector >= irq.vectors() {
+                return Err(Error::InvalidArgument);
+            }
+            irq.enable(vector).map_err(Error::Interrupt)?;
         }
         let uar_idx = self.driver_uar()?;
         let nent = 1usize << log_size;
@@ -275,7 +306,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let ctx = create_eq_in::EQ_CONTEXT_ENTRY.byte_off();
         eqc::LOG_EQ_SIZE.at(ctx).set(&mut inp, log_size as u32);
         eqc::UAR_PAGE.at(ctx).set(&mut inp, uar_idx);
-        eqc::INTR.at(ctx).set(&mut inp, 0);
+        eqc::INTR.at(ctx).set(&mut inp, u32::from(vector));
         eqc::LOG_PAGE_SIZE.at(ctx).set(&mut inp, 0);
         create_eq_in::EVENT_BITMASK_0.set64(&mut inp, event_mask);
         write_pas(&buf, &mut inp, create_eq_in::PAS.byte_off());
@@ -300,6 +331,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let eq = Eq {
             eqn: eqn as u8,
             log_size,
+            vector,
             ci: 0,
             uar: uar_idx,
             event_mask,

@@ -333,6 +333,8 @@ pub enum Error {
         /// memory no more. False: it may still, and the queue memory stays too.
         stopped: bool,
     },
+    /// The platform's interrupt backend failed (enabling or waiting on an MSI-X vector).
+    Interrupt(nic_hal::IrqError),
 }
 
 impl From<DmaError> for Error {
@@ -370,7 +372,8 @@ impl Error {
             | Error::BadOutput { .. }
             | Error::Health { .. }
             | Error::InterfaceDown { .. }
-            | Error::BadCqe { .. } => errno::EIO,
+            | Error::BadCqe { .. }
+            | Error::Interrupt(_) => errno::EIO,
             Error::Cmd { status, .. } => cmd_status_errno(status),
             Error::DeviceGone => errno::ENODEV,
             Error::Dma(DmaError::NoMemory) | Error::NoResources | Error::QueueFull => errno::ENOMEM,

@@ -206,6 +206,11 @@ pub struct Config {
     /// BlueFlame (when the device has `bf`); off: every QP rings the driver's UAR with 8-byte
     /// doorbells.
     pub blueflame: bool,
+    /// With interrupts, the longest a wait for an event sleeps before it checks the EQ again
+    /// without having been woken (default 10 ms): a safety net for a lost wake-up (e.g. an
+    /// arm doorbell a device that polls its BAR did not see). `u64::MAX`: only the interrupt
+    /// (or the timeout) ends a sleep.
+    pub irq_recheck_ns: u64,
 }
 
 impl Default for Config {
@@ -223,6 +228,7 @@ impl Default for Config {
             vendor_id: pci::VENDOR_MELLANOX,
             device_id: 0,
             blueflame: true,
+            irq_recheck_ns: 10_000_000,
         }
     }
 }

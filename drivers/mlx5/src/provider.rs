@@ -604,6 +604,22 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         Ok(Device::get_cq_event(self, ch)?)
     }
 
+    fn wait_cq_event(
+        &self,
+        ch: &mut CompChannel,
+        timeout_ns: u64,
+    ) -> Result<Option<CqEvent>, verbs::Error> {
+        Ok(Device::wait_cq_event(self, ch, timeout_ns)?)
+    }
+
+    fn wait_cq_events(
+        &self,
+        channels: &mut [&mut CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, verbs::Error> {
+        Ok(Device::wait_cq_events(self, channels, timeout_ns)?)
+    }
+
     fn create_cq(
         &self,
         cqe: u32,
@@ -871,5 +887,9 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
 
     fn get_async_event(&self) -> Result<Option<AsyncEvent>, verbs::Error> {
         Ok(Device::get_async_event(self)?)
+    }
+
+    fn wait_async_event(&self, timeout_ns: u64) -> Result<Option<AsyncEvent>, verbs::Error> {
+        Ok(Device::wait_async_event(self, timeout_ns)?)
     }
 }

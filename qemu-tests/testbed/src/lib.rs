@@ -38,6 +38,8 @@ use nic_emulator::roce_wire::fabric::InProcessFabric;
 use nic_emulator::{AddressSpace, Device, DmaFault, Profile};
 use nic_hal::{DmaAllocator, HeapDma, Platform, RegisterIo};
 
+pub mod irq;
+pub use irq::IrqLines;
 pub mod udp;
 pub use udp::{RealTime, UdpDevice, UdpNic};
 pub mod efa;

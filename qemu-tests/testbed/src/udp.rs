@@ -33,25 +33,36 @@ use std::time::Instant;
 
 use nic_emulator::roce_wire::fabric::{FabricError, UdpFabric};
 use nic_emulator::{Device, Poller, Profile, spawn_poller};
-use nic_hal::{DmaAllocator, HeapDma, Platform};
+use nic_hal::{DmaAllocator, HeapDma, Interrupts, Platform};
 
-use crate::{EmuRegs, IommuView, lock};
+use crate::{EmuRegs, IommuView, IrqLines, lock};
 
 /// Real time for a driver whose device runs on its own thread.
 ///
 /// `relax` is a spin hint (the device makes progress on its poller thread, not in the
 /// driver's poll loops); `now_ns` is monotonic time since the NIC was created, the same clock
-/// the device's transport timers run on.
-#[derive(Clone, Copy, Debug)]
+/// the device's transport timers run on. A NIC's platform also carries its MSI-X vectors
+/// ([`IrqLines`]), so the driver can sleep until the device raises one.
+#[derive(Clone, Debug)]
 pub struct RealTime {
     epoch: Instant,
+    irq: Option<Arc<IrqLines>>,
 }
 
 impl RealTime {
-    /// A clock whose zero is now.
+    /// A clock whose zero is now, without interrupts.
     pub fn new() -> RealTime {
         RealTime {
             epoch: Instant::now(),
+            irq: None,
+        }
+    }
+
+    /// The same clock, delivering the interrupts of `irq`.
+    pub fn with_interrupts(self, irq: Arc<IrqLines>) -> RealTime {
+        RealTime {
+            irq: Some(irq),
+            ..self
         }
     }
 }
@@ -68,6 +79,9 @@ impl Platform for RealTime {
     }
     fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    fn interrupts(&self) -> Option<&dyn Interrupts> {
+        self.irq.as_deref().map(|i| i as &dyn Interrupts)
     }
 }
 
@@ -96,6 +110,7 @@ pub struct UdpNic {
     ip: Ipv4Addr,
     udp_port: u16,
     clock: RealTime,
+    irq: Arc<IrqLines>,
     poller: Option<Poller>,
 }
 
@@ -115,8 +130,11 @@ impl UdpNic {
             },
             Arc::new(IommuView(dma.clone())),
         );
-        let clock = RealTime::new();
-        dev.set_clock(Arc::new(move || clock.now_ns()));
+        let irq = IrqLines::new(dev.profile().msix_vectors);
+        dev.set_interrupt_sink(Some(irq.sink()));
+        let clock = RealTime::new().with_interrupts(irq.clone());
+        let c = clock.clone();
+        dev.set_clock(Arc::new(move || c.now_ns()));
         dev.attach(Box::new(port));
         let dev = Arc::new(Mutex::new(dev));
         let poller = spawn_poller(dev.clone());
@@ -126,6 +144,7 @@ impl UdpNic {
             ip,
             udp_port,
             clock,
+            irq,
             poller: Some(poller),
         })
     }
@@ -152,7 +171,12 @@ impl UdpNic {
 
     /// The platform backend (real time; the device's clock too).
     pub fn platform(&self) -> RealTime {
-        self.clock
+        self.clock.clone()
+    }
+
+    /// The NIC's MSI-X vectors.
+    pub fn interrupts(&self) -> &Arc<IrqLines> {
+        &self.irq
     }
 
     /// The DMA allocator handed to the driver.

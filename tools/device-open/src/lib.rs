@@ -99,6 +99,9 @@ impl Platform for Clock {
     fn now_ns(&self) -> u64 {
         self.0.now_ns()
     }
+    fn interrupts(&self) -> Option<&dyn nic_hal::Interrupts> {
+        self.0.interrupts()
+    }
 }
 
 /// Real time for a device that makes progress by itself (hardware, or an emulated NIC on its

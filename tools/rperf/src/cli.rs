@@ -209,6 +209,8 @@ pub struct Options {
     pub timeout: Option<f64>,
     /// `-q`: QPs, one per thread.
     pub qps: Option<u32>,
+    /// `-e`: event mode.
+    pub events: bool,
 }
 
 /// Where the two ends run.
@@ -303,6 +305,12 @@ Options:
                           buffer (default 1); bandwidth is their sum, latency
                           their samples merged (client and embedded mode; the
                           server follows the client)
+  -e, --events            event mode (perftest's -e): wait for completions on
+                          completion channels, sleeping until the NIC's
+                          interrupt, instead of polling the CQs (--server or
+                          PEER, one QP; not write_lat, whose pings are seen
+                          in memory; a server given -e polls for write_lat
+                          and -q clients)
   -d, --device DEV        emu (default: emulated NICs), vfio:BDF (a real NIC
                           through VFIO; with --server or PEER) or efa[:NAME]
                           (says whether this build has it)
@@ -393,6 +401,7 @@ where
                 "-a" | "--all" => o.all = true,
                 "--json" => o.json = true,
                 "--server" => o.server = true,
+                "-e" | "--events" => o.events = true,
                 _ => unreachable!("flag list"),
             }
             Ok(())
@@ -400,7 +409,7 @@ where
         match name.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
-            "-a" | "--all" | "--json" | "--server" => {
+            "-a" | "--all" | "--json" | "--server" | "-e" | "--events" => {
                 flag(&mut o, &attached)?;
                 continue;
             }
@@ -617,6 +626,34 @@ fn check(o: &Options) -> Result<(), CliError> {
             ));
         }
     }
+    if o.events {
+        if !remote {
+            return Err(usage_err(
+                "-e: the embedded mode drives both NICs from one thread, which cannot sleep: \
+                 use --server and PEER",
+            ));
+        }
+        match o.test {
+            None if !o.server => {
+                return Err(usage_err(
+                    "-e needs a test (the default suite runs write_lat, whose pings are seen \
+                     in memory, not in a CQ)",
+                ));
+            }
+            Some(Test::WriteLat) => {
+                return Err(usage_err(
+                    "write_lat: -e does not apply (the pings are seen in memory, not in a CQ)",
+                ));
+            }
+            _ => {}
+        }
+        if o.qps.is_some_and(|q| q > 1) {
+            return Err(usage_err(
+                "-e with -q: one QP only (the QPs share the connection manager, which lends a \
+                 connection's completion channels under its lock)",
+            ));
+        }
+    }
     if remote && o.mtu.is_some() {
         return Err(usage_err(
             "-m: in two-process mode the connection manager sets the path MTU",
@@ -697,6 +734,7 @@ impl Options {
             port: self.port.unwrap_or(DEFAULT_CM_PORT),
             fabric_port: self.fabric_port.unwrap_or(DEFAULT_FABRIC_PORT),
             timeout: Duration::from_secs_f64(self.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
+            events: self.events,
         }
     }
 

@@ -64,6 +64,9 @@ const IMM_VRFY: u32 = u32::from_be_bytes(*b"VRFY");
 /// `wr_id` of the control writes.
 const CTRL_WR: u64 = u64::MAX;
 
+/// Longest sleep of one event-mode poll: the waits' time limits are checked in between.
+const EVENT_SLICE: Duration = Duration::from_millis(100);
+
 /// Every access right an MR can grant.
 const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -81,6 +84,9 @@ pub struct Net {
     pub fabric_port: u16,
     /// How long a wait for the peer lasts.
     pub timeout: Duration,
+    /// Event mode (`-e`): wait for completions on completion channels (the thread sleeps
+    /// until the NIC's interrupt) instead of polling the CQs.
+    pub events: bool,
 }
 
 fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
@@ -137,7 +143,8 @@ impl<D: Device> Local<D> {
             CmClock(clock),
             CmConfig {
                 wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
-                auto_comp_channels: false,
+                // Event mode: each CQ an id creates gets a completion channel.
+                auto_comp_channels: net.events,
                 ..CmConfig::default()
             },
         );
@@ -341,11 +348,15 @@ pub struct Conn<P: Provider> {
     buf: Buffer,
     /// The connection was established (so [`Conn::close`] disconnects it).
     connected: bool,
+    /// Event mode: a poll that finds nothing sleeps until a completion event.
+    events: bool,
+    /// Completion events taken in event mode.
+    waited: std::cell::Cell<u64>,
 }
 
 impl<P: Provider> Conn<P> {
     /// Allocates and registers the buffer on the id's PD.
-    fn new(id: CmId<P>, region: usize, who: u8) -> Result<Self> {
+    fn new(id: CmId<P>, region: usize, who: u8, events: bool) -> Result<Self> {
         let mem = id
             .with_verbs(|v| v.provider.alloc_buf(2 * region + CTRL))
             .map_err(cm_err("allocate the buffer"))?
@@ -371,7 +382,68 @@ impl<P: Provider> Conn<P> {
             mr: Some(mr),
             buf,
             connected: false,
+            events,
+            waited: std::cell::Cell::new(0),
         })
+    }
+
+    /// Polls the send CQ, then the receive CQ, into `wc`, once.
+    fn poll_cqs(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
+        let mut n = self.dp.poll_send_cq(wc).map_err(cm_err("poll_cq"))?;
+        if n < wc.len() {
+            n += self
+                .dp
+                .poll_recv_cq(&mut wc[n..])
+                .map_err(cm_err("poll_cq"))?;
+        }
+        Ok(n)
+    }
+
+    /// Event mode: arms both CQs (a CQ that holds completions already raises its event at
+    /// once) and sleeps until one of their channels has an event or [`EVENT_SLICE`] passed;
+    /// then takes every event the channels hold (each re-enables arming its CQ).
+    fn wait_event(&self) -> Result<()> {
+        let verbs_err = |what| move |err| Error::Verbs { what, err };
+        let got = self
+            .id
+            .with_verbs(|v| -> Result<u64> {
+                for cq in [v.send_cq, v.recv_cq].into_iter().flatten() {
+                    v.provider
+                        .req_notify_cq(cq, false)
+                        .map_err(verbs_err("req_notify_cq"))?;
+                }
+                let mut chs: Vec<&mut P::CompChannel> = [v.send_cq_channel, v.recv_cq_channel]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                if chs.is_empty() {
+                    return Err(Error::Check("event mode: the CQs have no channel".into()));
+                }
+                let slice = EVENT_SLICE.as_nanos() as u64;
+                let mut got = match v.provider.wait_cq_events(&mut chs, slice) {
+                    Ok(ev) => u64::from(ev.is_some()),
+                    Err(verbs::Error::NotSupported) => {
+                        return Err(Error::Check(
+                            "event mode (-e): this device cannot wait for completion events".into(),
+                        ));
+                    }
+                    Err(e) => return Err(verbs_err("wait for a completion event")(e)),
+                };
+                for ch in chs.iter_mut() {
+                    while v
+                        .provider
+                        .get_cq_event(ch)
+                        .map_err(verbs_err("get_cq_event"))?
+                        .is_some()
+                    {
+                        got += 1;
+                    }
+                }
+                Ok(got)
+            })
+            .map_err(cm_err("wait for a completion event"))??;
+        self.waited.set(self.waited.get() + got);
+        Ok(())
     }
 
     fn ctrl(&self) -> usize {
@@ -411,6 +483,13 @@ impl<P: Provider> Conn<P> {
 
     /// Deregisters the buffer, disconnects (waiting for the peer's side) and destroys the id.
     fn close(mut self) -> Result<()> {
+        if self.events {
+            eprintln!(
+                "rperf: event mode: QP {:#x} slept for {} completion events",
+                self.id.qp_num().unwrap_or(0),
+                self.waited.get()
+            );
+        }
         let disc = if self.connected {
             self.id.disconnect()
         } else {
@@ -442,16 +521,16 @@ impl<P: Provider> Port for Conn<P> {
             .map_err(post_err("post_recv"))
     }
 
-    /// Polls the send CQ, then the receive CQ, into `wc`.
+    /// Polls the send CQ, then the receive CQ, into `wc`. In event mode a poll that finds
+    /// nothing sleeps until a completion event (at most [`EVENT_SLICE`]) and polls again:
+    /// the loops call it only when they wait for a completion.
     fn poll(&self, wc: &mut [WorkCompletion]) -> Result<usize> {
-        let mut n = self.dp.poll_send_cq(wc).map_err(cm_err("poll_cq"))?;
-        if n < wc.len() {
-            n += self
-                .dp
-                .poll_recv_cq(&mut wc[n..])
-                .map_err(cm_err("poll_cq"))?;
+        let n = self.poll_cqs(wc)?;
+        if n > 0 || !self.events {
+            return Ok(n);
         }
-        Ok(n)
+        self.wait_event()?;
+        self.poll_cqs(wc)
     }
 
     fn buf(&self) -> &Buffer {
@@ -577,7 +656,7 @@ pub fn client<D: Device>(
         .cm
         .create_ep(&res, None, Some(&mut attr))
         .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
-    let mut c = Conn::new(id, region, lane_seed(local.ip, run.lane))?;
+    let mut c = Conn::new(id, region, lane_seed(local.ip, run.lane), net.events)?;
     let use_inline = test.inline_at(cfg.inline, size);
     let req = Req {
         test,
@@ -934,7 +1013,11 @@ fn serve_conn<D: Device>(
         reject_with(&id, "the server cannot create a QP of this size");
         return Err(cm_err("create_qp")(e).into());
     }
-    let mut s = Conn::new(id, region, lane_seed(local.ip, u32::from(req.lane)))?;
+    // write_lat's pings show in memory, not in a CQ: its responder polls even with -e.
+    // Several QPs share the connection manager, which lends a connection's channels under
+    // its lock: they poll too.
+    let events = net.events && req.test != Test::WriteLat && req.qps <= 1;
+    let mut s = Conn::new(id, region, lane_seed(local.ip, u32::from(req.lane)), events)?;
     s.buf.peer = PeerBuf {
         addr: req.addr,
         rkey: req.rkey,

@@ -326,3 +326,61 @@ fn two_qps_on_two_threads_as_two_processes() {
         assert_eq!(s[0]["data_verified"], true, "{}", s[0]);
     }
 }
+
+/// Event mode (`-e`) on both ends: the latency and bandwidth tests whose waits are for
+/// completions sleep on completion channels (the NIC's interrupts) and still verify their
+/// data; each end says how many completion events it slept for.
+#[test]
+fn event_mode_as_two_processes() {
+    let (sip, cip, port) = ("127.0.7.16", "127.0.7.15", 47_006);
+    for t in ["send_lat", "read_lat", "send_bw", "write_bw"] {
+        let srv = server(&[t, "-e", "--json"], sip, port);
+        let mut args = vec![t, "-e", "-n", "30", "-s", "3000", "--json"];
+        if t.ends_with("_bw") {
+            args.extend(["-t", "8"]);
+        }
+        let out = client(&args, sip, cip, port);
+        let (code, sout, serr) = srv.finish();
+        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
+            out.status
+        );
+        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
+        let v = &json_lines(&cout)[0];
+        assert_eq!(v["iterations"].as_u64(), Some(30), "{v}");
+        assert_eq!(v["data_verified"], true, "{t}: {v}");
+        let s = &json_lines(&sout)[0];
+        assert_eq!(s["data_verified"], true, "{t}: {s}");
+        // The client waits for every completion (its peer's replies, its READs, its
+        // window) and so sleeps at least once; the server of a send test too.
+        let slept = |err: &str| -> u64 {
+            err.lines()
+                .find_map(|l| {
+                    let rest = l.split("slept for ").nth(1)?;
+                    rest.split(' ').next()?.parse().ok()
+                })
+                .unwrap_or_else(|| panic!("{t}: no event-mode line in\n{err}"))
+        };
+        assert!(slept(&cerr) > 0, "{t}: client\n{cerr}");
+        if t.starts_with("send") {
+            assert!(slept(&serr) > 0, "{t}: server\n{serr}");
+        }
+    }
+}
+
+#[test]
+fn event_mode_needs_two_processes_and_a_cq_to_wait_on() {
+    for (args, why) in [
+        (&["send_lat", "-e"][..], "embedded mode"),
+        (&["write_lat", "-e", "127.0.7.2"][..], "memory"),
+        (&["-e", "127.0.7.2"][..], "needs a test"),
+        (&["write_bw", "-e", "-q", "2", "127.0.7.2"][..], "one QP"),
+    ] {
+        let out = Command::new(EXE).args(args).output().expect("run rperf");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

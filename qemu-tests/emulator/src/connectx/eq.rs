@@ -86,7 +86,7 @@ impl Device {
             let _ = self.dma_write(addr + eqe::OWNER as u64, &e[eqe::OWNER..]);
         }
         if fire {
-            self.irqs.insert(intr);
+            self.raise_interrupt(intr);
         }
     }
 
@@ -176,7 +176,7 @@ impl Device {
                 // Unconsumed EQEs: an armed EQ fires at once.
                 let intr = eq.intr;
                 eq.armed = false;
-                self.irqs.insert(intr);
+                self.raise_interrupt(intr);
             } else {
                 eq.armed = true;
             }

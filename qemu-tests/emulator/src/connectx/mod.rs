@@ -238,6 +238,10 @@ pub struct UarWrite {
     pub data: Vec<u8>,
 }
 
+/// Where the device's MSI-X messages go ([`Device::set_interrupt_sink`]): called with the
+/// vector number each time one is raised.
+pub type InterruptSink = Arc<dyn Fn(u16) + Send + Sync>;
+
 /// The emulated mlx5 device.
 pub struct Device {
     pub(crate) profile: Profile,
@@ -251,6 +255,7 @@ pub struct Device {
     pub(crate) errors: Vec<DeviceError>,
     pub(crate) uar_log: Vec<UarWrite>,
     pub(crate) irqs: BTreeSet<u16>,
+    pub(crate) irq_sink: Option<InterruptSink>,
     pub(crate) net: dp::net::Net,
 }
 
@@ -295,6 +300,7 @@ impl Device {
             errors: Vec::new(),
             uar_log: Vec::new(),
             irqs: BTreeSet::new(),
+            irq_sink: None,
             net: dp::net::Net::new(),
         };
         dev.reset_bar();
@@ -454,6 +460,22 @@ impl Device {
     /// when it is armed (doorbell at UAR 0x40) and has an EQE the driver has not consumed.
     pub fn take_interrupts(&mut self) -> Vec<u16> {
         core::mem::take(&mut self.irqs).into_iter().collect()
+    }
+
+    /// Delivers MSI-X messages: from now on every vector the device raises is also handed to
+    /// `sink` (the device's lock is held during the call: the sink must not reach back into
+    /// the device). `None` stops delivery. [`take_interrupts`](Self::take_interrupts) still
+    /// records them.
+    pub fn set_interrupt_sink(&mut self, sink: Option<InterruptSink>) {
+        self.irq_sink = sink;
+    }
+
+    /// Raises MSI-X vector `v` (an armed EQ fired).
+    pub(crate) fn raise_interrupt(&mut self, v: u16) {
+        self.irqs.insert(v);
+        if let Some(sink) = &self.irq_sink {
+            sink(v);
+        }
     }
 
     pub(crate) fn error(&mut self, e: DeviceError) {

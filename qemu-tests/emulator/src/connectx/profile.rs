@@ -76,6 +76,10 @@ pub struct Profile {
     /// Runtime page requests: the firmware asks for pages (and gives them back) while objects
     /// are created and destroyed, not only at boot. Off by default.
     pub page_requests: PageRequests,
+    /// MSI-X vectors of the function (its MSI-X table size, default 8): an EQ context's
+    /// `intr` must name one of them (CREATE_EQ fails with BAD_PARAM,
+    /// [`syndrome::BAD_VECTOR`](crate::syndrome::BAD_VECTOR), otherwise).
+    pub msix_vectors: u16,
 }
 
 /// How the firmware asks for pages at run time ([`Profile::page_requests`]).
@@ -160,6 +164,7 @@ impl Default for Profile {
             atomic_host_endianness: true,
             pci_device_id: 0x1017,
             page_requests: PageRequests::default(),
+            msix_vectors: 8,
         }
     }
 }

@@ -140,6 +140,9 @@ pub const BAD_CQE_SIZE: u32 = s(0x66);
 pub const BAD_WQE_SIZE: u32 = s(0x67);
 /// BAD_PARAM: an SRQ / RMP limit watermark (`lwm`) not below the number of WQEs.
 pub const BAD_LWM: u32 = s(0x68);
+/// BAD_PARAM: an EQ context's `intr` names no MSI-X vector of the function
+/// ([`Profile::msix_vectors`](crate::Profile::msix_vectors)).
+pub const BAD_VECTOR: u32 = s(0x69);
 
 // ------------------------------------------------------------------ MKEY
 

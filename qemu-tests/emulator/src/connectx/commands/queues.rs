@@ -28,6 +28,10 @@ pub(super) fn create_eq(d: &mut Device, input: &Input<'_>) -> CmdResult {
     if !d.obj.uars.contains(uar) {
         return Err(bad_param(syn::BAD_UAR));
     }
+    let intr = c(eqc::INTR);
+    if intr >= u32::from(d.profile.msix_vectors) {
+        return Err(bad_param(syn::BAD_VECTOR));
+    }
     let log_page_size = c(eqc::LOG_PAGE_SIZE);
     let bytes = (eqe::SIZE as u64) << log_size;
     let pas = d.read_pas(input, bytes, log_page_size, c(eqc::PAGE_OFFSET))?;
@@ -41,7 +45,7 @@ pub(super) fn create_eq(d: &mut Device, input: &Input<'_>) -> CmdResult {
         log_page_size: log_page_size as u8,
         pas,
         mask,
-        intr: c(eqc::INTR) as u16,
+        intr: intr as u16,
         oi: c(eqc::OI) != 0,
         pi: 0,
         ci: 0,

@@ -187,6 +187,45 @@ fn eq_doorbell_checks() {
 }
 
 #[test]
+fn eq_vector_is_checked_and_delivered_to_the_sink() {
+    use std::sync::{Arc, Mutex};
+    let mut h = H::new();
+    h.init();
+    let uar = h.alloc_uar();
+    let vectors = h.dev.profile().msix_vectors;
+    // A vector beyond the MSI-X table.
+    let pas = h.queue_buf(64 << 2, eqe::OWNER_INIT);
+    let mut m = H::create_eq_msg(uar, 2, CMD_MASK, &pas);
+    set(&mut m, eqc::INTR.at(0x10), u32::from(vectors));
+    h.cmd(&m, 16).expect(st::BAD_PARAM, syn::BAD_VECTOR);
+    // The last vector is fine; its EQ fires that vector, into the sink.
+    set(&mut m, eqc::INTR.at(0x10), u32::from(vectors - 1));
+    let o = h.ok(&m, 16);
+    let eqn = cmds::create_eq_out::EQ_NUMBER.get(&o);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    h.dev
+        .set_interrupt_sink(Some(Arc::new(move |v| g.lock().unwrap().push(v))));
+    // Not armed: an EQE raises nothing.
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert!(got.lock().unwrap().is_empty(), "fired while not armed");
+    // Armed with that EQE unconsumed: fires at once, once.
+    h.eq_db(uar, eqn, 0, true);
+    assert_eq!(*got.lock().unwrap(), [vectors - 1]);
+    // Consumed and armed: the next EQE fires again.
+    h.eq_db(uar, eqn, 1, true);
+    assert_eq!(got.lock().unwrap().len(), 1);
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(*got.lock().unwrap(), [vectors - 1, vectors - 1]);
+    assert_eq!(h.dev.take_interrupts(), [vectors - 1]);
+    h.dev.set_interrupt_sink(None);
+    h.eq_db(uar, eqn, 2, true);
+    h.cmd(&msg(op::NOP, 0, 16), 16).expect(0, 0);
+    assert_eq!(got.lock().unwrap().len(), 2, "no sink, no delivery");
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+}
+
+#[test]
 fn cq_creation_checks_its_context() {
     let mut w = World::new();
     let pas = w.h.queue_buf(64 << 4, 0xf0);

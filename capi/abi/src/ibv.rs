@@ -120,7 +120,6 @@ pub const IBV_WR_BIND_MW: ibv_wr_opcode = 8;
 pub const IBV_WR_SEND_WITH_INV: ibv_wr_opcode = 9;
 pub const IBV_WR_TSO: ibv_wr_opcode = 10;
 pub const IBV_WR_DRIVER1: ibv_wr_opcode = 11;
-pub const IBV_WR_FLUSH: ibv_wr_opcode = 14;
 pub const IBV_WR_ATOMIC_WRITE: ibv_wr_opcode = 15;
 
 /// `enum ibv_send_flags`.

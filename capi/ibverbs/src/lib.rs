@@ -835,3 +835,41 @@ versioned!("IBVERBS_1.1", ibv_get_cq_event);
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_ack_cq_events() {}
 versioned!("IBVERBS_1.1", ibv_ack_cq_events);
+
+// ---------------------------------------------------------------------------------------------
+// What rdma-core's own provider libraries (ibverbs-providers' libmlx5.so.1, libefa.so.1)
+// import from libibverbs. perftest links them, and they bind every import at load time: their
+// constructors register the driver (a no-op here); nothing here ever calls into them, so the
+// rest is never reached and only has to exist.
+
+/// `verbs_allow_disassociate_destroy`: a flag the providers read (a 1-byte data object).
+#[unsafe(no_mangle)]
+pub static verbs_allow_disassociate_destroy: core::sync::atomic::AtomicU8 =
+    core::sync::atomic::AtomicU8::new(0);
+versioned!("IBVERBS_PRIVATE_34", verbs_allow_disassociate_destroy);
+
+/// `void verbs_register_driver_34(const struct verbs_device_ops *)`: a provider's constructor
+/// registering itself; ignored (this library serves its own devices).
+#[unsafe(no_mangle)]
+pub extern "C" fn verbs_register_driver_34() {}
+versioned!("IBVERBS_PRIVATE_34", verbs_register_driver_34);
+
+enosys_int!("IBVERBS_PRIVATE_34":
+    __verbs_log, _verbs_init_and_alloc_context, execute_ioctl, ibv_query_gid_type,
+    verbs_init_cq, verbs_open_device, verbs_set_ops, verbs_uninit_context,
+    ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw, ibv_cmd_alloc_pd,
+    ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah, ibv_cmd_create_counters,
+    ibv_cmd_create_cq_ex, ibv_cmd_create_flow, ibv_cmd_create_flow_action_esp,
+    ibv_cmd_create_qp_ex, ibv_cmd_create_qp_ex2, ibv_cmd_create_rwq_ind_table,
+    ibv_cmd_create_srq, ibv_cmd_create_srq_ex, ibv_cmd_create_wq, ibv_cmd_dealloc_mw,
+    ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr, ibv_cmd_destroy_ah, ibv_cmd_destroy_counters,
+    ibv_cmd_destroy_cq, ibv_cmd_destroy_flow, ibv_cmd_destroy_flow_action, ibv_cmd_destroy_qp,
+    ibv_cmd_destroy_rwq_ind_table, ibv_cmd_destroy_srq, ibv_cmd_destroy_wq,
+    ibv_cmd_detach_mcast, ibv_cmd_free_dm, ibv_cmd_get_context, ibv_cmd_modify_cq,
+    ibv_cmd_modify_flow_action_esp, ibv_cmd_modify_qp, ibv_cmd_modify_qp_ex,
+    ibv_cmd_modify_srq, ibv_cmd_modify_wq, ibv_cmd_open_qp, ibv_cmd_open_xrcd,
+    ibv_cmd_query_context, ibv_cmd_query_device_any, ibv_cmd_query_mr, ibv_cmd_query_port,
+    ibv_cmd_query_qp, ibv_cmd_query_srq, ibv_cmd_read_counters, ibv_cmd_reg_dm_mr,
+    ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr, ibv_cmd_rereg_mr, ibv_cmd_resize_cq,
+);
+enosys_int!("IBVERBS_1.1": ibv_dofork_range, ibv_dontfork_range, ibv_resolve_eth_l2_from_gid);

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
 command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+# The C ABI tests (capi/) compile C programs against rdma-core's headers and read the built
+# libraries' ELF dynamic sections.
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+command -v readelf >/dev/null 2>&1 || need_apt+=(binutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -1,0 +1,875 @@
+//! `libibverbs.so.1` for C programs compiled against rdma-core 44 (Debian 12): the same
+//! SONAME, symbol versions (`IBVERBS_1.0` .. `IBVERBS_1.14`, `IBVERBS_PRIVATE_34`) and object
+//! layouts ([`capi_abi::ibv`]), served by this stack's providers.
+//!
+//! The device is the one `RDMA_STACK_DEVICE` names ([`backend::Spec`]: an emulated mlx5 NIC
+//! in this process by default, `emu-udp:IP[:PORT]` on the UDP fabric, `vfio:BDF@IP` a real
+//! ConnectX); `ibv_get_device_list` lists it as `mlx5_0`, and every context opened on it
+//! shares one probed device, shut down when the last context closes.
+//!
+//! Working today: the device list, open/close, `ibv_query_device`, `ibv_query_port` (the
+//! versioned symbol and the extended `query_port` slot the header's inline wrapper calls),
+//! `ibv_query_gid`, `_ibv_query_gid_ex`, `ibv_query_pkey`, `ibv_alloc_pd`, `ibv_dealloc_pd`.
+//! Every other function the Debian tools import is exported and fails cleanly (`ENOSYS`, as
+//! each call reports errors: NULL with errno, a positive errno, or -1 with errno), as do the
+//! data-path slots of the context's ops table.
+//!
+//! Each export is bound to its version node by an assembler `.symver` placed right after the
+//! function ([`versioned!`]); `ibverbs.map` only declares the nodes.
+
+#![allow(non_camel_case_types)]
+
+pub mod backend;
+
+use core::ffi::{c_char, c_int, c_void};
+use core::mem::{offset_of, size_of};
+use core::ptr::{self, null_mut};
+use std::sync::{Arc, OnceLock};
+
+use capi_abi::ibv::*;
+use libc::{EINVAL, ENODEV, ENOMEM, ENOSYS};
+
+use backend::{AnyPd, Backend, DEVICE_ENV, Spec};
+
+/// Binds the exported function `$name` to version node `$ver` (`NAME@@@NODE`: the default
+/// version). Keep it in the module that defines the function.
+macro_rules! versioned {
+    ($ver:literal, $name:ident) => {
+        core::arch::global_asm!(concat!(
+            ".symver ",
+            stringify!($name),
+            ", ",
+            stringify!($name),
+            "@@@",
+            $ver
+        ));
+    };
+}
+
+/// Sets the calling thread's `errno`.
+fn set_errno(e: c_int) {
+    // SAFETY: glibc's per-thread errno location is always valid for the calling thread.
+    unsafe { *libc::__errno_location() = e };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device list.
+
+/// One listed device: its `ibv_device` (handed to C, never freed) and what opens it.
+struct Listed {
+    dev: *mut ibv_device,
+    spec: Spec,
+}
+
+// SAFETY: `dev` points to a leaked, never-freed `ibv_device` that this library never writes
+// after creating it; sharing the address between threads is what C callers do anyway.
+unsafe impl Send for Listed {}
+// SAFETY: as above: the pointee is immutable from this library's side.
+unsafe impl Sync for Listed {}
+
+/// The devices of this process: one, or none when `RDMA_STACK_DEVICE` does not parse
+/// (the reason, printed once, is kept).
+static DEVICES: OnceLock<Result<Listed, String>> = OnceLock::new();
+
+/// Copies `s` into a C string field (truncated, NUL-terminated).
+fn c_str_field<const N: usize>(s: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    for (o, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
+        *o = b as c_char;
+    }
+    out
+}
+
+fn devices() -> &'static Result<Listed, String> {
+    DEVICES.get_or_init(|| {
+        let var = std::env::var(DEVICE_ENV).ok();
+        let spec = Spec::parse(var.as_deref()).inspect_err(|e| eprintln!("libibverbs: {e}"))?;
+        let dev = Box::new(ibv_device {
+            _ops: _ibv_device_ops {
+                _dummy1: None,
+                _dummy2: None,
+            },
+            node_type: IBV_NODE_CA,
+            transport_type: IBV_TRANSPORT_IB,
+            name: c_str_field("mlx5_0"),
+            dev_name: c_str_field("uverbs0"),
+            dev_path: c_str_field("/sys/class/infiniband_verbs/uverbs0"),
+            ibdev_path: c_str_field("/sys/class/infiniband/mlx5_0"),
+        });
+        Ok(Listed {
+            dev: Box::into_raw(dev),
+            spec,
+        })
+    })
+}
+
+/// `struct ibv_device **ibv_get_device_list(int *num_devices)`: a NULL-terminated array
+/// (free it with `ibv_free_device_list`); `num_devices` (if not NULL) gets the count.
+///
+/// # Safety
+///
+/// `num_devices` is NULL or points to a writable `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    let listed: Vec<*mut ibv_device> = match devices() {
+        Ok(l) => vec![l.dev],
+        Err(_) => Vec::new(),
+    };
+    // SAFETY: calloc of (n + 1) pointers; checked for NULL below.
+    let arr = unsafe { libc::calloc(listed.len() + 1, size_of::<*mut ibv_device>()) }
+        as *mut *mut ibv_device;
+    if arr.is_null() {
+        set_errno(ENOMEM);
+        return null_mut();
+    }
+    for (i, d) in listed.iter().enumerate() {
+        // SAFETY: `arr` has listed.len() + 1 slots; i < listed.len().
+        unsafe { *arr.add(i) = *d };
+    }
+    if !num_devices.is_null() {
+        // SAFETY: the caller passes a writable int or NULL (checked).
+        unsafe { *num_devices = listed.len() as c_int };
+    }
+    arr
+}
+versioned!("IBVERBS_1.1", ibv_get_device_list);
+
+/// `void ibv_free_device_list(struct ibv_device **list)`.
+///
+/// # Safety
+///
+/// `list` is NULL or came from `ibv_get_device_list` and is freed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the array was allocated with calloc by ibv_get_device_list (free(NULL) is fine).
+    unsafe { libc::free(list.cast()) };
+}
+versioned!("IBVERBS_1.1", ibv_free_device_list);
+
+/// `const char *ibv_get_device_name(struct ibv_device *device)`.
+///
+/// # Safety
+///
+/// `device` is NULL or an entry of a device list.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    if device.is_null() {
+        set_errno(EINVAL);
+        return ptr::null();
+    }
+    // SAFETY: `device` is a live ibv_device (list entries are never freed).
+    unsafe { (*device).name.as_ptr() }
+}
+versioned!("IBVERBS_1.1", ibv_get_device_name);
+
+// ---------------------------------------------------------------------------------------------
+// Contexts.
+
+/// An open device: the extended context C sees (through `v.context`) and the device behind it.
+#[repr(C)]
+struct Context {
+    /// Must stay first: `ibv_context *` minus the embedded context's offset is this struct.
+    v: verbs_context,
+    backend: Arc<dyn Backend>,
+}
+
+/// Offset of the `ibv_context` C sees within [`Context`].
+const CTX_OFFSET: usize = offset_of!(Context, v) + offset_of!(verbs_context, context);
+
+/// The [`Context`] of `ctx`, or `None` for NULL.
+///
+/// # Safety
+///
+/// `ctx` is NULL or a context from `ibv_open_device` that is not closed.
+unsafe fn context<'a>(ctx: *mut ibv_context) -> Option<&'a Context> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: every ibv_context this library hands out is embedded in a Context at
+    // CTX_OFFSET (the caller's promise), so stepping back lands on that Context.
+    Some(unsafe { &*ctx.cast::<u8>().sub(CTX_OFFSET).cast::<Context>() })
+}
+
+/// The ops table every context starts with: the data-path slots answer ENOSYS until they
+/// are implemented (never a NULL jump), the compatibility slots stay empty.
+fn ops_table() -> ibv_context_ops {
+    /// `ibv_poll_cq` not implemented yet: a negative count.
+    unsafe extern "C" fn poll_cq(_: *mut ibv_cq, _: c_int, _: *mut ibv_wc) -> c_int {
+        -ENOSYS
+    }
+    /// `ibv_req_notify_cq` not implemented yet.
+    unsafe extern "C" fn req_notify_cq(_: *mut ibv_cq, _: c_int) -> c_int {
+        ENOSYS
+    }
+    /// `ibv_post_srq_recv` not implemented yet: nothing posted.
+    unsafe extern "C" fn post_srq_recv(
+        _: *mut ibv_srq,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        if !bad.is_null() {
+            // SAFETY: the inline passes its own `bad_wr` out-pointer.
+            unsafe { *bad = wr };
+        }
+        ENOSYS
+    }
+    /// `ibv_post_send` not implemented yet: nothing posted.
+    unsafe extern "C" fn post_send(
+        _: *mut ibv_qp,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+    ) -> c_int {
+        if !bad.is_null() {
+            // SAFETY: the inline passes its own `bad_wr` out-pointer.
+            unsafe { *bad = wr };
+        }
+        ENOSYS
+    }
+    /// `ibv_post_recv` not implemented yet: nothing posted.
+    unsafe extern "C" fn post_recv(
+        _: *mut ibv_qp,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        if !bad.is_null() {
+            // SAFETY: the inline passes its own `bad_wr` out-pointer.
+            unsafe { *bad = wr };
+        }
+        ENOSYS
+    }
+    ibv_context_ops {
+        _compat_query_device: None,
+        _compat_query_port: None,
+        _compat_alloc_pd: None,
+        _compat_dealloc_pd: None,
+        _compat_reg_mr: None,
+        _compat_rereg_mr: None,
+        _compat_dereg_mr: None,
+        alloc_mw: None,
+        bind_mw: None,
+        dealloc_mw: None,
+        _compat_create_cq: None,
+        poll_cq: Some(poll_cq),
+        req_notify_cq: Some(req_notify_cq),
+        _compat_cq_event: None,
+        _compat_resize_cq: None,
+        _compat_destroy_cq: None,
+        _compat_create_srq: None,
+        _compat_modify_srq: None,
+        _compat_query_srq: None,
+        _compat_destroy_srq: None,
+        post_srq_recv: Some(post_srq_recv),
+        _compat_create_qp: None,
+        _compat_query_qp: None,
+        _compat_modify_qp: None,
+        _compat_destroy_qp: None,
+        post_send: Some(post_send),
+        post_recv: Some(post_recv),
+        _compat_create_ah: None,
+        _compat_destroy_ah: None,
+        _compat_attach_mcast: None,
+        _compat_detach_mcast: None,
+        _compat_async_event: None,
+    }
+}
+
+/// `struct ibv_context *ibv_open_device(struct ibv_device *device)`: NULL with errno on
+/// failure (ENODEV for a device not in the list or one that did not open; the reason is
+/// printed on stderr).
+///
+/// # Safety
+///
+/// `device` is NULL or an entry of a device list.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    let listed = match devices() {
+        Ok(l) if !device.is_null() && ptr::eq(l.dev, device) => l,
+        _ => {
+            set_errno(ENODEV);
+            return null_mut();
+        }
+    };
+    let backend = match backend::acquire(&listed.spec) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("libibverbs: cannot open mlx5_0: {e}");
+            set_errno(ENODEV);
+            return null_mut();
+        }
+    };
+    let ctx = Box::new(Context {
+        v: verbs_context {
+            query_port: Some(ext_query_port),
+            advise_mr: None,
+            alloc_null_mr: None,
+            read_counters: None,
+            attach_counters_point_flow: None,
+            create_counters: None,
+            destroy_counters: None,
+            reg_dm_mr: None,
+            alloc_dm: None,
+            free_dm: None,
+            modify_flow_action_esp: None,
+            destroy_flow_action: None,
+            create_flow_action_esp: None,
+            modify_qp_rate_limit: None,
+            alloc_parent_domain: None,
+            dealloc_td: None,
+            alloc_td: None,
+            modify_cq: None,
+            post_srq_ops: None,
+            destroy_rwq_ind_table: None,
+            create_rwq_ind_table: None,
+            destroy_wq: None,
+            modify_wq: None,
+            create_wq: None,
+            query_rt_values: None,
+            create_cq_ex: None,
+            priv_: null_mut(),
+            query_device_ex: None,
+            ibv_destroy_flow: None,
+            ABI_placeholder2: None,
+            ibv_create_flow: None,
+            ABI_placeholder1: None,
+            open_qp: None,
+            create_qp_ex: None,
+            get_srq_num: None,
+            create_srq_ex: None,
+            open_xrcd: None,
+            close_xrcd: None,
+            _ABI_placeholder3: 0,
+            sz: size_of::<verbs_context>(),
+            context: ibv_context {
+                device,
+                ops: ops_table(),
+                cmd_fd: -1,
+                async_fd: -1,
+                num_comp_vectors: 1,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                abi_compat: VERBS_ABI_IS_EXTENDED,
+            },
+        },
+        backend,
+    });
+    let base = Box::into_raw(ctx);
+    // SAFETY: `base` is a live Context; the embedded ibv_context is at CTX_OFFSET.
+    unsafe { base.cast::<u8>().add(CTX_OFFSET).cast::<ibv_context>() }
+}
+versioned!("IBVERBS_1.1", ibv_open_device);
+
+/// `int ibv_close_device(struct ibv_context *context)`: 0, or -1 with errno. The device
+/// shuts down with its last context.
+///
+/// # Safety
+///
+/// `context` is NULL or an open context, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    if context.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    // SAFETY: an open context is the ibv_context inside a boxed Context at CTX_OFFSET.
+    drop(unsafe { Box::from_raw(context.cast::<u8>().sub(CTX_OFFSET).cast::<Context>()) });
+    0
+}
+versioned!("IBVERBS_1.1", ibv_close_device);
+
+// ---------------------------------------------------------------------------------------------
+// Queries.
+
+/// An errno for a value that must be positive.
+fn errno_of(e: verbs::Error) -> c_int {
+    e.errno()
+}
+
+fn clamp_int(v: u32) -> c_int {
+    c_int::try_from(v).unwrap_or(c_int::MAX)
+}
+
+/// The EUI-64 of a MAC (the node GUID's bytes, network order).
+fn guid_of(mac: [u8; 6]) -> u64 {
+    u64::from_ne_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
+fn device_attr(b: &dyn Backend) -> Result<ibv_device_attr, verbs::Error> {
+    let a = b.query_device()?;
+    let pkeys = b.query_port(1).map(|p| p.pkey_tbl_len).unwrap_or(1);
+    let guid = guid_of(b.mac());
+    let mut fw_ver = [0 as c_char; 64];
+    for (o, b) in fw_ver.iter_mut().zip(a.fw_ver.to_c_bytes()) {
+        *o = b as c_char;
+    }
+    Ok(ibv_device_attr {
+        fw_ver,
+        node_guid: guid,
+        sys_image_guid: guid,
+        max_mr_size: u64::MAX,
+        page_size_cap: !0xfff,
+        vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        hw_ver: 0,
+        max_qp: clamp_int(a.max_qp),
+        max_qp_wr: clamp_int(a.max_qp_wr),
+        device_cap_flags: 0,
+        max_sge: clamp_int(a.max_sge),
+        max_sge_rd: clamp_int(a.max_sge_rd),
+        max_cq: clamp_int(a.max_cq),
+        max_cqe: clamp_int(a.max_cqe),
+        max_mr: clamp_int(a.max_mr),
+        max_pd: clamp_int(a.max_pd),
+        max_qp_rd_atom: clamp_int(a.max_qp_rd_atom),
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: clamp_int(a.max_qp_rd_atom.saturating_mul(a.max_qp)),
+        max_qp_init_rd_atom: clamp_int(a.max_qp_init_rd_atom),
+        max_ee_init_rd_atom: 0,
+        atomic_cap: a.atomic_cap as ibv_atomic_cap,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 0,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: c_int::MAX,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: clamp_int(a.max_srq),
+        max_srq_wr: clamp_int(a.max_srq_wr),
+        max_srq_sge: clamp_int(a.max_srq_sge),
+        max_pkeys: pkeys,
+        local_ca_ack_delay: 16,
+        phys_port_cnt: a.phys_port_cnt,
+    })
+}
+
+/// `int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)`: 0 or
+/// an errno.
+///
+/// # Safety
+///
+/// `context` is an open context (or NULL); `device_attr` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    device_attr: *mut ibv_device_attr,
+) -> c_int {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        return EINVAL;
+    };
+    if device_attr.is_null() {
+        return EINVAL;
+    }
+    match device_attr_of(c) {
+        Ok(a) => {
+            // SAFETY: checked non-NULL; the caller's struct is writable.
+            unsafe { device_attr.write(a) };
+            0
+        }
+        Err(e) => errno_of(e),
+    }
+}
+versioned!("IBVERBS_1.1", ibv_query_device);
+
+fn device_attr_of(c: &Context) -> Result<ibv_device_attr, verbs::Error> {
+    device_attr(&*c.backend)
+}
+
+fn port_attr(b: &dyn Backend, port: u8) -> Result<ibv_port_attr, verbs::Error> {
+    let p = b.query_port(port)?;
+    let active = p.state == verbs::PortState::Active;
+    Ok(ibv_port_attr {
+        state: p.state as ibv_port_state,
+        max_mtu: p.max_mtu as ibv_mtu,
+        active_mtu: p.active_mtu as ibv_mtu,
+        gid_tbl_len: clamp_int(p.gid_tbl_len),
+        port_cap_flags: 0,
+        max_msg_sz: p.max_msg_sz,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: p.pkey_tbl_len,
+        lid: p.lid,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        // 4X at 25 Gb/s per lane (EDR signalling), as a 100G ConnectX port reports.
+        active_width: 2,
+        active_speed: 32,
+        // 5: LinkUp; 3: Disabled.
+        phys_state: if active { 5 } else { 3 },
+        link_layer: p.link_layer as u8,
+        flags: 0,
+        port_cap_flags2: 0,
+    })
+}
+
+/// Writes the first `len` bytes (at most the whole struct) of `port`'s attributes to `out`.
+///
+/// # Safety
+///
+/// `ctx` is an open context or NULL; `out` is NULL or has `len` writable bytes.
+unsafe fn query_port_into(ctx: *mut ibv_context, port: u8, out: *mut u8, len: usize) -> c_int {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return EINVAL;
+    };
+    if out.is_null() {
+        return EINVAL;
+    }
+    match port_attr(&*c.backend, port) {
+        Ok(a) => {
+            let n = len.min(size_of::<ibv_port_attr>());
+            // SAFETY: `a` is a plain struct of n >= bytes; `out` has `len` >= n writable bytes.
+            unsafe { ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), out, n) };
+            0
+        }
+        Err(e) => errno_of(e),
+    }
+}
+
+/// The extended `query_port` slot (`verbs_context::query_port`) the header's `ibv_query_port`
+/// inline calls with `sizeof(struct ibv_port_attr)`.
+unsafe extern "C" fn ext_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut ibv_port_attr,
+    port_attr_len: usize,
+) -> c_int {
+    // SAFETY: the inline passes its context and a struct of `port_attr_len` bytes.
+    unsafe { query_port_into(context, port_num, port_attr.cast(), port_attr_len) }
+}
+
+/// `int ibv_query_port(struct ibv_context *, uint8_t port_num, struct _compat_ibv_port_attr
+/// *)`: the symbol behind the header's wrapper for contexts without the extended slot; fills
+/// the legacy 48-byte prefix of `ibv_port_attr`. 0 or an errno.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL; `port_attr` is NULL or has 48 writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        query_port_into(
+            context,
+            port_num,
+            port_attr.cast(),
+            IBV_PORT_ATTR_LEGACY_LEN,
+        )
+    }
+}
+versioned!("IBVERBS_1.1", ibv_query_port);
+
+/// `int ibv_query_gid(struct ibv_context *, uint8_t port_num, int index, union ibv_gid *)`:
+/// 0, or -1 with errno.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL; `gid` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    let Ok(index) = u16::try_from(index) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    if gid.is_null() {
+        set_errno(EINVAL);
+        return -1;
+    }
+    match c.backend.query_gid(port_num, index) {
+        Ok(g) => {
+            // SAFETY: checked non-NULL; the caller's union is writable.
+            unsafe { gid.write(ibv_gid { raw: g.0 }) };
+            0
+        }
+        Err(e) => {
+            set_errno(errno_of(e));
+            -1
+        }
+    }
+}
+versioned!("IBVERBS_1.1", ibv_query_gid);
+
+/// `int _ibv_query_gid_ex(struct ibv_context *, uint32_t port_num, uint32_t gid_index,
+/// struct ibv_gid_entry *, uint32_t flags, size_t entry_size)`: the GID with its type
+/// (RoCE v2). 0 or an errno.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL; `entry` is NULL or has `entry_size` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        return EINVAL;
+    };
+    if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+        return EINVAL;
+    }
+    let (Ok(port), Ok(index)) = (u8::try_from(port_num), u16::try_from(gid_index)) else {
+        return EINVAL;
+    };
+    match c.backend.query_gid(port, index) {
+        Ok(g) if !g.is_zero() => {
+            // SAFETY: checked non-NULL and large enough.
+            unsafe {
+                entry.write(ibv_gid_entry {
+                    gid: ibv_gid { raw: g.0 },
+                    gid_index,
+                    port_num,
+                    gid_type: IBV_GID_TYPE_ROCE_V2,
+                    ndev_ifindex: 0,
+                })
+            };
+            0
+        }
+        // An empty slot: rdma-core answers ENODATA.
+        Ok(_) => libc::ENODATA,
+        Err(e) => errno_of(e),
+    }
+}
+versioned!("IBVERBS_1.11", _ibv_query_gid_ex);
+
+/// `int ibv_query_pkey(struct ibv_context *, uint8_t port_num, int index, __be16 *pkey)`:
+/// the default P_Key at index 0; 0, or -1 with errno.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL; `pkey` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        set_errno(EINVAL);
+        return -1;
+    };
+    let len = match c.backend.query_port(port_num) {
+        Ok(p) => p.pkey_tbl_len,
+        Err(e) => {
+            set_errno(errno_of(e));
+            return -1;
+        }
+    };
+    if pkey.is_null() || index < 0 || index >= c_int::from(len) {
+        set_errno(EINVAL);
+        return -1;
+    }
+    let v: u16 = if index == 0 { 0xffff } else { 0 };
+    // SAFETY: checked non-NULL; the caller's u16 is writable.
+    unsafe { pkey.write(v.to_be()) };
+    0
+}
+versioned!("IBVERBS_1.1", ibv_query_pkey);
+
+// ---------------------------------------------------------------------------------------------
+// Protection domains.
+
+/// A PD: the `ibv_pd` C sees, first, and the provider's PD (`None` once a failed dealloc left
+/// it in an unknown state: the memory is kept, the PD unusable).
+#[repr(C)]
+struct Pd {
+    pd: ibv_pd,
+    inner: Option<AnyPd>,
+}
+
+/// `struct ibv_pd *ibv_alloc_pd(struct ibv_context *)`: NULL with errno on failure.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    match c.backend.alloc_pd() {
+        Ok(inner) => {
+            let pd = Box::new(Pd {
+                pd: ibv_pd { context, handle: 0 },
+                inner: Some(inner),
+            });
+            Box::into_raw(pd).cast::<ibv_pd>()
+        }
+        Err(e) => {
+            set_errno(errno_of(e));
+            null_mut()
+        }
+    }
+}
+versioned!("IBVERBS_1.1", ibv_alloc_pd);
+
+/// `int ibv_dealloc_pd(struct ibv_pd *)`: 0 or an errno (EBUSY while objects use it; the PD
+/// stays valid then).
+///
+/// # Safety
+///
+/// `pd` is NULL or a PD from `ibv_alloc_pd` not yet deallocated, not used by another thread
+/// during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    if pd.is_null() {
+        return EINVAL;
+    }
+    let p = pd.cast::<Pd>();
+    // SAFETY: a PD from ibv_alloc_pd is a boxed Pd whose first field is the ibv_pd; the
+    // caller does not use it concurrently.
+    let this = unsafe { &mut *p };
+    // SAFETY: the PD's context is open while the PD lives (closing it first is the caller's
+    // error, as in rdma-core).
+    let Some(c) = (unsafe { context(this.pd.context) }) else {
+        return EINVAL;
+    };
+    let Some(inner) = this.inner.take() else {
+        return libc::EIO;
+    };
+    match c.backend.dealloc_pd(inner) {
+        Ok(()) => {
+            // SAFETY: allocated by Box::into_raw in ibv_alloc_pd; the caller gives it up.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err((e, kept)) => {
+            this.inner = kept;
+            errno_of(e)
+        }
+    }
+}
+versioned!("IBVERBS_1.1", ibv_dealloc_pd);
+
+// ---------------------------------------------------------------------------------------------
+// Not implemented yet: exported so that programs load (they bind every import at start-up),
+// failing the way each call reports errors.
+
+/// Exports functions that return NULL with errno ENOSYS.
+macro_rules! enosys_ptr {
+    ($ver:literal: $($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet (NULL, errno ENOSYS).")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() -> *mut c_void {
+            set_errno(ENOSYS);
+            null_mut()
+        }
+        versioned!($ver, $name);
+    )*};
+}
+
+/// Exports functions that return the errno ENOSYS (and set errno too).
+macro_rules! enosys_int {
+    ($ver:literal: $($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet (returns ENOSYS).")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() -> c_int {
+            set_errno(ENOSYS);
+            ENOSYS
+        }
+        versioned!($ver, $name);
+    )*};
+}
+
+enosys_ptr!("IBVERBS_1.0": ibv_create_comp_channel);
+enosys_int!("IBVERBS_1.0": ibv_destroy_comp_channel);
+enosys_ptr!("IBVERBS_1.1":
+    ibv_create_ah, ibv_create_ah_from_wc, ibv_create_cq, ibv_create_qp, ibv_create_srq,
+    ibv_reg_mr,
+);
+enosys_int!("IBVERBS_1.1":
+    ibv_attach_mcast, ibv_detach_mcast, ibv_dereg_mr, ibv_destroy_ah, ibv_destroy_cq,
+    ibv_destroy_qp, ibv_destroy_srq, ibv_modify_qp, ibv_query_qp,
+);
+enosys_ptr!("IBVERBS_1.6": ibv_qp_to_qp_ex);
+enosys_ptr!("IBVERBS_1.8": ibv_reg_mr_iova2);
+
+/// `int ibv_get_cq_event(struct ibv_comp_channel *, struct ibv_cq **, void **)`: not
+/// implemented yet (-1, errno ENOSYS).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_cq_event() -> c_int {
+    set_errno(ENOSYS);
+    -1
+}
+versioned!("IBVERBS_1.1", ibv_get_cq_event);
+
+/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int)`: nothing to acknowledge yet (no
+/// CQ events are delivered).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_cq_events() {}
+versioned!("IBVERBS_1.1", ibv_ack_cq_events);
+
+// ---------------------------------------------------------------------------------------------
+// What rdma-core's own provider libraries (ibverbs-providers' libmlx5.so.1, libefa.so.1)
+// import from libibverbs. perftest links them, and they bind every import at load time: their
+// constructors register the driver (a no-op here); nothing here ever calls into them, so the
+// rest is never reached and only has to exist.
+
+/// `verbs_allow_disassociate_destroy`: a flag the providers read (a 1-byte data object).
+#[unsafe(no_mangle)]
+pub static verbs_allow_disassociate_destroy: core::sync::atomic::AtomicU8 =
+    core::sync::atomic::AtomicU8::new(0);
+versioned!("IBVERBS_PRIVATE_34", verbs_allow_disassociate_destroy);
+
+/// `void verbs_register_driver_34(const struct verbs_device_ops *)`: a provider's constructor
+/// registering itself; ignored (this library serves its own devices).
+#[unsafe(no_mangle)]
+pub extern "C" fn verbs_register_driver_34() {}
+versioned!("IBVERBS_PRIVATE_34", verbs_register_driver_34);
+
+enosys_int!("IBVERBS_PRIVATE_34":
+    __verbs_log, _verbs_init_and_alloc_context, execute_ioctl, ibv_query_gid_type,
+    verbs_init_cq, verbs_open_device, verbs_set_ops, verbs_uninit_context,
+    ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw, ibv_cmd_alloc_pd,
+    ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah, ibv_cmd_create_counters,
+    ibv_cmd_create_cq_ex, ibv_cmd_create_flow, ibv_cmd_create_flow_action_esp,
+    ibv_cmd_create_qp_ex, ibv_cmd_create_qp_ex2, ibv_cmd_create_rwq_ind_table,
+    ibv_cmd_create_srq, ibv_cmd_create_srq_ex, ibv_cmd_create_wq, ibv_cmd_dealloc_mw,
+    ibv_cmd_dealloc_pd, ibv_cmd_dereg_mr, ibv_cmd_destroy_ah, ibv_cmd_destroy_counters,
+    ibv_cmd_destroy_cq, ibv_cmd_destroy_flow, ibv_cmd_destroy_flow_action, ibv_cmd_destroy_qp,
+    ibv_cmd_destroy_rwq_ind_table, ibv_cmd_destroy_srq, ibv_cmd_destroy_wq,
+    ibv_cmd_detach_mcast, ibv_cmd_free_dm, ibv_cmd_get_context, ibv_cmd_modify_cq,
+    ibv_cmd_modify_flow_action_esp, ibv_cmd_modify_qp, ibv_cmd_modify_qp_ex,
+    ibv_cmd_modify_srq, ibv_cmd_modify_wq, ibv_cmd_open_qp, ibv_cmd_open_xrcd,
+    ibv_cmd_query_context, ibv_cmd_query_device_any, ibv_cmd_query_mr, ibv_cmd_query_port,
+    ibv_cmd_query_qp, ibv_cmd_query_srq, ibv_cmd_read_counters, ibv_cmd_reg_dm_mr,
+    ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr, ibv_cmd_rereg_mr, ibv_cmd_resize_cq,
+);
+enosys_int!("IBVERBS_1.1": ibv_dofork_range, ibv_dontfork_range, ibv_resolve_eth_l2_from_gid);

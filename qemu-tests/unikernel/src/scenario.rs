@@ -603,6 +603,9 @@ fn loopback(env: &Env) -> Result<(), String> {
     conn.destroy_ep();
     listen.destroy_ep();
     ch.destroy();
+    // The CQs create_ep wrote back into `a` are shared handles: the manager destroys them
+    // once the caller lets go, and the device cannot leave it before.
+    drop(a);
     teardown(env, cm, devid)
 }
 

@@ -52,10 +52,11 @@ impl<P: Provider> Cm<P> {
     /// and the relax hook blocking calls spin on (where an in-process device makes progress).
     pub fn new(platform: impl Platform + Send + Sync + 'static, cfg: CmConfig) -> Cm<P> {
         let uid = NEXT_CM.fetch_add(1, Ordering::Relaxed);
+        let entropy = platform.entropy();
         Cm {
             sh: Arc::new(Shared {
                 platform: Box::new(platform),
-                st: spin::Mutex::new(State::new(cfg, uid)),
+                st: spin::Mutex::new(State::new(cfg, uid, entropy)),
             }),
         }
     }
@@ -175,6 +176,7 @@ impl<P: Provider> Cm<P> {
                 refcnt: 0,
                 held_cqs: Vec::new(),
                 transport: Some(DevTransport::Mad(gsi)),
+                async_events: Default::default(),
             });
             st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
@@ -246,6 +248,25 @@ impl<P: Provider> Cm<P> {
     /// ARP): `resolve_addr` to `ip` waits for one.
     pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
         self.with_state(|st| st.set_neighbor(ip, n));
+    }
+
+    /// The next asynchronous event of a device (`ibv_get_async_event` on the manager's
+    /// context, non-blocking) while [`CmConfig::watch_async_events`] is on: the engine reads
+    /// the provider's events (COMM_EST completes a passive handshake whose RTU is missing)
+    /// and keeps them here, the last 256. Off, the provider's own, read directly. ENODEV for
+    /// a device not of this manager.
+    pub fn get_async_event(&self, dev: DeviceId) -> Result<Option<verbs::AsyncEvent>, Error> {
+        self.with_state(|st| {
+            st.progress();
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let watch = st.cfg.watch_async_events;
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            if watch {
+                Ok(x.async_events.pop_front())
+            } else {
+                Ok(x.provider.get_async_event()?)
+            }
+        })
     }
 
     /// Allocates a PD on a device (`ibv_alloc_pd` on the manager's context).
@@ -466,8 +487,10 @@ impl<P: Provider> Cm<P> {
     pub(crate) fn get_event(&self, chan: Key) -> Result<CmEvent<P>, Error> {
         let ev = self.pop_event(chan)?;
         let new_id = (ev.ty == EventType::ConnectRequest).then(|| self.id_of(ev.id));
+        let context = self.with_state(|st| st.ids.get(ev.id).map_or(0, |s| s.context));
         Ok(CmEvent {
             event: ev.ty,
+            context,
             status: ev.status,
             id: IdHandle(ev.id.raw()),
             listen_id: ev.listen.map(|l| IdHandle(l.raw())),

@@ -91,7 +91,12 @@ pub(crate) struct Dev<P: Provider> {
     pub held_cqs: alloc::vec::Vec<crate::resources::AutoCq<P>>,
     /// How its connection messages travel (the MAD transport on its GSI QP).
     pub transport: Option<DevTransport<P>>,
+    /// Asynchronous events the engine read, for [`Cm::get_async_event`](crate::Cm::get_async_event).
+    pub async_events: alloc::collections::VecDeque<verbs::AsyncEvent>,
 }
+
+/// Asynchronous events a device keeps for the application (older ones are dropped).
+pub(crate) const ASYNC_EVENT_QUEUE: usize = 256;
 
 /// EUI-64 node GUID of a MAC.
 pub(crate) const fn guid_of(mac: [u8; 6]) -> u64 {

@@ -393,7 +393,32 @@ impl<P: Provider> State<P> {
         }) else {
             return;
         };
+        self.rtu_received(k);
+    }
+
+    /// The communication-established event of QP `qpn` of device `d` (its first packet
+    /// arrived): for a passive id waiting for its RTU, the RTU was lost on the way and the
+    /// connection is established all the same, as the IB CM's `cm_establish` has it.
+    /// Anything else (an active QP, an id already established) ignores it.
+    pub(crate) fn comm_est(&mut self, d: Key, qpn: u32) {
+        let Some(k) = self.find(|s| {
+            !s.conn.active
+                && s.dev == Some(d)
+                && s.fsm == Fsm::RepSent
+                && s.qp.as_ref().is_some_and(|q| q.qpn == qpn)
+        }) else {
+            return;
+        };
+        self.stats.comm_est_rtus += 1;
+        self.rtu_received(k);
+    }
+
+    /// A passive id in REP_SENT gets its RTU (or what stands for it).
+    pub(crate) fn rtu_received(&mut self, k: Key) {
         let Some(s) = self.ids.get_mut(k) else { return };
+        if s.fsm != Fsm::RepSent {
+            return;
+        }
         s.conn.retx = None;
         s.fsm = Fsm::Established;
         let data = ConnData {

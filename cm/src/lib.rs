@@ -100,5 +100,5 @@ pub use crate::options::{
     IdOptions, OPTION_IB, OPTION_IB_PATH, OPTION_ID, OPTION_ID_ACK_TIMEOUT, OPTION_ID_AFONLY,
     OPTION_ID_REUSEADDR, OPTION_ID_TOS, PATH_DATA_SIZE, PATH_FLAGS_GMP_PRIMARY_BIDIR,
 };
-pub use crate::platform::Platform;
+pub use crate::platform::{Platform, clock_entropy};
 pub use crate::state::Cm;

@@ -86,6 +86,9 @@ impl cm::Platform for YieldingTime {
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
     }
+    fn entropy(&self) -> u64 {
+        crate::os_entropy()
+    }
 }
 
 /// The driver type of an [`EthNic`].

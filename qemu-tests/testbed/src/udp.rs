@@ -93,6 +93,9 @@ impl cm::Platform for RealTime {
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
     }
+    fn entropy(&self) -> u64 {
+        crate::os_entropy()
+    }
 }
 
 /// The driver type as attached to a [`UdpNic`].

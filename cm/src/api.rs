@@ -177,6 +177,7 @@ impl<P: Provider> Cm<P> {
                 held_cqs: Vec::new(),
                 transport: Some(DevTransport::Mad(gsi)),
                 async_events: Default::default(),
+                resolver: None,
             });
             st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
@@ -245,9 +246,32 @@ impl<P: Provider> Cm<P> {
     }
 
     /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
-    /// ARP): `resolve_addr` to `ip` waits for one.
+    /// ARP): `resolve_addr` to `ip` waits for one, or for the device's
+    /// [`NeighborResolver`] to find it.
     pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
         self.with_state(|st| st.set_neighbor(ip, n));
+    }
+
+    /// What the neighbour table knows of `ip` (a device's own address included): the MAC a
+    /// reply to a sender at `ip` goes to, say a UD server's address handle built from a
+    /// received datagram ([`verbs::init_ah_from_wc`]).
+    pub fn neighbor(&self, ip: core::net::Ipv4Addr) -> Option<Neighbor> {
+        self.with_state(|st| st.neighbor(ip))
+    }
+
+    /// Gives a device its port's address resolution (ARP on an Ethernet port): address
+    /// resolution asks it for destinations the neighbour table does not know (`None` takes
+    /// it away again). ENODEV for a device not of this manager.
+    pub fn set_neighbor_resolver(
+        &self,
+        dev: DeviceId,
+        resolver: Option<Arc<dyn crate::NeighborResolver>>,
+    ) -> Result<(), Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            st.devs.get_mut(d).ok_or(Error::NoDevice)?.resolver = resolver;
+            Ok(())
+        })
     }
 
     /// The next asynchronous event of a device (`ibv_get_async_event` on the manager's

@@ -746,7 +746,35 @@ impl<P: Provider> State<P> {
         };
         let deadline = s.addr_deadline;
         let has_ref = s.has_dev_ref;
-        let Some(nb) = self.neighbor(*dst.ip()) else {
+        let mut known = self.neighbor(*dst.ip());
+        if known.is_none()
+            && let Some(r) = self.devs.get(d).and_then(|x| x.resolver.clone())
+        {
+            match r.resolve_neighbor(*dst.ip()) {
+                Ok(Some(nb)) => {
+                    self.set_neighbor(*dst.ip(), nb);
+                    known = Some(nb);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(s) = self.ids.get_mut(k) {
+                        s.fsm = Fsm::AddrBound;
+                    }
+                    self.push_event(
+                        k,
+                        EventType::AddrError,
+                        match e.errno() {
+                            0 => -113,
+                            n => -n,
+                        },
+                        EventParam::None,
+                        None,
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(nb) = known else {
             if self.now >= deadline
                 && let Some(s) = self.ids.get_mut(k)
             {

@@ -602,3 +602,90 @@ fn a_request_id_takes_its_own_context_and_events_carry_it() {
     let ev = next_event([&c, &s], &c, &clock);
     assert_eq!((ev.event, ev.context), (EventType::Disconnected, 1));
 }
+
+/// A port that learns a MAC after `answer_after` asks (`None`: never), or has no route.
+struct Arp {
+    asks: std::sync::atomic::AtomicU32,
+    answer_after: Option<u32>,
+    no_route: bool,
+}
+
+impl crate::NeighborResolver for Arp {
+    fn resolve_neighbor(&self, ip: std::net::Ipv4Addr) -> Result<Option<Neighbor>, Error> {
+        if self.no_route {
+            return Err(Error::HostUnreachable);
+        }
+        let n = self.asks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(self
+            .answer_after
+            .filter(|a| n > *a)
+            .map(|_| Neighbor { mac: mac(ip.octets()) }))
+    }
+}
+
+/// Client and server, only the server knowing its neighbour; the client's port resolves
+/// with `arp`.
+fn pair_with_arp(net: &Net, arp: Arp) -> (Clock, Side, Side, std::sync::Arc<Arp>) {
+    let clock = Clock::default();
+    let c = side(net, &clock, CLIENT, 4, 4);
+    let s = side(net, &clock, SERVER, 4, 4);
+    s.cm.add_neighbor(CLIENT.into(), Neighbor { mac: mac(CLIENT) });
+    let arp = std::sync::Arc::new(arp);
+    c.cm
+        .set_neighbor_resolver(c.cm.devices()[0].id, Some(arp.clone()))
+        .unwrap();
+    (clock, c, s, arp)
+}
+
+#[test]
+fn address_resolution_asks_the_port() {
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: Some(3),
+        no_route: false,
+    };
+    let (clock, c, s, arp) = pair_with_arp(&net, arp);
+    assert_eq!(c.cm.neighbor(SERVER.into()), None);
+    let _l = listener(&s);
+    let (id, _a) = client(&clock, &c, &s, PORT);
+    assert!(arp.asks.load(std::sync::atomic::Ordering::Relaxed) >= 4);
+    assert_eq!(c.cm.neighbor(SERVER.into()), Some(Neighbor { mac: mac(SERVER) }));
+    id.connect(None).unwrap();
+    let mut ev = next_event([&c, &s], &s, &clock);
+    let conn = ev.take_id().unwrap();
+    conn.create_qp(None, &mut attr()).unwrap();
+    conn.accept(None).unwrap();
+    assert_eq!(next_event([&c, &s], &c, &clock).event, EventType::Established);
+}
+
+#[test]
+fn an_unanswered_address_is_etimedout_and_no_route_ehostunreach() {
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: None,
+        no_route: false,
+    };
+    let (clock, c, s, arp) = pair_with_arp(&net, arp);
+    let id = c.cm.create_id(Some(&c.ch), 1, PortSpace::TCP).unwrap();
+    id.resolve_addr(None, &(SERVER, PORT).into(), 100).unwrap();
+    let ev = next_event([&c, &s], &c, &clock);
+    assert_eq!((ev.event, ev.status), (EventType::AddrError, -110));
+    // asked on every pass until the timeout (100 ms of 1 ms passes)
+    assert!(arp.asks.load(std::sync::atomic::Ordering::Relaxed) > 50);
+
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: None,
+        no_route: true,
+    };
+    let (_clock, c, _s, _arp) = pair_with_arp(&net, arp);
+    // a synchronous id: the errno of its ADDR_ERROR
+    let id = c.cm.create_id(None, 1, PortSpace::TCP).unwrap();
+    assert_eq!(
+        id.resolve_addr(None, &(SERVER, PORT).into(), 2000),
+        Err(Error::HostUnreachable)
+    );
+}

@@ -115,7 +115,7 @@ impl<P: Provider> State<P> {
     }
 
     fn on_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &Req) {
-        let Some(peer) = self.peer(src, src_qp) else {
+        let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
         };
@@ -503,7 +503,7 @@ impl<P: Provider> State<P> {
         });
         let Some(k) = found else {
             // nobody: answer anyway so that the peer stops asking
-            if let Some(to) = self.peer(src, src_qp) {
+            if let Some(to) = self.peer(d, src, src_qp) {
                 self.reply(d, &to, tid, drep);
             }
             return;
@@ -556,7 +556,7 @@ impl<P: Provider> State<P> {
     }
 
     fn on_sidr_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &SidrReq) {
-        let Some(peer) = self.peer(src, src_qp) else {
+        let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
         };

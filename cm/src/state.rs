@@ -154,9 +154,18 @@ impl<P: Provider> State<P> {
             .map(|(_, n)| *n)
     }
 
-    /// The peer at `ip` (its MAC from the neighbour table) on QP `qpn`, if it is known.
-    pub(crate) fn peer(&self, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
-        self.neighbor(ip).map(|nb| Peer {
+    /// The peer at `ip` on QP `qpn`, if its MAC is known: from the neighbour table, else
+    /// from device `d`'s resolver (which, not knowing it yet, sends an ARP request: the
+    /// message that asked is dropped, and its retransmission finds the answer, as a kernel's
+    /// CM resolves the sender of a REQ).
+    pub(crate) fn peer(&mut self, d: Key, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
+        let known = self.neighbor(ip).or_else(|| {
+            let r = self.devs.get(d)?.resolver.clone()?;
+            let nb = r.resolve_neighbor(ip).ok()??;
+            self.set_neighbor(ip, nb);
+            Some(nb)
+        });
+        known.map(|nb| Peer {
             ip,
             mac: nb.mac,
             qpn,

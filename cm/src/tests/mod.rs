@@ -616,10 +616,9 @@ impl crate::NeighborResolver for Arp {
             return Err(Error::HostUnreachable);
         }
         let n = self.asks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        Ok(self
-            .answer_after
-            .filter(|a| n > *a)
-            .map(|_| Neighbor { mac: mac(ip.octets()) }))
+        Ok(self.answer_after.filter(|a| n > *a).map(|_| Neighbor {
+            mac: mac(ip.octets()),
+        }))
     }
 }
 
@@ -631,8 +630,7 @@ fn pair_with_arp(net: &Net, arp: Arp) -> (Clock, Side, Side, std::sync::Arc<Arp>
     let s = side(net, &clock, SERVER, 4, 4);
     s.cm.add_neighbor(CLIENT.into(), Neighbor { mac: mac(CLIENT) });
     let arp = std::sync::Arc::new(arp);
-    c.cm
-        .set_neighbor_resolver(c.cm.devices()[0].id, Some(arp.clone()))
+    c.cm.set_neighbor_resolver(c.cm.devices()[0].id, Some(arp.clone()))
         .unwrap();
     (clock, c, s, arp)
 }
@@ -650,13 +648,19 @@ fn address_resolution_asks_the_port() {
     let _l = listener(&s);
     let (id, _a) = client(&clock, &c, &s, PORT);
     assert!(arp.asks.load(std::sync::atomic::Ordering::Relaxed) >= 4);
-    assert_eq!(c.cm.neighbor(SERVER.into()), Some(Neighbor { mac: mac(SERVER) }));
+    assert_eq!(
+        c.cm.neighbor(SERVER.into()),
+        Some(Neighbor { mac: mac(SERVER) })
+    );
     id.connect(None).unwrap();
     let mut ev = next_event([&c, &s], &s, &clock);
     let conn = ev.take_id().unwrap();
     conn.create_qp(None, &mut attr()).unwrap();
     conn.accept(None).unwrap();
-    assert_eq!(next_event([&c, &s], &c, &clock).event, EventType::Established);
+    assert_eq!(
+        next_event([&c, &s], &c, &clock).event,
+        EventType::Established
+    );
 }
 
 #[test]

@@ -139,7 +139,6 @@ fn os_entropy() -> u64 {
         .finish()
 }
 
-
 impl<D: Device> Local<D> {
     /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
     /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with

@@ -259,6 +259,32 @@ impl<P: Provider> Cm<P> {
         self.with_state(|st| st.neighbor(ip))
     }
 
+    /// The address attributes of a reply to the sender of a UD receive on device `dev`
+    /// ([`verbs::init_ah_from_wc`] on the receive's work completion and the 40 bytes in
+    /// front of its payload), with the sender's MAC from the neighbour table (or the
+    /// device's resolver): what a UD server hands [`Provider::create_ah`] to answer. EINVAL
+    /// for a GRH area holding no header, EHOSTUNREACH for a sender whose MAC is not known
+    /// (yet: the resolver was asked), ENODEV for a device not of this manager.
+    pub fn ah_attr_from_wc(
+        &self,
+        dev: DeviceId,
+        wc: &verbs::WorkCompletion,
+        grh: &[u8],
+    ) -> Result<verbs::AhAttr, Error> {
+        let mut a = verbs::init_ah_from_wc(1, 0, wc, grh)?;
+        let ip = a
+            .dgid
+            .ipv4()
+            .map(core::net::Ipv4Addr::from)
+            .ok_or(Error::HostUnreachable)?;
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let p = st.peer(d, ip, 0).ok_or(Error::HostUnreachable)?;
+            a.dmac = p.mac;
+            Ok(a)
+        })
+    }
+
     /// Gives a device its port's address resolution (ARP on an Ethernet port): address
     /// resolution asks it for destinations the neighbour table does not know (`None` takes
     /// it away again). ENODEV for a device not of this manager.

@@ -693,3 +693,33 @@ fn an_unanswered_address_is_etimedout_and_no_route_ehostunreach() {
         Err(Error::HostUnreachable)
     );
 }
+
+#[test]
+fn a_ud_reply_address_from_the_work_completion() {
+    let net = Net::default();
+    let (_clock, _c, s) = pair(&net);
+    let dev = s.cm.devices()[0].id;
+    // what the fake (as RoCEv2 over IPv4) puts in front of a datagram from the client
+    let mut grh = [0u8; 40];
+    grh[20] = 0x45;
+    grh[28] = 64;
+    grh[32..36].copy_from_slice(&CLIENT);
+    let wc = verbs::WorkCompletion {
+        src_qp: 99,
+        ..verbs::WorkCompletion::default()
+    };
+    let a = s.cm.ah_attr_from_wc(dev, &wc, &grh).unwrap();
+    assert_eq!(a.dgid, Gid::from_ipv4(CLIENT));
+    assert_eq!(a.dmac, mac(CLIENT));
+    assert_eq!(s.cm.neighbor(CLIENT.into()), Some(Neighbor { mac: mac(CLIENT) }));
+    // an unknown sender: no MAC to answer to
+    grh[32..36].copy_from_slice(&[10, 0, 0, 77]);
+    assert_eq!(
+        s.cm.ah_attr_from_wc(dev, &wc, &grh),
+        Err(Error::HostUnreachable)
+    );
+    assert_eq!(
+        s.cm.ah_attr_from_wc(dev, &wc, &[0u8; 40]),
+        Err(Error::InvalidArgument)
+    );
+}

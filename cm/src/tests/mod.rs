@@ -711,7 +711,10 @@ fn a_ud_reply_address_from_the_work_completion() {
     let a = s.cm.ah_attr_from_wc(dev, &wc, &grh).unwrap();
     assert_eq!(a.dgid, Gid::from_ipv4(CLIENT));
     assert_eq!(a.dmac, mac(CLIENT));
-    assert_eq!(s.cm.neighbor(CLIENT.into()), Some(Neighbor { mac: mac(CLIENT) }));
+    assert_eq!(
+        s.cm.neighbor(CLIENT.into()),
+        Some(Neighbor { mac: mac(CLIENT) })
+    );
     // an unknown sender: no MAC to answer to
     grh[32..36].copy_from_slice(&[10, 0, 0, 77]);
     assert_eq!(

@@ -40,8 +40,8 @@ pub fn inl(port: u16) -> u32 {
 /// 64 random bits from RDRAND where the CPU has it (CPUID.1:ECX bit 30; retried a few
 /// times, as the instruction may come back empty); `None` without it.
 pub fn rdrand() -> Option<u64> {
-    // SAFETY: CPUID leaf 1 exists on every x86-64 CPU and only reads identification bits.
-    let ecx = unsafe { core::arch::x86_64::__cpuid(1) }.ecx;
+    // CPUID leaf 1 exists on every x86-64 CPU and only reads identification bits.
+    let ecx = core::arch::x86_64::__cpuid(1).ecx;
     if ecx & (1 << 30) == 0 {
         return None;
     }

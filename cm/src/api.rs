@@ -52,10 +52,11 @@ impl<P: Provider> Cm<P> {
     /// and the relax hook blocking calls spin on (where an in-process device makes progress).
     pub fn new(platform: impl Platform + Send + Sync + 'static, cfg: CmConfig) -> Cm<P> {
         let uid = NEXT_CM.fetch_add(1, Ordering::Relaxed);
+        let entropy = platform.entropy();
         Cm {
             sh: Arc::new(Shared {
                 platform: Box::new(platform),
-                st: spin::Mutex::new(State::new(cfg, uid)),
+                st: spin::Mutex::new(State::new(cfg, uid, entropy)),
             }),
         }
     }
@@ -175,6 +176,8 @@ impl<P: Provider> Cm<P> {
                 refcnt: 0,
                 held_cqs: Vec::new(),
                 transport: Some(DevTransport::Mad(gsi)),
+                async_events: Default::default(),
+                resolver: None,
             });
             st.set_neighbor(ip, Neighbor { mac });
             st.device_id(key)
@@ -243,9 +246,77 @@ impl<P: Provider> Cm<P> {
     }
 
     /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
-    /// ARP): `resolve_addr` to `ip` waits for one.
+    /// ARP): `resolve_addr` to `ip` waits for one, or for the device's
+    /// [`NeighborResolver`] to find it.
     pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
         self.with_state(|st| st.set_neighbor(ip, n));
+    }
+
+    /// What the neighbour table knows of `ip` (a device's own address included): the MAC a
+    /// reply to a sender at `ip` goes to, say a UD server's address handle built from a
+    /// received datagram ([`verbs::init_ah_from_wc`]).
+    pub fn neighbor(&self, ip: core::net::Ipv4Addr) -> Option<Neighbor> {
+        self.with_state(|st| st.neighbor(ip))
+    }
+
+    /// The address attributes of a reply to the sender of a UD receive on device `dev`
+    /// ([`verbs::init_ah_from_wc`] on the receive's work completion and the 40 bytes in
+    /// front of its payload), with the sender's MAC from the neighbour table (or the
+    /// device's resolver): what a UD server hands [`Provider::create_ah`] to answer. EINVAL
+    /// for a GRH area holding no header, EHOSTUNREACH for a sender whose MAC is not known
+    /// (yet: the resolver was asked), ENODEV for a device not of this manager.
+    pub fn ah_attr_from_wc(
+        &self,
+        dev: DeviceId,
+        wc: &verbs::WorkCompletion,
+        grh: &[u8],
+    ) -> Result<verbs::AhAttr, Error> {
+        let mut a = verbs::init_ah_from_wc(1, 0, wc, grh)?;
+        let ip = a
+            .dgid
+            .ipv4()
+            .map(core::net::Ipv4Addr::from)
+            .ok_or(Error::HostUnreachable)?;
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let p = st.peer(d, ip, 0).ok_or(Error::HostUnreachable)?;
+            a.dmac = p.mac;
+            Ok(a)
+        })
+    }
+
+    /// Gives a device its port's address resolution (ARP on an Ethernet port): address
+    /// resolution asks it for destinations the neighbour table does not know (`None` takes
+    /// it away again). ENODEV for a device not of this manager.
+    pub fn set_neighbor_resolver(
+        &self,
+        dev: DeviceId,
+        resolver: Option<Arc<dyn crate::NeighborResolver>>,
+    ) -> Result<(), Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            st.devs.get_mut(d).ok_or(Error::NoDevice)?.resolver = resolver;
+            Ok(())
+        })
+    }
+
+    /// The next asynchronous event of a device (`ibv_get_async_event` on the manager's
+    /// context, non-blocking) while [`CmConfig::watch_async_events`] is on: the engine reads
+    /// the provider's events (COMM_EST completes a passive handshake whose RTU is missing)
+    /// and keeps them here, the last 256. Off, the provider's own, read directly. ENODEV for
+    /// a device not of this manager.
+    pub fn get_async_event(&self, dev: DeviceId) -> Result<Option<verbs::AsyncEvent>, Error> {
+        self.with_state(|st| {
+            st.progress();
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let watch = st.cfg.watch_async_events;
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            if watch {
+                Ok(x.async_events.pop_front())
+            } else {
+                Ok(x.provider.get_async_event()?)
+            }
+        })
     }
 
     /// Allocates a PD on a device (`ibv_alloc_pd` on the manager's context).
@@ -466,8 +537,10 @@ impl<P: Provider> Cm<P> {
     pub(crate) fn get_event(&self, chan: Key) -> Result<CmEvent<P>, Error> {
         let ev = self.pop_event(chan)?;
         let new_id = (ev.ty == EventType::ConnectRequest).then(|| self.id_of(ev.id));
+        let context = self.with_state(|st| st.ids.get(ev.id).map_or(0, |s| s.context));
         Ok(CmEvent {
             event: ev.ty,
+            context,
             status: ev.status,
             id: IdHandle(ev.id.raw()),
             listen_id: ev.listen.map(|l| IdHandle(l.raw())),

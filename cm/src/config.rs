@@ -14,7 +14,9 @@ pub struct CmConfig {
     pub packet_life_time: u8,
     /// Hop limit of synthesised paths.
     pub hop_limit: u8,
-    /// Seed of the random communication IDs and PSNs.
+    /// Seed of the random communication IDs, transaction IDs and PSNs, mixed with the
+    /// platform's [`entropy`](crate::Platform::entropy) (so the default seed still gives every
+    /// run identities of its own).
     pub seed: u64,
     /// Receive buffers of each device's MAD QP (Linux's MAD layer: 512).
     pub mad_recv_slots: u16,
@@ -28,6 +30,13 @@ pub struct CmConfig {
     /// whose channels are scarce device objects (an mlx5 channel is an EQ), two channels per
     /// connection limit a device to a few hundred connections at most.
     pub auto_comp_channels: bool,
+    /// The progress engine reads each device's asynchronous events (on by default): a
+    /// communication-established event (`IBV_EVENT_COMM_EST`, the first packet on a QP whose
+    /// RTU has not arrived) completes the passive side's handshake, as the IB CM does for
+    /// kernel QPs; every event is then handed on by [`Cm::get_async_event`](crate::Cm::get_async_event).
+    /// Off, the application reads them from the provider and passes COMM_EST on with
+    /// [`CmId::notify`](crate::CmId::notify) (`rdma_notify`).
+    pub watch_async_events: bool,
 }
 
 impl Default for CmConfig {
@@ -42,6 +51,7 @@ impl Default for CmConfig {
             mad_send_slots: 128,
             wait_limit_ns: None,
             auto_comp_channels: true,
+            watch_async_events: true,
         }
     }
 }
@@ -65,4 +75,10 @@ pub struct CmStats {
     pub transport_resets: u64,
     /// Resets that failed (tried again on the next pass).
     pub transport_reset_failures: u64,
+    /// Passive connections established by their QP's communication-established event (the
+    /// RTU was lost or late).
+    pub comm_est_rtus: u64,
+    /// Asynchronous events dropped because the application did not read them
+    /// ([`Cm::get_async_event`](crate::Cm::get_async_event); the oldest go first).
+    pub async_events_dropped: u64,
 }

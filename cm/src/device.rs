@@ -17,6 +17,22 @@ pub struct Neighbor {
     pub mac: [u8; 6],
 }
 
+/// How a device's port finds its neighbours' Ethernet addresses (a kernel's ARP): given to
+/// the manager per device ([`Cm::set_neighbor_resolver`](crate::Cm::set_neighbor_resolver)).
+/// `resolve_addr` (and `create_ep`) asks it for a destination the neighbour table does not
+/// know, on every pass of the progress engine until it answers or the call's timeout passes
+/// (ADDR_ERROR with −ETIMEDOUT, as Linux's address resolution reports an unanswered ARP).
+pub trait NeighborResolver: Send + Sync {
+    /// What the port knows of `ip`, without waiting: `Ok(Some(..))` when it knows the MAC
+    /// (the manager enters it in its table); `Ok(None)` while it does not, after asking the
+    /// wire (an ARP request; a repeat while a request is in flight, or while the port's own
+    /// retries run, sends nothing new); `Err` when `ip` cannot be reached from this port at
+    /// all (no route: [`Error::HostUnreachable`](crate::Error::HostUnreachable), or
+    /// ENETUNREACH as `Error::Other(101)`), which fails the resolution at once with that
+    /// errno (an error without one counts as EHOSTUNREACH).
+    fn resolve_neighbor(&self, ip: Ipv4Addr) -> Result<Option<Neighbor>, crate::Error>;
+}
+
 /// A device of a [`Cm`](crate::Cm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceId {
@@ -91,7 +107,14 @@ pub(crate) struct Dev<P: Provider> {
     pub held_cqs: alloc::vec::Vec<crate::resources::AutoCq<P>>,
     /// How its connection messages travel (the MAD transport on its GSI QP).
     pub transport: Option<DevTransport<P>>,
+    /// Its port's address resolution, if the application gave one.
+    pub resolver: Option<alloc::sync::Arc<dyn NeighborResolver>>,
+    /// Asynchronous events the engine read, for [`Cm::get_async_event`](crate::Cm::get_async_event).
+    pub async_events: alloc::collections::VecDeque<verbs::AsyncEvent>,
 }
+
+/// Asynchronous events a device keeps for the application (older ones are dropped).
+pub(crate) const ASYNC_EVENT_QUEUE: usize = 256;
 
 /// EUI-64 node GUID of a MAC.
 pub(crate) const fn guid_of(mac: [u8; 6]) -> u64 {

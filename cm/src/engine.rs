@@ -115,7 +115,7 @@ impl<P: Provider> State<P> {
     }
 
     fn on_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &Req) {
-        let Some(peer) = self.peer(src, src_qp) else {
+        let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
         };
@@ -393,7 +393,32 @@ impl<P: Provider> State<P> {
         }) else {
             return;
         };
+        self.rtu_received(k);
+    }
+
+    /// The communication-established event of QP `qpn` of device `d` (its first packet
+    /// arrived): for a passive id waiting for its RTU, the RTU was lost on the way and the
+    /// connection is established all the same, as the IB CM's `cm_establish` has it.
+    /// Anything else (an active QP, an id already established) ignores it.
+    pub(crate) fn comm_est(&mut self, d: Key, qpn: u32) {
+        let Some(k) = self.find(|s| {
+            !s.conn.active
+                && s.dev == Some(d)
+                && s.fsm == Fsm::RepSent
+                && s.qp.as_ref().is_some_and(|q| q.qpn == qpn)
+        }) else {
+            return;
+        };
+        self.stats.comm_est_rtus += 1;
+        self.rtu_received(k);
+    }
+
+    /// A passive id in REP_SENT gets its RTU (or what stands for it).
+    pub(crate) fn rtu_received(&mut self, k: Key) {
         let Some(s) = self.ids.get_mut(k) else { return };
+        if s.fsm != Fsm::RepSent {
+            return;
+        }
         s.conn.retx = None;
         s.fsm = Fsm::Established;
         let data = ConnData {
@@ -478,7 +503,7 @@ impl<P: Provider> State<P> {
         });
         let Some(k) = found else {
             // nobody: answer anyway so that the peer stops asking
-            if let Some(to) = self.peer(src, src_qp) {
+            if let Some(to) = self.peer(d, src, src_qp) {
                 self.reply(d, &to, tid, drep);
             }
             return;
@@ -531,7 +556,7 @@ impl<P: Provider> State<P> {
     }
 
     fn on_sidr_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &SidrReq) {
-        let Some(peer) = self.peer(src, src_qp) else {
+        let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
         };
@@ -721,7 +746,35 @@ impl<P: Provider> State<P> {
         };
         let deadline = s.addr_deadline;
         let has_ref = s.has_dev_ref;
-        let Some(nb) = self.neighbor(*dst.ip()) else {
+        let mut known = self.neighbor(*dst.ip());
+        if known.is_none()
+            && let Some(r) = self.devs.get(d).and_then(|x| x.resolver.clone())
+        {
+            match r.resolve_neighbor(*dst.ip()) {
+                Ok(Some(nb)) => {
+                    self.set_neighbor(*dst.ip(), nb);
+                    known = Some(nb);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(s) = self.ids.get_mut(k) {
+                        s.fsm = Fsm::AddrBound;
+                    }
+                    self.push_event(
+                        k,
+                        EventType::AddrError,
+                        match e.errno() {
+                            0 => -113,
+                            n => -n,
+                        },
+                        EventParam::None,
+                        None,
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(nb) = known else {
             if self.now >= deadline
                 && let Some(s) = self.ids.get_mut(k)
             {

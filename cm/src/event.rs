@@ -160,6 +160,10 @@ pub struct CmEvent<P: Provider> {
     pub id: IdHandle,
     /// The listener, for a connection request.
     pub listen_id: Option<IdHandle>,
+    /// The context of the id it concerns when it was read (librdmacm's
+    /// `event->id->context`; a connection request's new id starts with its listener's), so
+    /// events can be matched to the application's objects without comparing handles.
+    pub context: u64,
     /// Parameters and private data.
     pub param: EventParam,
     pub(crate) new_id: Option<CmId<P>>,
@@ -180,6 +184,7 @@ impl<P: Provider> core::fmt::Debug for CmEvent<P> {
             .field("status", &self.status)
             .field("id", &self.id)
             .field("listen_id", &self.listen_id)
+            .field("context", &self.context)
             .field("param", &self.param)
             .finish()
     }

@@ -177,6 +177,18 @@ impl<P: Provider> CmId<P> {
         self.read(|s| s.context).unwrap_or(0)
     }
 
+    /// Sets the user context (librdmacm's `id->context = ...`; on an id from
+    /// [`get_request`](Self::get_request) or a connection request, it replaces the one
+    /// inherited from the listener). Later events of the id carry it
+    /// ([`CmEvent::context`](crate::CmEvent::context)).
+    pub fn set_context(&self, context: u64) {
+        self.cm.with_state(|st| {
+            if let Some(s) = st.ids.get_mut(self.key) {
+                s.context = context;
+            }
+        });
+    }
+
     /// The port space.
     pub fn port_space(&self) -> crate::PortSpace {
         self.read(|s| s.ps).unwrap_or(crate::PortSpace(0))
@@ -504,6 +516,21 @@ impl<P: Provider> CmId<P> {
     /// the RTU. EINVAL for an id with a QP or without a REP.
     pub fn establish(&self) -> Result<(), Error> {
         self.cm.with_state(|st| st.establish(self.key))
+    }
+
+    /// `rdma_notify`: hands the manager an asynchronous event of the id's QP that the
+    /// application read itself (with [`CmConfig::watch_async_events`](crate::CmConfig::watch_async_events)
+    /// off). COMM_EST establishes a passive connection whose RTU has not arrived (a no-op in
+    /// any other state, as in the IB CM); other event types: EINVAL.
+    pub fn notify(&self, event: verbs::AsyncEventType) -> Result<(), Error> {
+        if event != verbs::AsyncEventType::CommEst {
+            return Err(Error::InvalidArgument);
+        }
+        self.cm.with_state(|st| {
+            st.id(self.key)?;
+            st.rtu_received(self.key);
+            Ok(())
+        })
     }
 
     /// `rdma_disconnect`: moves the QP to ERR (its posted work requests complete with

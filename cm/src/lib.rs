@@ -41,7 +41,9 @@
 //! nothing outside the MAD transport assumes QP1. A transport whose QP goes to the error state
 //! (a hostile datagram, a device fault) is reset and its receives posted again by the engine
 //! ([`CmStats::transport_resets`]); retransmissions carry the connections in progress over it.
-//! The neighbour table ([`Neighbor`]) stands in for ARP.
+//! Address resolution looks in the neighbour table ([`Neighbor`], [`Cm::add_neighbor`]) and,
+//! for what it does not know, asks the device's port ([`NeighborResolver`]: ARP on an
+//! Ethernet port), as a kernel's `rdma_resolve_addr` does.
 //!
 //! Modules: `api` (the manager's calls), `id` (the id's calls), `ops` (what each call does to
 //! the state), `engine` (received messages, timers), `state` (the state and the progress
@@ -90,7 +92,7 @@ mod tests;
 pub use crate::addr::{AddrInfo, Family, PortSpace, RaiFlags, getaddrinfo};
 pub use crate::config::{CmConfig, CmStats, RDMA_UDP_QKEY};
 pub use crate::datapath::DataPath;
-pub use crate::device::{CmPd, DeviceId, DeviceInfo, Neighbor};
+pub use crate::device::{CmPd, DeviceId, DeviceInfo, Neighbor, NeighborResolver};
 pub use crate::error::{Error, GaiError};
 pub use crate::event::{
     CmEvent, ConnData, ConnParam, EventChannel, EventParam, EventType, UdData, ack_cm_event,
@@ -100,5 +102,5 @@ pub use crate::options::{
     IdOptions, OPTION_IB, OPTION_IB_PATH, OPTION_ID, OPTION_ID_ACK_TIMEOUT, OPTION_ID_AFONLY,
     OPTION_ID_REUSEADDR, OPTION_ID_TOS, PATH_DATA_SIZE, PATH_FLAGS_GMP_PRIMARY_BIDIR,
 };
-pub use crate::platform::Platform;
+pub use crate::platform::{Platform, clock_entropy};
 pub use crate::state::Cm;

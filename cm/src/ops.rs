@@ -53,7 +53,7 @@ impl<P: Provider> State<P> {
         Ok(self.new_id(chan, sync, context, ps, qp_type))
     }
 
-    fn id(&self, k: Key) -> Result<&crate::conn::IdState<P>, Error> {
+    pub(crate) fn id(&self, k: Key) -> Result<&crate::conn::IdState<P>, Error> {
         self.ids.get(k).ok_or(Error::InvalidArgument)
     }
 
@@ -801,6 +801,11 @@ impl<P: Provider> State<P> {
         if let (Some(dev), Some(q)) = (self.devs.get(d), s.path.lock().qp.as_mut()) {
             qp_to_err(&*dev.provider, &mut q.qp);
         }
+        // A UD id has no connection: no DREQ or DREP (the kernel's `ib_send_cm_dreq` and
+        // `ib_send_cm_drep` refuse its SIDR id, and `rdma_disconnect` returns 0).
+        if s.qp_type == QpType::Ud {
+            return Ok(());
+        }
         let c = &s.conn;
         match s.fsm {
             Fsm::Established => {
@@ -931,11 +936,12 @@ impl<P: Provider> State<P> {
                 let m = self.rej_msg(local, remote, kind, rej_reason::CONSUMER_DEFINED, &[]);
                 self.send_for(k, tid, m, None);
             }
-            Fsm::Established | Fsm::DreqRcvd => {
+            // a UD id has no connection to tear down: nothing goes on the wire
+            Fsm::Established | Fsm::DreqRcvd if !ud => {
                 let _ = self.disconnect(k);
                 self.orphan_dreq(k);
             }
-            Fsm::DreqSent => self.orphan_dreq(k),
+            Fsm::DreqSent if !ud => self.orphan_dreq(k),
             _ => {}
         }
         // QP → the CQs it created → their channels → the SRQ

@@ -111,8 +111,10 @@ pub(crate) fn padded<const N: usize>(data: &[u8]) -> [u8; N] {
 // ------------------------------------------------------------------ state: devices, ids, events
 
 impl<P: Provider> State<P> {
-    pub(crate) fn new(cfg: CmConfig, cm_uid: u32) -> State<P> {
-        let mut rng = Rng(cfg.seed | 1);
+    /// A manager's state; `entropy` (the platform's) is mixed into the configured seed, so
+    /// `0` keeps the configured seed as it is.
+    pub(crate) fn new(cfg: CmConfig, cm_uid: u32, entropy: u64) -> State<P> {
+        let mut rng = Rng((cfg.seed ^ entropy) | 1);
         let comm_id_mask = rng.next() as u32;
         let eph_cursor = (rng.next() % 28232) as u16;
         State {
@@ -152,9 +154,18 @@ impl<P: Provider> State<P> {
             .map(|(_, n)| *n)
     }
 
-    /// The peer at `ip` (its MAC from the neighbour table) on QP `qpn`, if it is known.
-    pub(crate) fn peer(&self, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
-        self.neighbor(ip).map(|nb| Peer {
+    /// The peer at `ip` on QP `qpn`, if its MAC is known: from the neighbour table, else
+    /// from device `d`'s resolver (which, not knowing it yet, sends an ARP request: the
+    /// message that asked is dropped, and its retransmission finds the answer, as a kernel's
+    /// CM resolves the sender of a REQ).
+    pub(crate) fn peer(&mut self, d: Key, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
+        let known = self.neighbor(ip).or_else(|| {
+            let r = self.devs.get(d)?.resolver.clone()?;
+            let nb = r.resolve_neighbor(ip).ok()??;
+            self.set_neighbor(ip, nb);
+            Some(nb)
+        });
+        known.map(|nb| Peer {
             ip,
             mac: nb.mac,
             qpn,
@@ -402,6 +413,35 @@ impl<P: Provider> State<P> {
     // -------------------------------------------------------------- progress
 
     /// Services every device and id once.
+    /// Reads the devices' asynchronous events (a bounded number per pass): COMM_EST of a
+    /// QP stands for its RTU; each is kept for the application.
+    fn async_events(&mut self) {
+        let mut est: Vec<(Key, u32)> = Vec::new();
+        for k in self.devs.keys() {
+            let Some(dev) = self.devs.get_mut(k) else {
+                continue;
+            };
+            for _ in 0..64 {
+                let Ok(Some(ev)) = dev.provider.get_async_event() else {
+                    break;
+                };
+                if let (verbs::AsyncEventType::CommEst, verbs::AsyncElement::Qp(qpn)) =
+                    (ev.event_type, ev.element)
+                {
+                    est.push((k, qpn));
+                }
+                if dev.async_events.len() >= crate::device::ASYNC_EVENT_QUEUE {
+                    dev.async_events.pop_front();
+                    self.stats.async_events_dropped += 1;
+                }
+                dev.async_events.push_back(ev);
+            }
+        }
+        for (d, qpn) in est {
+            self.comm_est(d, qpn);
+        }
+    }
+
     pub fn progress(&mut self) {
         let mut bad = 0;
         for k in self.devs.keys() {
@@ -422,6 +462,9 @@ impl<P: Provider> State<P> {
             }
         }
         self.stats.bad_mads += bad;
+        if self.cfg.watch_async_events {
+            self.async_events();
+        }
         let got = core::mem::take(&mut self.rx);
         self.stats.mads_received += got.len() as u64;
         for r in got {

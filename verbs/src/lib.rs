@@ -36,6 +36,7 @@
 
 extern crate alloc;
 
+mod ah;
 mod error;
 mod flags;
 mod mem;
@@ -45,6 +46,7 @@ pub mod rc;
 mod types;
 mod wr;
 
+pub use ah::{GRH_SIZE, create_ah_from_wc, init_ah_from_wc};
 pub use error::{DestroyError, DeviceFailure, Error, PostError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use mem::{Buffer, DMA_PAGE_SIZE, DmaMemory};

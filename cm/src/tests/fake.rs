@@ -82,6 +82,7 @@ struct Node {
     mrs: HashMap<u32, Buffer>,
     channels: HashMap<u32, VecDeque<CqEvent>>,
     cut_off: bool,
+    async_events: VecDeque<AsyncEvent>,
 }
 
 impl Node {
@@ -179,6 +180,10 @@ pub struct NetState {
     pub drop_too_long: bool,
     /// Datagrams sent (any QP).
     pub datagrams: u64,
+    /// Every MAD sent on a GSI QP: (sender's address, full MAD bytes).
+    pub mads: Vec<([u8; 4], Vec<u8>)>,
+    /// MADs of this attribute ID are lost (counted in `mads` all the same).
+    pub drop_attr: Option<u16>,
 }
 
 /// A shared network of fake devices.
@@ -213,11 +218,29 @@ impl Net {
             mrs: HashMap::new(),
             channels: HashMap::new(),
             cut_off: false,
+            async_events: VecDeque::new(),
         });
         Fake {
             net: self.clone(),
             node: st.nodes.len() - 1,
         }
+    }
+
+    /// Queues an asynchronous event on the device at `ip`.
+    pub fn raise(&self, ip: [u8; 4], ev: AsyncEvent) {
+        for n in self.state().nodes.iter_mut().filter(|n| n.ip == ip) {
+            n.async_events.push_back(ev);
+        }
+    }
+
+    /// The attribute IDs of the MADs the node at `ip` sent, in order.
+    pub fn mads_from(&self, ip: [u8; 4]) -> Vec<u16> {
+        self.state()
+            .mads
+            .iter()
+            .filter(|(i, m)| *i == ip && m.len() >= 18)
+            .map(|(_, m)| u16::from_be_bytes([m[16], m[17]]))
+            .collect()
     }
 
     /// Cuts a node off (true) or reconnects it.
@@ -617,8 +640,18 @@ impl Provider for Fake {
                     };
                     let to = d.ah.0.dgid.ipv4();
                     st.datagrams += 1;
+                    let mut lost = false;
+                    if qp.ty == QpType::Gsi {
+                        let attr = data.get(16..18).map(|a| u16::from_be_bytes([a[0], a[1]]));
+                        st.mads.push((src_ip, data.clone()));
+                        lost = attr.is_some() && attr == st.drop_attr;
+                    }
                     let drop_too_long = st.drop_too_long;
-                    if let Some(t) = st.nodes.iter().position(|n| Some(n.ip) == to && !n.cut_off) {
+                    if let Some(t) = st
+                        .nodes
+                        .iter()
+                        .position(|n| Some(n.ip) == to && !n.cut_off && !lost)
+                    {
                         deliver(
                             &mut st.nodes[t],
                             d.remote_qpn,
@@ -685,7 +718,7 @@ impl Provider for Fake {
     }
 
     fn get_async_event(&self) -> Result<Option<AsyncEvent>, Error> {
-        Ok(None)
+        Ok(self.node(|n| n.async_events.pop_front()))
     }
 }
 

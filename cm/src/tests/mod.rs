@@ -381,3 +381,348 @@ fn a_dropped_oversized_datagram_changes_nothing() {
     let (id, _a, conn, l) = connect(&net, &clock, &c, &s);
     drop((id, conn, l));
 }
+
+/// A SIDR exchange on UDP port `port`: (client id, server's request id, listener).
+fn ud_pair(clock: &Clock, c: &Side, s: &Side) -> (CmId<Fake>, CmId<Fake>, CmId<Fake>) {
+    let l = s.cm.create_id(Some(&s.ch), 3, PortSpace::UDP).unwrap();
+    l.bind_addr(&(s.ip, PORT).into()).unwrap();
+    l.listen(0).unwrap();
+    let id = c.cm.create_id(Some(&c.ch), 4, PortSpace::UDP).unwrap();
+    id.resolve_addr(None, &(s.ip, PORT).into(), 2000).unwrap();
+    assert_eq!(next_event([c, s], c, clock).event, EventType::AddrResolved);
+    id.resolve_route(2000).unwrap();
+    assert_eq!(next_event([c, s], c, clock).event, EventType::RouteResolved);
+    let ud = || QpInitAttr {
+        qp_type: QpType::Ud,
+        ..attr()
+    };
+    id.create_qp(None, &mut ud()).unwrap();
+    id.connect(None).unwrap();
+    let mut ev = next_event([c, s], s, clock);
+    assert_eq!(ev.event, EventType::ConnectRequest);
+    let conn = ev.take_id().unwrap();
+    conn.create_qp(None, &mut ud()).unwrap();
+    conn.accept(None).unwrap();
+    let ev = next_event([c, s], c, clock);
+    assert_eq!(ev.event, EventType::Established, "{ev:?}");
+    (id, conn, l)
+}
+
+#[test]
+fn destroying_ud_ids_sends_no_dreq() {
+    use crate::mad::attr;
+    let net = Net::default();
+    let (clock, c, s) = pair(&net);
+    let (id, conn, l) = ud_pair(&clock, &c, &s);
+    assert_eq!(net.mads_from(CLIENT), [attr::SIDR_REQ]);
+    assert_eq!(net.mads_from(SERVER), [attr::SIDR_REP]);
+    // disconnecting a UD id is a no-op on the wire, as is destroying it
+    id.disconnect().unwrap();
+    drop((id, conn, l));
+    for _ in 0..100 {
+        c.cm.progress();
+        s.cm.progress();
+        crate::Platform::relax(&clock);
+    }
+    assert_eq!(net.mads_from(CLIENT), [attr::SIDR_REQ]);
+    assert_eq!(net.mads_from(SERVER), [attr::SIDR_REP]);
+    assert_eq!(c.cm.live(), (0, 1));
+}
+
+/// The client's REQ as sent: (bytes, starting PSN field, local communication ID).
+fn first_req(net: &Net) -> Vec<u8> {
+    let st = net.state();
+    let (_, m) = st
+        .mads
+        .iter()
+        .find(|(ip, m)| {
+            *ip == CLIENT && u16::from_be_bytes([m[16], m[17]]) == crate::mad::attr::REQ
+        })
+        .expect("a REQ");
+    m.clone()
+}
+
+#[test]
+fn two_runs_have_their_own_comm_ids_tids_and_psns() {
+    // the same program twice (same configuration, same clock): the REQs differ in
+    // transaction ID (8..16), communication ID (24..28) and starting PSN (REQ offset 40)
+    let run = || {
+        let net = Net::default();
+        let (clock, c, s) = pair(&net);
+        let _ = connect(&net, &clock, &c, &s);
+        first_req(&net)
+    };
+    let (a, b) = (run(), run());
+    let decode = |m: &[u8]| match crate::mad::CmMad::decode(m).unwrap() {
+        crate::mad::CmMad {
+            tid,
+            msg: crate::mad::CmMessage::Req(r),
+            ..
+        } => (tid, r.local_comm_id, r.starting_psn),
+        other => panic!("{other:?}"),
+    };
+    let (a, b) = (decode(&a), decode(&b));
+    assert_ne!(a.0, b.0, "transaction ID");
+    assert_ne!(a.1, b.1, "local communication ID");
+    assert_ne!(a.2, b.2, "starting PSN");
+}
+
+#[test]
+fn constant_entropy_gives_reproducible_identities() {
+    #[derive(Clone)]
+    struct Fixed(Clock);
+    impl crate::Platform for Fixed {
+        fn relax(&self) {
+            self.0.relax()
+        }
+        fn now_ns(&self) -> u64 {
+            self.0.now_ns()
+        }
+        fn entropy(&self) -> u64 {
+            42
+        }
+    }
+    let ids = || {
+        let net = Net::default();
+        let cm = Cm::new(Fixed(Clock::default()), cfg());
+        cm.add_device(net.device(CLIENT, 4, 4), mac(CLIENT))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        cm.with_state(|st| (st.next_comm_id(), st.rng.psn()))
+    };
+    assert_eq!(ids(), ids());
+}
+
+#[test]
+fn comm_est_stands_for_a_lost_rtu() {
+    use crate::mad::attr;
+    use verbs::{AsyncElement, AsyncEvent, AsyncEventType};
+    let net = Net::default();
+    let (clock, c, s) = pair(&net);
+    let _l = listener(&s);
+    let (id, _a) = client(&clock, &c, &s, PORT);
+    net.state().drop_attr = Some(attr::RTU);
+    id.connect(None).unwrap();
+    let mut ev = next_event([&c, &s], &s, &clock);
+    assert_eq!(ev.event, EventType::ConnectRequest);
+    let conn = ev.take_id().unwrap();
+    conn.create_qp(None, &mut attr()).unwrap();
+    conn.accept(None).unwrap();
+    assert_eq!(
+        next_event([&c, &s], &c, &clock).event,
+        EventType::Established
+    );
+    for _ in 0..5 {
+        c.cm.progress();
+        s.cm.progress();
+    }
+    assert_eq!(
+        net.mads_from(CLIENT),
+        [attr::REQ, attr::RTU],
+        "the RTU was sent"
+    );
+    assert_eq!(s.ch.get_cm_event().err(), Some(Error::Again), "and lost");
+    // the first packet on the server's QP: the device raises COMM_EST
+    let qpn = conn.qp_num().unwrap();
+    let est = AsyncEvent {
+        event_type: AsyncEventType::CommEst,
+        element: AsyncElement::Qp(qpn),
+    };
+    net.raise(SERVER, est);
+    s.cm.progress();
+    let ev = s.ch.get_cm_event().unwrap();
+    assert_eq!((ev.event, ev.status), (EventType::Established, 0));
+    // at once: no REP retransmission
+    assert_eq!(s.cm.stats().retransmits, 0);
+    assert_eq!(s.cm.stats().comm_est_rtus, 1);
+    // and the application still sees the event
+    assert_eq!(s.cm.get_async_event(s.cm.devices()[0].id), Ok(Some(est)));
+    assert_eq!(s.cm.get_async_event(s.cm.devices()[0].id), Ok(None));
+    // a second COMM_EST changes nothing
+    net.raise(SERVER, est);
+    s.cm.progress();
+    assert_eq!(s.ch.get_cm_event().err(), Some(Error::Again));
+}
+
+#[test]
+fn notify_comm_est_is_rdma_notify() {
+    use crate::mad::attr;
+    let net = Net::default();
+    let clock = Clock::default();
+    let c = side(&net, &clock, CLIENT, 4, 4);
+    let s = {
+        let cm = Cm::new(
+            clock.clone(),
+            CmConfig {
+                watch_async_events: false,
+                ..cfg()
+            },
+        );
+        cm.add_device(net.device(SERVER, 4, 4), mac(SERVER))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let ch = cm.create_event_channel().unwrap();
+        ch.set_nonblocking(true);
+        Side { cm, ch, ip: SERVER }
+    };
+    c.cm.add_neighbor(SERVER.into(), Neighbor { mac: mac(SERVER) });
+    s.cm.add_neighbor(CLIENT.into(), Neighbor { mac: mac(CLIENT) });
+    let _l = listener(&s);
+    let (id, _a) = client(&clock, &c, &s, PORT);
+    net.state().drop_attr = Some(attr::RTU);
+    id.connect(None).unwrap();
+    let mut ev = next_event([&c, &s], &s, &clock);
+    let conn = ev.take_id().unwrap();
+    conn.create_qp(None, &mut attr()).unwrap();
+    conn.accept(None).unwrap();
+    assert_eq!(
+        next_event([&c, &s], &c, &clock).event,
+        EventType::Established
+    );
+    assert_eq!(
+        conn.notify(verbs::AsyncEventType::SqDrained),
+        Err(Error::InvalidArgument)
+    );
+    conn.notify(verbs::AsyncEventType::CommEst).unwrap();
+    let ev = s.ch.get_cm_event().unwrap();
+    assert_eq!(ev.event, EventType::Established);
+}
+
+#[test]
+fn a_request_id_takes_its_own_context_and_events_carry_it() {
+    let net = Net::default();
+    let (clock, c, s) = pair(&net);
+    let (id, _a, conn, _l) = connect(&net, &clock, &c, &s);
+    conn.set_context(0xC0FFEE);
+    assert_eq!(conn.context(), 0xC0FFEE);
+    id.disconnect().unwrap();
+    let ev = next_event([&c, &s], &s, &clock);
+    assert_eq!(ev.event, EventType::Disconnected);
+    assert_eq!((ev.id, ev.context), (conn.handle(), 0xC0FFEE));
+    let ev = next_event([&c, &s], &c, &clock);
+    assert_eq!((ev.event, ev.context), (EventType::Disconnected, 1));
+}
+
+/// A port that learns a MAC after `answer_after` asks (`None`: never), or has no route.
+struct Arp {
+    asks: std::sync::atomic::AtomicU32,
+    answer_after: Option<u32>,
+    no_route: bool,
+}
+
+impl crate::NeighborResolver for Arp {
+    fn resolve_neighbor(&self, ip: std::net::Ipv4Addr) -> Result<Option<Neighbor>, Error> {
+        if self.no_route {
+            return Err(Error::HostUnreachable);
+        }
+        let n = self.asks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Ok(self.answer_after.filter(|a| n > *a).map(|_| Neighbor {
+            mac: mac(ip.octets()),
+        }))
+    }
+}
+
+/// Client and server, only the server knowing its neighbour; the client's port resolves
+/// with `arp`.
+fn pair_with_arp(net: &Net, arp: Arp) -> (Clock, Side, Side, std::sync::Arc<Arp>) {
+    let clock = Clock::default();
+    let c = side(net, &clock, CLIENT, 4, 4);
+    let s = side(net, &clock, SERVER, 4, 4);
+    s.cm.add_neighbor(CLIENT.into(), Neighbor { mac: mac(CLIENT) });
+    let arp = std::sync::Arc::new(arp);
+    c.cm.set_neighbor_resolver(c.cm.devices()[0].id, Some(arp.clone()))
+        .unwrap();
+    (clock, c, s, arp)
+}
+
+#[test]
+fn address_resolution_asks_the_port() {
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: Some(3),
+        no_route: false,
+    };
+    let (clock, c, s, arp) = pair_with_arp(&net, arp);
+    assert_eq!(c.cm.neighbor(SERVER.into()), None);
+    let _l = listener(&s);
+    let (id, _a) = client(&clock, &c, &s, PORT);
+    assert!(arp.asks.load(std::sync::atomic::Ordering::Relaxed) >= 4);
+    assert_eq!(
+        c.cm.neighbor(SERVER.into()),
+        Some(Neighbor { mac: mac(SERVER) })
+    );
+    id.connect(None).unwrap();
+    let mut ev = next_event([&c, &s], &s, &clock);
+    let conn = ev.take_id().unwrap();
+    conn.create_qp(None, &mut attr()).unwrap();
+    conn.accept(None).unwrap();
+    assert_eq!(
+        next_event([&c, &s], &c, &clock).event,
+        EventType::Established
+    );
+}
+
+#[test]
+fn an_unanswered_address_is_etimedout_and_no_route_ehostunreach() {
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: None,
+        no_route: false,
+    };
+    let (clock, c, s, arp) = pair_with_arp(&net, arp);
+    let id = c.cm.create_id(Some(&c.ch), 1, PortSpace::TCP).unwrap();
+    id.resolve_addr(None, &(SERVER, PORT).into(), 100).unwrap();
+    let ev = next_event([&c, &s], &c, &clock);
+    assert_eq!((ev.event, ev.status), (EventType::AddrError, -110));
+    // asked on every pass until the timeout (100 ms of 1 ms passes)
+    assert!(arp.asks.load(std::sync::atomic::Ordering::Relaxed) > 50);
+
+    let net = Net::default();
+    let arp = Arp {
+        asks: Default::default(),
+        answer_after: None,
+        no_route: true,
+    };
+    let (_clock, c, _s, _arp) = pair_with_arp(&net, arp);
+    // a synchronous id: the errno of its ADDR_ERROR
+    let id = c.cm.create_id(None, 1, PortSpace::TCP).unwrap();
+    assert_eq!(
+        id.resolve_addr(None, &(SERVER, PORT).into(), 2000),
+        Err(Error::HostUnreachable)
+    );
+}
+
+#[test]
+fn a_ud_reply_address_from_the_work_completion() {
+    let net = Net::default();
+    let (_clock, _c, s) = pair(&net);
+    let dev = s.cm.devices()[0].id;
+    // what the fake (as RoCEv2 over IPv4) puts in front of a datagram from the client
+    let mut grh = [0u8; 40];
+    grh[20] = 0x45;
+    grh[28] = 64;
+    grh[32..36].copy_from_slice(&CLIENT);
+    let wc = verbs::WorkCompletion {
+        src_qp: 99,
+        ..verbs::WorkCompletion::default()
+    };
+    let a = s.cm.ah_attr_from_wc(dev, &wc, &grh).unwrap();
+    assert_eq!(a.dgid, Gid::from_ipv4(CLIENT));
+    assert_eq!(a.dmac, mac(CLIENT));
+    assert_eq!(
+        s.cm.neighbor(CLIENT.into()),
+        Some(Neighbor { mac: mac(CLIENT) })
+    );
+    // an unknown sender: no MAC to answer to
+    grh[32..36].copy_from_slice(&[10, 0, 0, 77]);
+    assert_eq!(
+        s.cm.ah_attr_from_wc(dev, &wc, &grh),
+        Err(Error::HostUnreachable)
+    );
+    assert_eq!(
+        s.cm.ah_attr_from_wc(dev, &wc, &[0u8; 40]),
+        Err(Error::InvalidArgument)
+    );
+}

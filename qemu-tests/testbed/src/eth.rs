@@ -7,10 +7,11 @@
 //! [`EthPort`](nic_emulator::roce_wire::fabric::EthPort) on an [`EthLink`]: a MAC and an IPv4
 //! address on the virtual wire (ARP, ICMP echo, filtering), two 127.0.0.1 UDP sockets on the
 //! host. [`EthNic::start`] probes the driver, programs GID 0 with the port's IPv4 address,
-//! adds the device to a [`Cm`] and starts a thread that copies the neighbours the port learns
-//! by ARP into the CM's neighbour table (the CM resolves addresses from that table; a passive
-//! side needs the requester's entry before the REQ arrives) and drives the CM's progress
-//! engine, so that a REQ to a port nobody listens on is rejected even while no CM call is
+//! adds the device to a [`Cm`] with the port's ARP as its address resolution
+//! ([`cm::NeighborResolver`]: `resolve_addr` sends ARP requests for an unknown destination)
+//! and starts a thread that copies the neighbours the port learns by ARP into the CM's
+//! neighbour table (a passive side needs the requester's entry before the REQ arrives) and
+//! drives the CM's progress engine, so that a REQ to a port nobody listens on is rejected even while no CM call is
 //! blocking.
 //!
 //! ```
@@ -85,6 +86,19 @@ impl cm::Platform for YieldingTime {
     }
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
+    }
+    fn entropy(&self) -> u64 {
+        crate::os_entropy()
+    }
+}
+
+/// The port's ARP as the CM's address resolution: the cached MAC, else an ARP request (the
+/// port retries it) and "not yet".
+struct EthResolver(EthHandle);
+
+impl cm::NeighborResolver for EthResolver {
+    fn resolve_neighbor(&self, ip: Ipv4Addr) -> Result<Option<Neighbor>, cm::Error> {
+        Ok(self.0.solicit(ip).map(|mac| Neighbor { mac }))
     }
 }
 
@@ -213,6 +227,10 @@ impl EthNic {
             sync_stop: Arc::new(AtomicBool::new(false)),
             sync: None,
         };
+        let resolver: Arc<dyn cm::NeighborResolver> = Arc::new(EthResolver(nic.eth.clone()));
+        nic.cm
+            .set_neighbor_resolver(nic.dev_id, Some(resolver))
+            .map_err(EthNicError::Cm)?;
         nic.start_neighbor_sync();
         Ok(nic)
     }

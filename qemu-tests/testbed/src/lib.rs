@@ -44,6 +44,23 @@ pub mod udp;
 pub use udp::{RealTime, UdpDevice, UdpNic};
 pub mod efa;
 pub mod eth;
+
+/// 64 bits from the OS's random source (`/dev/urandom`; where that cannot be read, the
+/// randomly keyed hasher std seeds from the OS): the connection manager's entropy.
+pub fn os_entropy() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_ne_bytes(b);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
 pub use eth::{EthDevice, EthNic, EthNicError, YieldingTime};
 
 /// The device's view of host memory: only what the driver's allocator has mapped.
@@ -269,6 +286,9 @@ impl cm::Platform for EmuPlatform {
     }
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
+    }
+    fn entropy(&self) -> u64 {
+        os_entropy()
     }
 }
 

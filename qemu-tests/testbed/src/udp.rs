@@ -93,6 +93,35 @@ impl cm::Platform for RealTime {
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
     }
+    fn entropy(&self) -> u64 {
+        crate::os_entropy()
+    }
+}
+
+/// Address resolution on the UDP fabric, which has no ARP: every NIC is at a 127.0.0.0/8
+/// address with the MAC [`UdpResolver::mac_for`] derives from it; anything else has no
+/// route (EHOSTUNREACH).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UdpResolver;
+
+impl UdpResolver {
+    /// The MAC of the NIC at `ip` by the fabric's rule: `02:00:` and the address.
+    pub fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
+        let o = ip.octets();
+        [0x02, 0x00, o[0], o[1], o[2], o[3]]
+    }
+}
+
+impl cm::NeighborResolver for UdpResolver {
+    fn resolve_neighbor(&self, ip: Ipv4Addr) -> Result<Option<cm::Neighbor>, cm::Error> {
+        if ip.is_loopback() {
+            Ok(Some(cm::Neighbor {
+                mac: Self::mac_for(ip),
+            }))
+        } else {
+            Err(cm::Error::HostUnreachable)
+        }
+    }
 }
 
 /// The driver type as attached to a [`UdpNic`].

@@ -54,6 +54,11 @@ impl cm::Platform for TscClock {
     fn now_ns(&self) -> u64 {
         Platform::now_ns(self)
     }
+    /// RDRAND where the CPU has it, else the TSC (mixed with a stack address by
+    /// [`cm::clock_entropy`]).
+    fn entropy(&self) -> u64 {
+        crate::io::rdrand().unwrap_or_else(|| cm::clock_entropy(rdtsc()))
+    }
 }
 
 /// The PIT's input clock.

@@ -37,6 +37,30 @@ pub fn inl(port: u16) -> u32 {
     v
 }
 
+/// 64 random bits from RDRAND where the CPU has it (CPUID.1:ECX bit 30; retried a few
+/// times, as the instruction may come back empty); `None` without it.
+pub fn rdrand() -> Option<u64> {
+    // CPUID leaf 1 exists on every x86-64 CPU and only reads identification bits.
+    let ecx = core::arch::x86_64::__cpuid(1).ecx;
+    if ecx & (1 << 30) == 0 {
+        return None;
+    }
+    for _ in 0..10 {
+        let v: u64;
+        let ok: u8;
+        // SAFETY: CPUID said the CPU has RDRAND; it writes a register and the carry flag
+        // and touches no memory.
+        unsafe {
+            core::arch::asm!("rdrand {v}", "setc {ok}", v = out(reg) v, ok = out(reg_byte) ok,
+                options(nomem, nostack))
+        };
+        if ok != 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
 /// The time stamp counter.
 pub fn rdtsc() -> u64 {
     let lo: u32;

@@ -213,6 +213,7 @@ impl Device {
                 r.nak_sent = false;
                 r.cur = None;
                 r.res.clear();
+                r.comm_est = false;
             }
             STATE_RTS => {
                 if from == STATE_RTR {

@@ -714,6 +714,20 @@ impl EthHandle {
         self.shared.state().cache.remove(&ip);
     }
 
+    /// The cached MAC of `ip`, else starts resolving it by ARP without waiting (a request
+    /// now, retried by the port's timers as configured; nothing new while one is in
+    /// progress) and gives `None`: what a connection manager's address resolution asks on
+    /// each of its passes.
+    pub fn solicit(&self, ip: Ipv4Addr) -> Option<Mac> {
+        let s = &self.shared;
+        let mut st = s.state();
+        if let Some(e) = st.cache.get(&ip) {
+            return Some(e.mac);
+        }
+        s.start_resolve(&mut st, ip);
+        None
+    }
+
     /// Resolves `ip` by ARP, waiting up to `timeout`: the cached MAC at once, else ARP
     /// requests (retried as configured) until a reply arrives. Takes in frames meanwhile (IPv4
     /// frames are kept for the port's owner). `None` when nobody answered.

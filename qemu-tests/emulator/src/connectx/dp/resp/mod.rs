@@ -52,6 +52,8 @@ pub(crate) struct RespState {
     pub res: VecDeque<Resource>,
     /// UC: the current message is being dropped until the next FIRST/ONLY.
     pub uc_drop: bool,
+    /// COMM_EST was raised since the QP entered RTR.
+    pub comm_est: bool,
     /// A coalesced ACK not sent yet: `(psn, our address, peer address)`.
     pub ack_pending: Option<(u32, std::net::Ipv4Addr, std::net::Ipv4Addr)>,
 }
@@ -119,6 +121,20 @@ fn receives(state: u8) -> bool {
 }
 
 impl Device {
+    /// The communication-established event: the first packet a connected QP receives after
+    /// entering RTR raises COMM_EST once (also when the QP moved on to RTS before it came,
+    /// as ConnectX does: a CM whose RTU was lost learns from it that the peer is there).
+    pub(crate) fn first_packet(&mut self, qpn: u32) {
+        let Some(qp) = self.obj.qps.get_mut(qpn) else {
+            return;
+        };
+        if qp.dp.resp.comm_est {
+            return;
+        }
+        qp.dp.resp.comm_est = true;
+        self.qp_event(qpn, event::COMM_EST);
+    }
+
     /// An RC packet for QP `dest_qp`.
     pub(crate) fn rc_rx(&mut self, pkt: &PacketView<'_>) {
         let qpn = pkt.bth.dest_qp;
@@ -162,6 +178,7 @@ impl Device {
             self.net.stats.rx_dropped += 1;
             return;
         }
+        self.first_packet(qpn);
         let psn = pkt.bth.psn;
         let pos = pkt.bth.opcode.position();
         let Some(qp) = self.obj.qps.get_mut(qpn) else {

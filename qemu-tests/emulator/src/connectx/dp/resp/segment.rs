@@ -38,6 +38,7 @@ impl Device {
         if !receives(info.state) {
             return false;
         }
+        self.first_packet(qpn);
         let Some(epsn) = self.obj.qps.get(qpn).map(|q| q.dp.resp.epsn) else {
             return false;
         };

@@ -78,6 +78,31 @@ fn send_every_size() {
 }
 
 #[test]
+fn the_first_packet_raises_comm_est_once() {
+    let mut t = pair();
+    let _ = t.n.eqes(true);
+    let src = t.n.mr(4096, ALL);
+    let dst = t.n.mr(4096, ALL);
+    let comm_est = |ev: &[(u8, [u8; 28])]| -> Vec<u32> {
+        ev.iter()
+            .filter(|(ty, _)| *ty == event::COMM_EST)
+            .map(|(_, d)| data32(d, eqe::QP_EVENT_QPN))
+            .collect()
+    };
+    for i in 0..2 {
+        t.n.recv(&mut t.b, &dst, 0, 4096);
+        let idx = t.n.post_send(&mut t.a, &Wr::new(SEND).sge(&src, 0, 64));
+        t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, SEND, idx);
+        let _ = t.n.cqe(&mut t.cq_b);
+        let ev = t.n.eqes(true);
+        // the receiver's (in RTS since before the packet, as rdma_accept leaves it) once;
+        // the ACKs the sender got are responses, not requests: none for it
+        let want: Vec<u32> = if i == 0 { vec![t.b.qpn] } else { vec![] };
+        assert_eq!(comm_est(&ev), want, "send {i}");
+    }
+}
+
+#[test]
 fn send_with_immediate_inline_and_several_sges() {
     let mut t = pair();
     let src = t.n.mr(8192, ALL);

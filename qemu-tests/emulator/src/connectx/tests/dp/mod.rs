@@ -291,6 +291,7 @@ pub(crate) const ASYNC_EVENTS: &[u8] = &[
     event::WQ_CATAS_ERROR,
     event::WQ_INVAL_REQ_ERROR,
     event::WQ_ACCESS_ERROR,
+    event::COMM_EST,
 ];
 
 /// The profile of the tests: the defaults.

@@ -1,6 +1,7 @@
 //! QP transitions the manager performs: INIT (and UD up to RTS), RTR/RTS of a connection,
 //! ERR; and the responder access rdma_cm grants.
 
+use verbs::rc::RcParams;
 use verbs::{AccessFlags, Provider, QpAttr, QpAttrMask as M, QpState, QpType};
 
 use crate::conn::Route;
@@ -26,7 +27,12 @@ pub(crate) fn qp_init<P: Provider>(
     };
     match qp_type {
         QpType::Rc => {
-            p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
+            let (a, m) = RcParams {
+                access,
+                ..RcParams::default()
+            }
+            .init_attr();
+            p.modify_qp(qp, &a, m)?;
         }
         QpType::Ud | QpType::Gsi => {
             p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
@@ -66,51 +72,42 @@ pub(crate) struct Connect {
     pub access: AccessFlags,
 }
 
+impl Connect {
+    /// The connection as the RC bring-up parameters of [`verbs::rc`]: rdma_cm's RTR asks for
+    /// no RNR delay of the peer (`min_rnr_timer` 0) and restates the INIT access; the
+    /// retry counts are capped at 7.
+    fn params(&self) -> RcParams {
+        RcParams {
+            access: self.access,
+            ah_attr: self.route.ah_attr(),
+            path_mtu: self.route.mtu,
+            dest_qp_num: self.dest_qpn & 0xFF_FFFF,
+            rq_psn: self.rq_psn,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            min_rnr_timer: 0,
+            sq_psn: self.sq_psn,
+            timeout: self.route.local_ack_timeout,
+            retry_cnt: self.retry_cnt.min(7),
+            rnr_retry: self.rnr_retry.min(7),
+            max_rd_atomic: self.max_rd_atomic,
+            ..RcParams::default()
+        }
+    }
+}
+
 /// The attributes (and mask) of the INIT → RTR transition of a connection.
 pub(crate) fn rtr_attr(c: &Connect) -> (QpAttr, M) {
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
-        ah_attr: c.route.ah_attr(),
-        path_mtu: c.route.mtu,
-        dest_qp_num: c.dest_qpn & 0xFF_FFFF,
-        rq_psn: c.rq_psn,
-        max_dest_rd_atomic: c.max_dest_rd_atomic,
-        min_rnr_timer: 0,
-        qp_access_flags: c.access,
-        ..QpAttr::default()
-    };
-    let m = M::STATE
-        | M::AV
-        | M::PATH_MTU
-        | M::DEST_QPN
-        | M::RQ_PSN
-        | M::MAX_DEST_RD_ATOMIC
-        | M::MIN_RNR_TIMER
-        | M::ACCESS_FLAGS;
-    (a, m)
+    c.params().rtr_attr()
 }
 
 /// The attributes (and mask) of the RTR → RTS transition of a connection.
 pub(crate) fn rts_attr(c: &Connect) -> (QpAttr, M) {
-    let a = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: c.sq_psn,
-        timeout: c.route.local_ack_timeout,
-        retry_cnt: c.retry_cnt.min(7),
-        rnr_retry: c.rnr_retry.min(7),
-        max_rd_atomic: c.max_rd_atomic,
-        ..QpAttr::default()
-    };
-    let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    (a, m)
+    c.params().rts_attr()
 }
 
+/// INIT → RTR → RTS of a connection.
 pub(crate) fn qp_rtr_rts<P: Provider>(p: &P, qp: &mut P::Qp, c: &Connect) -> Result<(), Error> {
-    let (a, m) = rtr_attr(c);
-    p.modify_qp(qp, &a, m)?;
-    let (a, m) = rts_attr(c);
-    p.modify_qp(qp, &a, m)?;
-    Ok(())
+    Ok(verbs::rc::rtr_rts(p, qp, &c.params())?)
 }
 
 /// The responder access rdma_cm gives a connected QP: remote write, plus read and atomics

@@ -603,6 +603,9 @@ fn loopback(env: &Env) -> Result<(), String> {
     conn.destroy_ep();
     listen.destroy_ep();
     ch.destroy();
+    // the CQs create_ep made and wrote back into `a`: the manager destroys them once
+    // nobody else holds them
+    drop(a);
     teardown(env, cm, devid)
 }
 

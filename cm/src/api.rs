@@ -185,8 +185,9 @@ impl<P: Provider> Cm<P> {
     }
 
     /// Removes a device and hands its provider back: EBUSY while ids are bound to it, a QP
-    /// that could not be destroyed still holds it, or a PD of it cannot be freed (user PDs,
-    /// MRs still registered on the default PD).
+    /// that could not be destroyed still holds it, the caller still holds a CQ an id created
+    /// (a handle `create_qp` wrote back), or a PD of it cannot be freed (user PDs, MRs still
+    /// registered on the default PD).
     pub fn remove_device(&self, dev: DeviceId) -> Result<P, Error> {
         self.with_state(|st| {
             let d = st.dev_key(dev).ok_or(Error::NoDevice)?;

@@ -104,7 +104,9 @@ impl<D: Device> HostConn<D> {
         let depth = u32::from(cfg.depth.max(1));
         let mut attr = QpInitAttr {
             cap: QpCap {
-                max_send_wr: depth,
+                // Sends are signalled in batches and their completions may trail the
+                // responses: room for a second round.
+                max_send_wr: 2 * depth,
                 max_recv_wr: depth,
                 max_send_sge: 1,
                 max_recv_sge: 1,

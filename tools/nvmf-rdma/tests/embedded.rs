@@ -53,8 +53,8 @@ fn params(subnqn: &str, kato: u32) -> ConnectParams {
 
 /// Runs `f` (the host) against a target listening on the embedded fixture.
 fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) -> R {
-    // The target's waits end every 200 ms of virtual time (its listener checks `stop`).
-    let e = Embedded::new(0x6e76_6d65, 200_000_000, 60_000_000_000).unwrap();
+    // The target's waits end every 5 s of virtual time (its listener checks `stop`).
+    let e = Embedded::new(0x6e76_6d65, 5_000_000_000, 60_000_000_000).unwrap();
     let t = target();
     let stop = AtomicBool::new(false);
     let stats = ListenerStats::default();
@@ -64,9 +64,15 @@ fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) ->
         s.spawn(|| {
             run_listener(&t, &listen, &e.target.clock, 1 << 17, &stop, &stats, false)
         });
-        let r = f(&e, dst, &stats);
-        stop.store(true, Ordering::Relaxed);
-        r
+        // Stops the listener also when the host panics.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        f(&e, dst, &stats)
     });
     listen.destroy_ep();
     assert_eq!(stats.failed.load(Ordering::Relaxed), 0, "a queue failed");

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use device_open::{Clock, Device};
+use device_open::Device;
 use nvmf::capsule::{Cqe, Sqe};
 use nvmf::host::{ConnectParams, HostQueueState, cmd};
 use nvmf::io::opcode;
@@ -78,7 +78,7 @@ pub struct Job {
     pub queues: u16,
     /// Total I/Os (split between the queues); `None`: run for `time_ms`.
     pub count: Option<u64>,
-    /// Run time on the device's clock, when no count is given.
+    /// Run time (wall clock), when no count is given.
     pub time_ms: u64,
     /// Check the data.
     pub verify: bool,
@@ -249,7 +249,7 @@ pub struct Report {
     pub ios: u64,
     /// Bytes moved in the timed phase.
     pub bytes: u64,
-    /// Its duration in ns (device clock: virtual time in the embedded mode).
+    /// Its duration in ns (wall clock).
     pub elapsed_ns: u64,
     /// Latency percentiles (ns): 50, 90, 99, 99.9, and min, mean, max.
     pub lat: Latency,
@@ -396,8 +396,12 @@ struct QueueResult {
     written: Vec<bool>,
 }
 
-fn now(clock: &Clock) -> u64 {
-    nic_hal::Platform::now_ns(clock)
+/// Wall-clock ns since the first call (measurements are in real time in every mode: the
+/// embedded fabric's virtual clock runs ahead whenever its threads wait).
+fn now() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
 }
 
 /// xorshift64*.
@@ -413,7 +417,6 @@ fn next_rand(s: &mut u64) -> u64 {
 #[allow(clippy::too_many_arguments)]
 fn drive<D: Device>(
     q: &mut HostConn<D>,
-    clock: &Clock,
     ns: NsInfo,
     job: &Job,
     share: Share,
@@ -444,7 +447,7 @@ fn drive<D: Device>(
     };
     loop {
         // Fill the queue.
-        while st.cids.in_flight() < usize::from(depth) && !done_issuing(issued, now(clock)) {
+        while st.cids.in_flight() < usize::from(depth) && !done_issuing(issued, now()) {
             let unit = if sequential || !job.pattern.is_random() {
                 let u = next_seq % share.units;
                 next_seq += 1;
@@ -474,13 +477,13 @@ fn drive<D: Device>(
                 let slot = q.slot(tag).ok_or("no data slot")?;
                 slot.write(0, &block).map_err(herr("slot write"))?;
             }
-            inflight[tag] = Some((unit, now(clock)));
+            inflight[tag] = Some((unit, now()));
             q.submit(&mut sqe, bs, write)
                 .map_err(|e: XferError| format!("queue {}: submit: {e:?}", q.config().qid))?;
             issued += 1;
         }
         if st.cids.in_flight() == 0 {
-            if done_issuing(issued, now(clock)) {
+            if done_issuing(issued, now()) {
                 return Ok(res);
             }
             continue;
@@ -488,7 +491,7 @@ fn drive<D: Device>(
         cqes.clear();
         q.wait(&mut cqes)
             .map_err(|e| format!("queue {}: {e:?}", q.config().qid))?;
-        let t = now(clock);
+        let t = now();
         for c in &cqes {
             let tag = usize::from(c.cid & 0xFFF);
             if !st.finish(c) {
@@ -523,7 +526,7 @@ fn drive<D: Device>(
 
 /// Runs `job` on the session: fill (reads with verification), the timed phase on every I/O
 /// queue at once, read-back (writes with verification).
-pub fn run<D: Device>(s: &mut Session<D>, clock: &Clock, job: &Job) -> Result<Report, String> {
+pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
     let ns = s.ns;
     let bsz = ns.block_size as usize;
     if job.bs == 0 || !job.bs.is_multiple_of(bsz) {
@@ -579,7 +582,7 @@ pub fn run<D: Device>(s: &mut Session<D>, clock: &Clock, job: &Job) -> Result<Re
                         ..*sh
                     };
                     let only = only.map(|o| &o[i][..]);
-                    sc.spawn(move || drive(q, clock, ns, job, sh, write, seq, verify, only))
+                    sc.spawn(move || drive(q, ns, job, sh, write, seq, verify, only))
                 })
                 .collect();
             hs.into_iter()
@@ -590,7 +593,7 @@ pub fn run<D: Device>(s: &mut Session<D>, clock: &Clock, job: &Job) -> Result<Re
     if !job.pattern.is_write() && job.verify {
         phase(s, Some(units_per_q), 0, true, true, false, None)?;
     }
-    let t0 = now(clock);
+    let t0 = now();
     let deadline = t0 + job.time_ms * 1_000_000;
     let main = phase(
         s,
@@ -601,7 +604,7 @@ pub fn run<D: Device>(s: &mut Session<D>, clock: &Clock, job: &Job) -> Result<Re
         job.verify && !job.pattern.is_write(),
         None,
     )?;
-    let elapsed = now(clock) - t0;
+    let elapsed = now() - t0;
     let mut r = Report {
         pattern: job.pattern.name().into(),
         bs: job.bs,

@@ -233,7 +233,7 @@ fn perf_workloads_verify_their_data() {
                 range_blocks: 2048,
                 ..Job::default()
             };
-            let r = perf::run(&mut s, &e.host.clock, &job).unwrap();
+            let r = perf::run(&mut s, &job).unwrap();
             assert_eq!(r.ios, 200, "{pattern:?}");
             assert_eq!((r.errors, r.mismatches), (0, 0), "{pattern:?}");
             assert!(r.verified_blocks > 0, "{pattern:?}");

@@ -42,7 +42,11 @@ impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnectError::Rejected(Some(r)) => {
-                write!(f, "rejected: NVMe status {:?} (record format {})", r.status, r.recfmt)
+                write!(
+                    f,
+                    "rejected: NVMe status {:?} (record format {})",
+                    r.status, r.recfmt
+                )
             }
             ConnectError::Rejected(None) => write!(f, "rejected without NVMe reject data"),
             ConnectError::Other(s) => f.write_str(s),
@@ -156,13 +160,12 @@ impl<D: Device> HostConn<D> {
         }
         let req = HostQueueState::new(cfg.qid, cfg.depth).connect_request();
         let pd = req.encode();
-        let max_rd = q
-            .id
-            .with_verbs(|v| v.provider.query_device().map(|a| a.max_qp_rd_atom))
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or(1)
-            .clamp(1, 16) as u8;
+        let max_rd =
+            q.id.with_verbs(|v| v.provider.query_device().map(|a| a.max_qp_rd_atom))
+                .ok()
+                .and_then(|r| r.ok())
+                .unwrap_or(1)
+                .clamp(1, 16) as u8;
         match q.id.connect(Some(&ConnParam {
             private_data: &pd,
             // The target RDMA READs this host's data: offer responder resources.
@@ -174,10 +177,9 @@ impl<D: Device> HostConn<D> {
         })) {
             Ok(()) => {}
             Err(cm::Error::ConnectionRefused) => {
-                let rej = q
-                    .id
-                    .event()
-                    .and_then(|e| Reject::decode(e.param.private_data()));
+                let rej =
+                    q.id.event()
+                        .and_then(|e| Reject::decode(e.param.private_data()));
                 return Err(ConnectError::Rejected(rej));
             }
             Err(e) => return Err(other("connect")(e)),
@@ -221,7 +223,12 @@ impl<D: Device> HostConn<D> {
     /// its data slot: `to_controller` data goes in the capsule when it fits the queue's
     /// in-capsule size, else (and controller-to-host data always) a keyed SGL names the slot;
     /// no data: a null keyed SGL.
-    pub fn submit(&mut self, sqe: &mut Sqe, len: usize, to_controller: bool) -> Result<(), XferError> {
+    pub fn submit(
+        &mut self,
+        sqe: &mut Sqe,
+        len: usize,
+        to_controller: bool,
+    ) -> Result<(), XferError> {
         let tag = usize::from(sqe.cid & 0xFFF);
         if tag >= usize::from(self.cfg.depth) || len > self.cfg.slot_size {
             return Err(XferError::Bad("slot"));

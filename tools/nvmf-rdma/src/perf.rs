@@ -400,8 +400,13 @@ struct QueueResult {
 /// embedded fabric's virtual clock runs ahead whenever its threads wait).
 fn now() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    u64::try_from(EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos())
-        .unwrap_or(u64::MAX)
+    u64::try_from(
+        EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// xorshift64*.
@@ -495,10 +500,16 @@ fn drive<D: Device>(
         for c in &cqes {
             let tag = usize::from(c.cid & 0xFFF);
             if !st.finish(c) {
-                return Err(format!("queue {}: unexpected completion {c:?}", q.config().qid));
+                return Err(format!(
+                    "queue {}: unexpected completion {c:?}",
+                    q.config().qid
+                ));
             }
             let Some((unit, t0)) = inflight.get_mut(tag).and_then(Option::take) else {
-                return Err(format!("queue {}: completion of an idle tag", q.config().qid));
+                return Err(format!(
+                    "queue {}: completion of an idle tag",
+                    q.config().qid
+                ));
             };
             res.ios += 1;
             res.lat.push(t.saturating_sub(t0));
@@ -570,23 +581,25 @@ pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
                  only: Option<&Vec<Vec<bool>>>|
      -> Result<Vec<QueueResult>, String> {
         std::thread::scope(|sc| {
-            let hs: Vec<_> = s
-                .io
-                .iter_mut()
-                .zip(&shares)
-                .enumerate()
-                .map(|(i, (q, sh))| {
-                    let sh = Share {
-                        count: counts.or(sh.count),
-                        deadline_ns: deadline,
-                        ..*sh
-                    };
-                    let only = only.map(|o| &o[i][..]);
-                    sc.spawn(move || drive(q, ns, job, sh, write, seq, verify, only))
-                })
-                .collect();
+            let hs: Vec<_> =
+                s.io.iter_mut()
+                    .zip(&shares)
+                    .enumerate()
+                    .map(|(i, (q, sh))| {
+                        let sh = Share {
+                            count: counts.or(sh.count),
+                            deadline_ns: deadline,
+                            ..*sh
+                        };
+                        let only = only.map(|o| &o[i][..]);
+                        sc.spawn(move || drive(q, ns, job, sh, write, seq, verify, only))
+                    })
+                    .collect();
             hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("queue thread panicked".into())))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("queue thread panicked".into()))
+                })
                 .collect()
         })
     };
@@ -625,15 +638,7 @@ pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
     r.lat = Latency::of(lat);
     if job.pattern.is_write() && job.verify {
         let written: Vec<Vec<bool>> = main.into_iter().map(|q| q.written).collect();
-        let back = phase(
-            s,
-            Some(units_per_q),
-            0,
-            false,
-            true,
-            true,
-            Some(&written),
-        )?;
+        let back = phase(s, Some(units_per_q), 0, false, true, true, Some(&written))?;
         for q in &back {
             r.verified_blocks += q.verified;
             r.mismatches += q.mismatches;

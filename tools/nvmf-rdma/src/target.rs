@@ -301,9 +301,7 @@ fn run_queue<D: Device>(
     clock: &Clock,
     stats: &ListenerStats,
 ) -> Result<(), String> {
-    let dp = conn
-        .data_path()
-        .map_err(|e| format!("data path: {e:?}"))?;
+    let dp = conn.data_path().map_err(|e| format!("data path: {e:?}"))?;
     let post_recv = |i: u32| {
         let sge = [recv.sge(i as usize * slot, slot)];
         dp.post_recv(&[RecvWr {
@@ -353,7 +351,10 @@ fn run_queue<D: Device>(
             }
             let i = wc.wr_id as u32;
             if i >= depth {
-                break 'run Err(format!("queue {}: completion of an unknown receive", req.qid));
+                break 'run Err(format!(
+                    "queue {}: completion of an unknown receive",
+                    req.qid
+                ));
             }
             let len = (wc.byte_len as usize).min(slot);
             if recv

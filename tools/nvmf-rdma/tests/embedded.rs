@@ -61,9 +61,7 @@ fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) ->
     let listen = e.target.listen(PORT).unwrap();
     let dst = SocketAddr::from((EMBEDDED_TARGET_IP, PORT));
     let r = std::thread::scope(|s| {
-        s.spawn(|| {
-            run_listener(&t, &listen, &e.target.clock, 1 << 17, &stop, &stats, false)
-        });
+        s.spawn(|| run_listener(&t, &listen, &e.target.clock, 1 << 17, &stop, &stats, false));
         // Stops the listener also when the host panics.
         struct Stop<'a>(&'a AtomicBool);
         impl Drop for Stop<'_> {
@@ -214,8 +212,7 @@ fn errors_reject_and_status() {
 #[test]
 fn perf_workloads_verify_their_data() {
     with_target(|e, dst, _| {
-        let mut s =
-            perf::open_session(&e.host, dst, &params(SUBNQN, 0), 0, 2, 8, 8192).unwrap();
+        let mut s = perf::open_session(&e.host, dst, &params(SUBNQN, 0), 0, 2, 8, 8192).unwrap();
         assert_eq!(s.io.len(), 2);
         assert_eq!(s.inline, 4096);
         for (pattern, bs) in [

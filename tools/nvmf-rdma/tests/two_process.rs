@@ -9,7 +9,14 @@ fn perf_against_a_target_process_on_the_udp_fabric() {
     // tests running at the same time.
     let fabric = (40_000 + std::process::id() % 20_000).to_string();
     let mut target = Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
-        .args(["--addr", "127.0.9.2", "--fabric-port", &fabric, "--ram", "8:512"])
+        .args([
+            "--addr",
+            "127.0.9.2",
+            "--fabric-port",
+            &fabric,
+            "--ram",
+            "8:512",
+        ])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -33,17 +40,37 @@ fn perf_against_a_target_process_on_the_udp_fabric() {
     });
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_nvmf-perf"))
-            .args(["--addr", "127.0.9.2", "--src", "127.0.9.1", "--fabric-port", &fabric])
+            .args([
+                "--addr",
+                "127.0.9.2",
+                "--src",
+                "127.0.9.1",
+                "--fabric-port",
+                &fabric,
+            ])
             .args(args)
             .output()
             .expect("run nvmf-perf")
     };
     let outs = if ready {
         vec![
-            run(&["--rw", "randwrite", "--bs", "4096", "--qd", "8", "--queues", "2",
-                  "--count", "300", "--json"]),
-            run(&["--rw", "read", "--bs", "16384", "--qd", "4", "--queues", "1",
-                  "--count", "100", "--range", "4096", "--json"]),
+            run(&[
+                "--rw",
+                "randwrite",
+                "--bs",
+                "4096",
+                "--qd",
+                "8",
+                "--queues",
+                "2",
+                "--count",
+                "300",
+                "--json",
+            ]),
+            run(&[
+                "--rw", "read", "--bs", "16384", "--qd", "4", "--queues", "1", "--count", "100",
+                "--range", "4096", "--json",
+            ]),
         ]
     } else {
         Vec::new()

@@ -135,7 +135,8 @@ fn embedded(o: &Opts) -> Result<Report, String> {
         Arc::new(RamNamespace::new(512, 64 * 2048).ok_or("namespace")?),
     )
     .map_err(|e| format!("namespace: {e:?}"))?;
-    t.add_subsystem(s).map_err(|e| format!("subsystem: {e:?}"))?;
+    t.add_subsystem(s)
+        .map_err(|e| format!("subsystem: {e:?}"))?;
     let t = Arc::new(t);
     let listen = e.target.listen(o.port)?;
     let stop = AtomicBool::new(false);

@@ -128,7 +128,8 @@ fn build(o: &Opts) -> Result<Arc<Target>, String> {
         eprintln!("nvmf-target: namespace {nsid}: {path}, {blocks} blocks of {bs} bytes");
         nsid += 1;
     }
-    t.add_subsystem(s).map_err(|e| format!("subsystem: {e:?}"))?;
+    t.add_subsystem(s)
+        .map_err(|e| format!("subsystem: {e:?}"))?;
     Ok(Arc::new(t))
 }
 
@@ -147,7 +148,9 @@ impl WithDevice for Serve<'_> {
         let stop = AtomicBool::new(false);
         let stats = ListenerStats::default();
         let staging = 4096usize << o.mdts;
-        run_listener(&target, &listen, &ep.clock, staging, &stop, &stats, o.verbose);
+        run_listener(
+            &target, &listen, &ep.clock, staging, &stop, &stats, o.verbose,
+        );
         eprintln!(
             "nvmf-target: {} connections, {} rejected, {} commands",
             stats.accepted.load(Ordering::Relaxed),
@@ -174,9 +177,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let r = build(&o).and_then(|t| {
-        open_remote(&o.device, o.addr, o.fabric_port, Serve(&o, t)).and_then(|r| r)
-    });
+    let r = build(&o)
+        .and_then(|t| open_remote(&o.device, o.addr, o.fabric_port, Serve(&o, t)).and_then(|r| r));
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,156 @@
+//! Connection managers on opened devices, and the embedded fixture.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use cm::{AddrInfo, Cm, CmConfig, CmId, Neighbor, RaiFlags, getaddrinfo};
+use device_open::{Backing, Clock, Device, InProcess, Open, Opened, mac_for};
+use nic_testbed::World;
+
+/// The device's clock and relax hook as the connection manager's platform.
+struct CmClock(Clock);
+
+impl cm::Platform for CmClock {
+    fn relax(&self) {
+        nic_hal::Platform::relax(&self.0)
+    }
+    fn now_ns(&self) -> u64 {
+        nic_hal::Platform::now_ns(&self.0)
+    }
+}
+
+/// One end: a connection manager with one device.
+pub struct Endpoint<D: Device> {
+    /// The manager.
+    pub cm: Cm<D>,
+    /// The device's clock (waits relax on it).
+    pub clock: Clock,
+    /// The device's address.
+    pub ip: Ipv4Addr,
+    /// What the device is.
+    pub label: String,
+}
+
+impl<D: Device> Endpoint<D> {
+    /// Adds the opened device to a new manager whose blocking calls give up after
+    /// `wait_limit_ns` of the device's clock; the neighbour table knows the MACs of the
+    /// emulated NICs of the device's /24 (the UDP and in-process fabrics have no ARP). The
+    /// backing is handed back: drop it after the endpoint.
+    pub fn new(o: Opened<D>, wait_limit_ns: u64) -> Result<(Endpoint<D>, Backing), String> {
+        let Opened {
+            dev,
+            mac,
+            ip,
+            label,
+            clock,
+            backing,
+        } = o;
+        let cm = Cm::new(
+            CmClock(clock.clone()),
+            CmConfig {
+                wait_limit_ns: Some(wait_limit_ns),
+                auto_comp_channels: false,
+                ..CmConfig::default()
+            },
+        );
+        cm.add_device(dev, mac)
+            .map_err(|(e, _)| format!("{label}: add the device to the CM: {e:?}"))?;
+        let [a, b, c, _] = ip.octets();
+        for h in 1..=254 {
+            let n = Ipv4Addr::new(a, b, c, h);
+            if n != ip {
+                cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
+            }
+        }
+        Ok((
+            Endpoint {
+                cm,
+                clock,
+                ip,
+                label,
+            },
+            backing,
+        ))
+    }
+
+    /// A passive endpoint on `port` of this device (no QP attributes: each connection's QP is
+    /// sized from its request).
+    pub fn listen(&self, port: u16) -> Result<CmId<D>, String> {
+        let hints = AddrInfo {
+            ai_flags: RaiFlags::PASSIVE,
+            ..AddrInfo::default()
+        };
+        let res = getaddrinfo(
+            Some(&self.ip.to_string()),
+            Some(&port.to_string()),
+            Some(&hints),
+        )
+        .map_err(|e| format!("getaddrinfo {}:{port}: {e:?}", self.ip))?;
+        let id = self
+            .cm
+            .create_ep(&res, None, None)
+            .map_err(|e| format!("create_ep {}:{port}: {e:?}", self.ip))?;
+        id.listen(128)
+            .map_err(|e| format!("listen {}:{port}: {e:?}", self.ip))?;
+        Ok(id)
+    }
+
+    /// The address info for a connection from this device to `dst`.
+    pub fn route_to(&self, dst: SocketAddr) -> Result<AddrInfo, String> {
+        let hints = AddrInfo {
+            ai_src_addr: Some(SocketAddr::from((self.ip, 0))),
+            ..AddrInfo::default()
+        };
+        getaddrinfo(
+            Some(&dst.ip().to_string()),
+            Some(&dst.port().to_string()),
+            Some(&hints),
+        )
+        .map_err(|e| format!("getaddrinfo {dst}: {e:?}"))
+    }
+}
+
+/// Address of the embedded target's NIC.
+pub const EMBEDDED_TARGET_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+/// Address of the embedded host's NIC.
+pub const EMBEDDED_HOST_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+/// The embedded fixture: two emulated NICs on one in-process fabric (virtual time), each in a
+/// connection manager of its own.
+pub struct Embedded {
+    /// The target's end.
+    pub target: Endpoint<nic_testbed::EmuDevice>,
+    /// The host's end.
+    pub host: Endpoint<nic_testbed::EmuDevice>,
+    // Dropped last: the devices live in them.
+    _backings: [Backing; 2],
+    /// The fabric.
+    pub world: Arc<World>,
+}
+
+impl Embedded {
+    /// Opens both NICs. The target's blocking calls give up after `target_wait_ns` of
+    /// virtual time (its listener wakes up that often), the host's after `host_wait_ns`.
+    pub fn new(seed: u64, target_wait_ns: u64, host_wait_ns: u64) -> Result<Embedded, String> {
+        let world = World::new(seed);
+        let open = |ip: Ipv4Addr| {
+            InProcess {
+                world: &world,
+                ip,
+                profile: nic_emulator::Profile {
+                    mac: mac_for(ip),
+                    ..nic_emulator::Profile::default()
+                },
+            }
+            .open()
+        };
+        let (target, tb) = Endpoint::new(open(EMBEDDED_TARGET_IP)?, target_wait_ns)?;
+        let (host, hb) = Endpoint::new(open(EMBEDDED_HOST_IP)?, host_wait_ns)?;
+        Ok(Embedded {
+            target,
+            host,
+            _backings: [tb, hb],
+            world,
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! Host and target in one process on two emulated NICs, through the connection manager:
+//! the RDMA binding end to end.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nvmf::fabrics::DISCOVERY_NQN;
+use nvmf::host::{ConnectParams, HostError};
+use nvmf::namespace::RamNamespace;
+use nvmf::rdma::RejectStatus;
+use nvmf::status::Status;
+use nvmf::target::{Port, Subsystem, Target, TargetConfig};
+use nvmf_rdma::host::{ConnectError, QueueConfig, connect_queue};
+use nvmf_rdma::net::{EMBEDDED_TARGET_IP, Embedded};
+use nvmf_rdma::perf::{self, Job, Pattern};
+use nvmf_rdma::target::{ListenerStats, run_listener};
+
+const SUBNQN: &str = "nqn.2024-01.io.rdma-stack:ram0";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+const PORT: u16 = 4420;
+
+fn target() -> Arc<Target> {
+    let mut t = Target::new(TargetConfig {
+        max_io_queues: 4,
+        mdts: 5,
+        ports: vec![Port {
+            portid: 1,
+            trtype: nvmf::discovery::trtype::RDMA,
+            adrfam: nvmf::discovery::adrfam::IPV4,
+            traddr: EMBEDDED_TARGET_IP.to_string(),
+            trsvcid: PORT.to_string(),
+            treq: nvmf::discovery::TREQ_SECURE_NOT_REQUIRED,
+        }],
+        ..TargetConfig::default()
+    });
+    let mut s = Subsystem::new(SUBNQN, "SN-RDMA-1", "rdma-stack ram");
+    s.add_namespace(1, Arc::new(RamNamespace::new(512, 8192).unwrap()))
+        .unwrap();
+    t.add_subsystem(s).unwrap();
+    Arc::new(t)
+}
+
+fn params(subnqn: &str, kato: u32) -> ConnectParams {
+    ConnectParams {
+        hostnqn: HOSTNQN.into(),
+        hostid: *b"rdma-host-id-001",
+        subnqn: subnqn.into(),
+        kato,
+        disable_sqflow: false,
+    }
+}
+
+/// Runs `f` (the host) against a target listening on the embedded fixture.
+fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) -> R {
+    // The target's waits end every 5 s of virtual time (its listener checks `stop`).
+    let e = Embedded::new(0x6e76_6d65, 5_000_000_000, 60_000_000_000).unwrap();
+    let t = target();
+    let stop = AtomicBool::new(false);
+    let stats = ListenerStats::default();
+    let listen = e.target.listen(PORT).unwrap();
+    let dst = SocketAddr::from((EMBEDDED_TARGET_IP, PORT));
+    let r = std::thread::scope(|s| {
+        s.spawn(|| run_listener(&t, &listen, &e.target.clock, 1 << 17, &stop, &stats, false));
+        // Stops the listener also when the host panics.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        f(&e, dst, &stats)
+    });
+    listen.destroy_ep();
+    assert_eq!(stats.failed.load(Ordering::Relaxed), 0, "a queue failed");
+    r
+}
+
+fn admin_cfg() -> QueueConfig {
+    QueueConfig {
+        qid: 0,
+        depth: 32,
+        slot_size: 4096,
+        inline: 0,
+    }
+}
+
+#[test]
+fn admin_and_two_io_queues_move_verified_data() {
+    with_target(|e, dst, stats| {
+        let mut admin = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = admin.connect_admin(&params(SUBNQN, 120_000)).unwrap();
+        admin.enable(100).unwrap();
+        let ctrl = admin.identify_controller().unwrap();
+        assert_eq!(ctrl.cntlid, cntlid);
+        assert_eq!(ctrl.subnqn, SUBNQN);
+        assert_eq!(ctrl.ioccsz, 260, "4096 bytes of in-capsule data");
+        assert_eq!(admin.active_namespaces(0).unwrap(), vec![1]);
+        let ns = admin.identify_namespace(1).unwrap();
+        assert_eq!((ns.nsze, ns.lbads), (8192, 9));
+        assert_eq!(admin.set_num_queues(2).unwrap(), 2);
+        admin.keep_alive().unwrap();
+
+        let mut io = Vec::new();
+        for qid in 1..=2 {
+            let mut q = connect_queue(
+                &e.host,
+                dst,
+                QueueConfig {
+                    qid,
+                    depth: 16,
+                    slot_size: 64 * 1024,
+                    inline: 4096,
+                },
+            )
+            .unwrap();
+            assert_eq!(q.connect(&params(SUBNQN, 120_000), cntlid).unwrap(), cntlid);
+            io.push(q);
+        }
+        // In-capsule (4 KiB fits) on queue 1, keyed (32 KiB: RDMA READ) on queue 2.
+        let small: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        let big: Vec<u8> = (0..32768u32).map(|i| (i * 13 + 1) as u8).collect();
+        io[0].write(1, 0, 512, &small).unwrap();
+        io[1].write(1, 100, 512, &big).unwrap();
+        // Read back across queues (RDMA WRITE to the host).
+        let mut got = vec![0u8; 32768];
+        io[0].read(1, 100, 512, &mut got).unwrap();
+        assert_eq!(got, big);
+        let mut got = vec![0u8; 4096];
+        io[1].read(1, 0, 512, &mut got).unwrap();
+        assert_eq!(got, small);
+        io[0].flush(1).unwrap();
+        // Out of range: LBA Out of Range, DNR.
+        let mut buf = vec![0u8; 1024];
+        match io[1].read(1, 8191, 512, &mut buf) {
+            Err(HostError::Status(s, _)) => {
+                assert_eq!(s.code(), Status::LBA_RANGE);
+                assert!(s.is_dnr());
+            }
+            other => panic!("read past the end: {other:?}"),
+        }
+        admin.keep_alive().unwrap();
+        for q in io {
+            q.transport.close();
+        }
+        admin.shutdown().unwrap();
+        admin.transport.close();
+        assert!(stats.commands.load(Ordering::Relaxed) >= 15);
+        assert_eq!(stats.accepted.load(Ordering::Relaxed), 3);
+    });
+}
+
+#[test]
+fn discovery_log_lists_the_subsystem() {
+    with_target(|e, dst, _| {
+        let mut d = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        d.connect_admin(&params(DISCOVERY_NQN, 0)).unwrap();
+        d.enable(100).unwrap();
+        let (_, entries) = d.discovery_log(3).unwrap();
+        let nqns: Vec<&str> = entries.iter().map(|e| e.subnqn.as_str()).collect();
+        assert_eq!(nqns, vec![DISCOVERY_NQN, SUBNQN]);
+        assert_eq!(entries[1].traddr, EMBEDDED_TARGET_IP.to_string());
+        assert_eq!(entries[1].trsvcid, PORT.to_string());
+        d.transport.close();
+    });
+}
+
+#[test]
+fn errors_reject_and_status() {
+    with_target(|e, dst, stats| {
+        // An admin queue deeper than 32: the CM request is rejected with NVMe data.
+        let deep = QueueConfig {
+            depth: 64,
+            ..admin_cfg()
+        };
+        match connect_queue(&e.host, dst, deep) {
+            Err(ConnectError::Rejected(Some(r))) => {
+                assert_eq!(r.status, RejectStatus::InvalidHsqsize)
+            }
+            Err(other) => panic!("deep admin queue: {other}"),
+            Ok(_) => panic!("deep admin queue accepted"),
+        }
+        assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
+        // An I/O queue before any controller: QID above the target's count is refused too.
+        let io9 = QueueConfig {
+            qid: 9,
+            depth: 8,
+            slot_size: 4096,
+            inline: 0,
+        };
+        match connect_queue(&e.host, dst, io9) {
+            Err(ConnectError::Rejected(Some(r))) => assert_eq!(r.status, RejectStatus::InvalidQid),
+            Err(other) => panic!("qid 9: {other}"),
+            Ok(_) => panic!("qid 9 accepted"),
+        }
+        // An unknown subsystem NQN: the Connect command fails with Invalid Parameters
+        // pointing at SUBNQN in the data.
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        match a.connect_admin(&params("nqn.2024-01.io.rdma-stack:nope", 0)) {
+            Err(HostError::Status(s, dw0)) => {
+                assert_eq!(s.code(), Status::CONNECT_INVALID_PARAMETERS);
+                assert!(s.is_dnr());
+                assert_eq!(dw0, (1 << 16) | 256);
+            }
+            other => panic!("unknown NQN: {other:?}"),
+        }
+        a.transport.close();
+    });
+}
+
+#[test]
+fn perf_workloads_verify_their_data() {
+    with_target(|e, dst, _| {
+        let mut s = perf::open_session(&e.host, dst, &params(SUBNQN, 0), 0, 2, 8, 8192).unwrap();
+        assert_eq!(s.io.len(), 2);
+        assert_eq!(s.inline, 4096);
+        for (pattern, bs) in [
+            (Pattern::RandWrite, 4096),
+            (Pattern::Read, 8192),
+            (Pattern::Write, 8192),
+            (Pattern::RandRead, 512),
+        ] {
+            let job = Job {
+                pattern,
+                bs,
+                depth: 8,
+                queues: 2,
+                count: Some(200),
+                range_blocks: 2048,
+                ..Job::default()
+            };
+            let r = perf::run(&mut s, &job).unwrap();
+            assert_eq!(r.ios, 200, "{pattern:?}");
+            assert_eq!((r.errors, r.mismatches), (0, 0), "{pattern:?}");
+            assert!(r.verified_blocks > 0, "{pattern:?}");
+            assert!(r.lat.p50 <= r.lat.p99 && r.lat.p99 <= r.lat.max);
+            let j: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+            assert_eq!(j["ios"], 200);
+            assert_eq!(j["pattern"], pattern.name());
+        }
+        s.close();
+    });
+}

@@ -243,7 +243,13 @@ fn a_completion_wait_sleeps_until_the_channel_vector_fires() {
     assert_eq!(b.dev.wait_cq_event(&mut ch, 300_000_000).unwrap(), None);
     assert_eq!(b.nic.interrupts().count(1), quiet, "an unarmed CQ fired");
 
-    // No asynchronous event either (the driver EQ's vector 0 is waited on the same way).
+    // No other asynchronous event (the driver EQ's vector 0 is waited on the same way) than
+    // the communication-established event of B's QP, raised by its first packet.
+    let est = b.dev.wait_async_event(100_000_000).unwrap();
+    assert_eq!(
+        est.map(|e| (e.event_type, e.element)),
+        Some((AsyncEventType::CommEst, AsyncElement::Qp(qb.qpn())))
+    );
     assert_eq!(b.dev.wait_async_event(100_000_000).unwrap(), None);
 
     assert!(

@@ -33,7 +33,7 @@ use verbs::{
 
 use crate::Error;
 use crate::device::{Device, release_unless_unknown};
-use crate::mem::{Shared, UserMem, address_space};
+use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
 const PAGE: u64 = 4096;
@@ -321,7 +321,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 Ok(b) => bufs.push(b),
                 Err(e) => {
                     bufs.into_iter().for_each(Shared::release);
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }
@@ -810,7 +810,8 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         if len == 0 {
             return Err(verbs::Error::InvalidArgument);
         }
-        Ok(Buffer::new(UserMem::alloc(&self.dma, len)?))
+        let buf = nic_hal::DmaBuf::new(&self.dma, len, 4096).map_err(Error::from)?;
+        Ok(Buffer::new(buf))
     }
 
     fn reg_mr(&self, pd: &Pd, mem: Buffer, access: AccessFlags) -> Result<Mr, verbs::Error> {

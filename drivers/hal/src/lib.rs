@@ -64,11 +64,13 @@
 extern crate alloc;
 
 pub mod barrier;
+mod device_mem;
 mod dma;
 mod heap;
 pub mod irq;
 mod mmio;
 
+pub use device_mem::{DeviceBuf, address_space};
 pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
 pub use heap::HeapDma;
 pub use irq::{Interrupts, IrqError, IrqWatch};

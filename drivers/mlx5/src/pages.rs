@@ -99,7 +99,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                     Ok(p) => chunk.push(p),
                     Err(e) => {
                         chunk.into_iter().for_each(Shared::release);
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
             }

@@ -539,7 +539,8 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     }
 
     fn alloc_buf(&self, len: usize) -> Result<Buffer, verbs::Error> {
-        Ok(Buffer::new(crate::mem::UserMem::alloc(self.dma(), len)?))
+        let buf = nic_hal::DmaBuf::new(self.dma(), len, 4096).map_err(Error::from)?;
+        Ok(Buffer::new(buf))
     }
 
     fn reg_mr(&self, pd: &Pd, mem: Buffer, access: AccessFlags) -> Result<Mr, verbs::Error> {

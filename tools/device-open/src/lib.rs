@@ -104,6 +104,37 @@ impl Platform for Clock {
     }
 }
 
+/// The same clock for the connection manager's waits, with the OS's entropy for its
+/// identities.
+impl cm::Platform for Clock {
+    fn relax(&self) {
+        Platform::relax(self)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(self)
+    }
+    fn entropy(&self) -> u64 {
+        os_entropy()
+    }
+}
+
+/// 64 bits from the OS's random source (`/dev/urandom`; where that cannot be read, the
+/// randomly keyed hasher std seeds from the OS): the connection manager's entropy.
+fn os_entropy() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_ne_bytes(b);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
 /// Real time for a device that makes progress by itself (hardware, or an emulated NIC on its
 /// own poller thread): `relax` is a spin hint, `now_ns` the monotonic clock.
 #[derive(Clone, Copy, Debug)]

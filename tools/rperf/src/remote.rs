@@ -107,38 +107,6 @@ pub struct Local<D: Device> {
     pub label: String,
 }
 
-/// The device's clock and relax hook, as the connection manager's [`cm::Platform`].
-struct CmClock(device_open::Clock);
-
-impl cm::Platform for CmClock {
-    fn relax(&self) {
-        nic_hal::Platform::relax(&self.0)
-    }
-    fn now_ns(&self) -> u64 {
-        nic_hal::Platform::now_ns(&self.0)
-    }
-    fn entropy(&self) -> u64 {
-        os_entropy()
-    }
-}
-
-/// 64 bits from the OS's random source (`/dev/urandom`; where that cannot be read, the
-/// randomly keyed hasher std seeds from the OS): the connection manager's entropy.
-fn os_entropy() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_ne_bytes(b);
-    }
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
-}
-
 impl<D: Device> Local<D> {
     /// Adds the opened device to a new manager (whose neighbour table knows the MACs of the
     /// emulated NICs of its /24: the UDP fabric has no ARP). The device's backing stays with
@@ -160,7 +128,7 @@ impl<D: Device> Local<D> {
             .active_mtu
             .bytes();
         let cm = Cm::new(
-            CmClock(clock),
+            clock,
             CmConfig {
                 wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
                 // Event mode: each CQ an id creates gets a completion channel.

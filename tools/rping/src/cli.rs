@@ -50,7 +50,11 @@ fabric (server and client):
                            127.0.0.1:LOCAL to 127.0.0.1:REMOTE (QEMU: -netdev socket,
                            udp=127.0.0.1:LOCAL,localaddr=127.0.0.1:REMOTE); addr and src are
                            addresses on that virtual wire, peers are resolved by ARP
-  --mac MAC                eth: this NIC's MAC (default 02:00 then the address's 4 bytes)";
+  --mac MAC                eth: this NIC's MAC (default 02:00 then the address's 4 bytes)
+device (server and client):
+  --device DEV             emu (default: an emulated NIC on the fabric above), vfio:BDF (a
+                           ConnectX function through VFIO, GID 0 = addr / src), efa (says
+                           whether this build has it)";
 
 /// Where a server or client NIC lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub(crate) struct Options {
     pub(crate) fabric: Fabric,
     pub(crate) mac: Option<[u8; 6]>,
     pub(crate) timeout_s: u64,
+    /// `--device`: the device family of a server or client (default `emu`).
+    pub(crate) device: device_open::Family,
 }
 
 /// Why the command line was refused (exit status 2).
@@ -158,6 +164,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, CliError> {
         fabric: Fabric::Udp(DEFAULT_FABRIC_PORT),
         mac: None,
         timeout_s: DEFAULT_TIMEOUT_S,
+        device: device_open::Family::Emu,
     };
     let mut fabric_set = false;
     let mut it = args.iter();
@@ -190,6 +197,12 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, CliError> {
                 o.fabric = f;
             }
             "--mac" => o.mac = Some(parse_mac(&value("--mac")?)?),
+            "--device" => {
+                let v = value("--device")?;
+                o.device = v
+                    .parse()
+                    .map_err(|e| CliError::Bad(format!("--device {e}")))?;
+            }
             "--timeout" => {
                 let v = value("--timeout")?;
                 o.timeout_s = v
@@ -243,6 +256,9 @@ pub(crate) fn check(o: &Options, fabric_set: bool) -> Result<(), CliError> {
         }
         if fabric_set || o.mac.is_some() {
             return bad("--fabric and --mac need -s or -c (embedded mode has its own fabric)");
+        }
+        if o.device != device_open::Family::Emu {
+            return bad("--device needs -s or -c (embedded mode runs two emulated NICs)");
         }
     }
     if o.src.is_some() && !o.client {
@@ -310,6 +326,21 @@ mod tests {
         // rping's defaults
         assert_eq!((d.count, d.size, d.port), (10, 64, 7174));
         assert_eq!(d.fabric, Fabric::Udp(4791));
+    }
+
+    #[test]
+    fn devices() {
+        let o = a(&["-s", "-a", "127.0.0.2", "--device", "vfio:0000:3b:00.0"]).unwrap();
+        assert_eq!(o.device, device_open::Family::Vfio("0000:3b:00.0".into()));
+        assert_eq!(a(&["-s"]).unwrap().device, device_open::Family::Emu);
+        assert!(matches!(
+            a(&["--device", "vfio:0000:3b:00.0"]),
+            Err(CliError::Bad(_))
+        ));
+        assert!(matches!(
+            a(&["-s", "--device", "nonsense"]),
+            Err(CliError::Bad(_))
+        ));
     }
 
     #[test]

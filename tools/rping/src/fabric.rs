@@ -12,6 +12,8 @@ use nic_hal::{Platform, RegisterIo};
 use nic_testbed::{EmuDevice, EthNic, UdpDevice, UdpNic, World};
 use verbs::Gid;
 
+use device_open::{Family, Opened, WithDevice, open_remote};
+
 use crate::Dev;
 use crate::cli::{Fabric, Options};
 use crate::exchange::{Pinged, Served, client, qp_attr, server};
@@ -156,6 +158,13 @@ pub(crate) fn udp_end(ip: Ipv4Addr, fabric_port: u16, o: &Options) -> Result<Udp
         .probe(mlx5::Config::default())
         .map_err(|e| format!("probe: {e:?}"))?;
     add_device(&cm, dev, ip)?;
+    add_subnet_neighbors(&cm, ip);
+    Ok(UdpEnd { cm, _nic: nic })
+}
+
+/// Enters the NICs of `ip`'s /24 in the neighbour table with the UDP fabric's MAC rule (the
+/// fabric has no ARP).
+fn add_subnet_neighbors<P: Dev>(cm: &Cm<P>, ip: Ipv4Addr) {
     let [a, b, c, _] = ip.octets();
     for h in 1..=254 {
         let n = Ipv4Addr::new(a, b, c, h);
@@ -163,7 +172,59 @@ pub(crate) fn udp_end(ip: Ipv4Addr, fabric_port: u16, o: &Options) -> Result<Udp
             cm.add_neighbor(n, Neighbor { mac: mac_for(n) });
         }
     }
-    Ok(UdpEnd { cm, _nic: nic })
+}
+
+/// What a server or a client on an opened device ends with.
+enum Outcome {
+    Served(Served),
+    Pinged(Pinged),
+}
+
+/// A server (`dst` none) or client on a device `device-open` opens (`--device vfio:BDF`):
+/// a connection manager of its own whose neighbour table knows `ip`'s /24 by the UDP
+/// fabric's MAC rule.
+struct OnDevice<'a> {
+    o: &'a Options,
+    dst: Option<Ipv4Addr>,
+}
+
+impl WithDevice for OnDevice<'_> {
+    type Output = Result<Outcome, String>;
+
+    fn run<D: Dev>(self, opened: Opened<D>) -> Self::Output {
+        let Opened {
+            dev,
+            mac,
+            ip,
+            clock,
+            backing,
+            ..
+        } = opened;
+        let cm = Cm::new(clock, cm_config(self.o));
+        cm.add_device(dev, mac)
+            .map_err(|(e, _)| format!("add_device: {e:?}"))?;
+        add_subnet_neighbors(&cm, ip);
+        let r = match self.dst {
+            None => serve_on(&cm, ip, self.o).map(Outcome::Served),
+            Some(dst) => connect_on(&cm, ip, dst, self.o).map(Outcome::Pinged),
+        };
+        // The manager (and the device in it) before what keeps the device alive.
+        drop(cm);
+        drop(backing);
+        r
+    }
+}
+
+/// Runs a server or client on the `--device` family when it is not the emulated NIC;
+/// `None` for `emu`.
+fn on_device(o: &Options, ip: Ipv4Addr, dst: Option<Ipv4Addr>) -> Option<Result<Outcome, String>> {
+    if o.device == Family::Emu {
+        return None;
+    }
+    Some(match o.fabric {
+        Fabric::Udp(p) => open_remote(&o.device, ip, p, OnDevice { o, dst }).and_then(|r| r),
+        Fabric::Eth { .. } => Err("--fabric eth: is the emulated NIC's; not with --device".into()),
+    })
 }
 
 /// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire.
@@ -272,6 +333,12 @@ pub(crate) fn eth_shutdown(nic: EthNic, o: &Options) {
 pub(crate) fn serve(o: &Options) -> Result<Served, String> {
     let default: Ipv4Addr = SERVER_IP.parse().expect("ip");
     let ip = o.addr.unwrap_or(default);
+    if let Some(r) = on_device(o, ip, None) {
+        return match r? {
+            Outcome::Served(s) => Ok(s),
+            Outcome::Pinged(_) => Err("server: ended as a client".into()),
+        };
+    }
     match o.fabric {
         Fabric::Udp(p) => {
             let end = udp_end(ip, p, o)?;
@@ -293,6 +360,12 @@ pub(crate) fn connect(o: &Options) -> Result<Pinged, String> {
     let Some(dst) = o.addr else {
         return Err("client: no server address".into());
     };
+    if let Some(r) = on_device(o, src, Some(dst)) {
+        return match r? {
+            Outcome::Pinged(p) => Ok(p),
+            Outcome::Served(_) => Err("client: ended as a server".into()),
+        };
+    }
     match o.fabric {
         Fabric::Udp(p) => {
             let end = udp_end(src, p, o)?;

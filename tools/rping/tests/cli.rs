@@ -333,3 +333,50 @@ fn an_ethernet_client_without_a_peer_fails_arp() {
         "{err}"
     );
 }
+
+#[test]
+fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
+    // A VFIO function no machine has, as server and as client: the first check that fails
+    // names what to fix; EFA: this build has no provider. Nothing is pinged.
+    let bdf = "0000:ff:1f.7";
+    let device = format!("vfio:{bdf}");
+    let vfio_want = if std::path::Path::new("/dev/vfio/vfio").exists() {
+        format!("no PCI function {bdf}")
+    } else {
+        "VFIO is not available: /dev/vfio/vfio does not exist".to_string()
+    };
+    for (args, want) in [
+        (
+            vec!["-s", "-a", "127.0.9.2", "--device", &device],
+            vfio_want.as_str(),
+        ),
+        (
+            vec![
+                "-c",
+                "-a",
+                "127.0.9.2",
+                "-I",
+                "127.0.9.1",
+                "--device",
+                &device,
+            ],
+            vfio_want.as_str(),
+        ),
+        (
+            vec!["-s", "-a", "127.0.9.2", "--device", "efa"],
+            "efa: not available: this build has no EFA provider",
+        ),
+    ] {
+        let out = rping(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("pings"),
+            "{args:?}"
+        );
+    }
+    // The embedded mode runs two emulated NICs: --device is a usage error there.
+    let out = rping(&["--device", &device]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -138,41 +138,56 @@ impl Field {
 
     /// The bytes holding a byte-aligned field (an embedded context, a GID, a MAC).
     pub fn slice(self, buf: &[u8]) -> Option<&[u8]> {
-        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
-            return None;
-        }
-        buf.get(self.byte_off()..self.end())
+        buf.get(byte_range(
+            self.bit_off,
+            self.width,
+            self.byte_off(),
+            self.end(),
+        )?)
     }
 
     /// Mutable bytes of a byte-aligned field.
     pub fn slice_mut(self, buf: &mut [u8]) -> Option<&mut [u8]> {
-        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
-            return None;
-        }
-        let (a, b) = (self.byte_off(), self.end());
-        buf.get_mut(a..b)
+        buf.get_mut(byte_range(
+            self.bit_off,
+            self.width,
+            self.byte_off(),
+            self.end(),
+        )?)
     }
 }
 
-macro_rules! be_type {
-    ($name:ident, $ty:ty, $n:expr) => {
-        #[doc = concat!("A big-endian `", stringify!($ty), "` stored as bytes (alignment 1), as the device lays it out.")]
+/// The bytes `start..end` of a field that starts and ends on byte boundaries (`None` for a
+/// field that does not): what `slice` / `slice_mut` of both field kinds hand out.
+fn byte_range(
+    bit_off: u32,
+    width: u32,
+    start: usize,
+    end: usize,
+) -> Option<core::ops::Range<usize>> {
+    (bit_off.is_multiple_of(8) && width.is_multiple_of(8)).then_some(start..end)
+}
+
+/// An integer stored as bytes in one byte order (alignment 1), as the device lays it out.
+macro_rules! byte_int {
+    ($name:ident, $ty:ty, $n:expr, $order:literal, $to:ident, $from:ident) => {
+        #[doc = concat!("A ", $order, "-endian `", stringify!($ty), "` stored as bytes (alignment 1), as the device lays it out.")]
         #[repr(transparent)]
         #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
         pub struct $name(pub [u8; $n]);
 
         impl $name {
-            /// Stores a host value in big-endian order.
+            #[doc = concat!("Stores a host value in ", $order, "-endian order.")]
             pub const fn new(v: $ty) -> Self {
-                $name(v.to_be_bytes())
+                $name(v.$to())
             }
             /// The host value.
             pub const fn get(self) -> $ty {
-                <$ty>::from_be_bytes(self.0)
+                <$ty>::$from(self.0)
             }
             /// Replaces the value.
             pub fn set(&mut self, v: $ty) {
-                self.0 = v.to_be_bytes();
+                self.0 = v.$to();
             }
         }
 
@@ -184,9 +199,9 @@ macro_rules! be_type {
     };
 }
 
-be_type!(Be16, u16, 2);
-be_type!(Be32, u32, 4);
-be_type!(Be64, u64, 8);
+byte_int!(Be16, u16, 2, "big", to_be_bytes, from_be_bytes);
+byte_int!(Be32, u32, 4, "big", to_be_bytes, from_be_bytes);
+byte_int!(Be64, u64, 8, "big", to_be_bytes, from_be_bytes);
 
 /// One field of a little-endian layout (the EFA contract, `docs/efa.md#conventions`).
 ///
@@ -354,55 +369,28 @@ impl LeField {
 
     /// The bytes holding a byte-aligned field (an embedded structure, a GID, a string).
     pub fn slice(self, buf: &[u8]) -> Option<&[u8]> {
-        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
-            return None;
-        }
-        buf.get(self.byte_off()..self.end())
+        buf.get(byte_range(
+            self.bit_off,
+            self.width,
+            self.byte_off(),
+            self.end(),
+        )?)
     }
 
     /// Mutable bytes of a byte-aligned field.
     pub fn slice_mut(self, buf: &mut [u8]) -> Option<&mut [u8]> {
-        if !self.bit_off.is_multiple_of(8) || !self.width.is_multiple_of(8) {
-            return None;
-        }
-        let (a, b) = (self.byte_off(), self.end());
-        buf.get_mut(a..b)
+        buf.get_mut(byte_range(
+            self.bit_off,
+            self.width,
+            self.byte_off(),
+            self.end(),
+        )?)
     }
 }
 
-macro_rules! le_type {
-    ($name:ident, $ty:ty, $n:expr) => {
-        #[doc = concat!("A little-endian `", stringify!($ty), "` stored as bytes (alignment 1), as the device lays it out.")]
-        #[repr(transparent)]
-        #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-        pub struct $name(pub [u8; $n]);
-
-        impl $name {
-            /// Stores a host value in little-endian order.
-            pub const fn new(v: $ty) -> Self {
-                $name(v.to_le_bytes())
-            }
-            /// The host value.
-            pub const fn get(self) -> $ty {
-                <$ty>::from_le_bytes(self.0)
-            }
-            /// Replaces the value.
-            pub fn set(&mut self, v: $ty) {
-                self.0 = v.to_le_bytes();
-            }
-        }
-
-        impl core::fmt::Debug for $name {
-            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                write!(f, "{:#x}", self.get())
-            }
-        }
-    };
-}
-
-le_type!(Le16, u16, 2);
-le_type!(Le32, u32, 4);
-le_type!(Le64, u64, 8);
+byte_int!(Le16, u16, 2, "little", to_le_bytes, from_le_bytes);
+byte_int!(Le32, u32, 4, "little", to_le_bytes, from_le_bytes);
+byte_int!(Le64, u64, 8, "little", to_le_bytes, from_le_bytes);
 
 #[cfg(test)]
 mod tests {

@@ -2032,6 +2032,12 @@ impl<D: Device> Backend for Stack<D> {
             Ok(c) => c,
             Err(e) => return fail(cm_errno(e)),
         };
+        // librdmacm: the QP type of the endpoint's QPs follows the address information
+        let qpt = qp_type_c(cmid.qp_type());
+        // SAFETY: the caller's attributes (NULL or valid).
+        if let Some(a) = unsafe { attr.as_mut() } {
+            a.qp_type = qpt;
+        }
         let p = self.new_id(cmid, null_mut(), null_mut());
         // SAFETY: just made.
         let i = unsafe { &mut *p };

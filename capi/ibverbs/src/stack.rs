@@ -162,6 +162,9 @@ enum QpKind<D: Device> {
 pub struct Qp<D: Device> {
     c: ibv_qp,
     kind: QpKind<D>,
+    /// The actual sizes.
+    cap: ibv_qp_cap,
+    sq_sig_all: c_int,
 }
 
 /// An address handle.
@@ -1493,6 +1496,7 @@ impl<D: Device> Backend for Stack<D> {
             0
         };
         a.port_num = 1;
+        a.cap = q.cap;
         // SAFETY: the caller's out-parameters.
         unsafe {
             *attr = a;
@@ -1502,6 +1506,8 @@ impl<D: Device> Backend for Stack<D> {
                 i.recv_cq = q.c.recv_cq;
                 i.srq = q.c.srq;
                 i.qp_type = q.c.qp_type;
+                i.cap = q.cap;
+                i.sq_sig_all = q.sq_sig_all;
             }
         }
         0
@@ -1975,6 +1981,8 @@ impl<D: Device> Backend for Stack<D> {
         let q = Box::into_raw(Box::new(Qp::<D> {
             c,
             kind: QpKind::Cm(dp),
+            cap: a.cap,
+            sq_sig_all: a.sq_sig_all,
         }));
         i.c.qp = q.cast();
         i.c.pd = pd;

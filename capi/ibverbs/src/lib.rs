@@ -919,6 +919,18 @@ pub unsafe extern "C" fn ibv_query_qp(
 }
 versioned!("IBVERBS_1.1", ibv_query_qp);
 
+/// `int ibv_destroy_qp(struct ibv_qp *)`: 0 or an errno.
+///
+/// # Safety
+///
+/// `qp` NULL or a live QP of this library, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the caller's QP.
+    with_stack(ENODEV, |s| unsafe { s.destroy_qp_verbs(qp) })
+}
+versioned!("IBVERBS_1.1", ibv_destroy_qp);
+
 /// `struct ibv_ah *ibv_create_ah(struct ibv_pd *, struct ibv_ah_attr *)`: an address handle
 /// to the IPv4-mapped GID in `attr` (EHOSTUNREACH when its MAC is not known).
 ///
@@ -1020,7 +1032,7 @@ macro_rules! enosys_int {
 
 enosys_ptr!("IBVERBS_1.1": ibv_create_qp, ibv_create_srq);
 enosys_int!("IBVERBS_1.1":
-    ibv_attach_mcast, ibv_detach_mcast, ibv_destroy_qp, ibv_destroy_srq, ibv_modify_qp,
+    ibv_attach_mcast, ibv_detach_mcast, ibv_destroy_srq, ibv_modify_qp,
 );
 enosys_ptr!("IBVERBS_1.6": ibv_qp_to_qp_ex);
 

@@ -162,6 +162,8 @@ enum QpKind<D: Device> {
 pub struct Qp<D: Device> {
     c: ibv_qp,
     kind: QpKind<D>,
+    /// The connection manager id whose QP it is.
+    id: *mut Id<D>,
     /// The actual sizes.
     cap: ibv_qp_cap,
     sq_sig_all: c_int,
@@ -418,6 +420,7 @@ pub trait Backend: Send + Sync {
         mask: c_int,
         init: *mut ibv_qp_init_attr,
     ) -> c_int;
+    unsafe fn destroy_qp_verbs(&self, qp: *mut ibv_qp) -> c_int;
     unsafe fn create_ah(&self, pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> *mut ibv_ah;
     unsafe fn destroy_ah(&self, ah: *mut ibv_ah) -> c_int;
     unsafe fn init_ah_from_wc(
@@ -1513,6 +1516,27 @@ impl<D: Device> Backend for Stack<D> {
         0
     }
 
+    unsafe fn destroy_qp_verbs(&self, qp: *mut ibv_qp) -> c_int {
+        if qp.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: a QP of ours.
+        let id = unsafe { (*qp.cast::<Qp<D>>()).id };
+        // A connection manager's QP: what rdma_destroy_qp does, without the id's own CQs
+        // (librdmacm's ibv_destroy_qp on an id's QP leaves them to rdma_destroy_id).
+        // SAFETY: the QP's id is live while its QP is (destroying the id frees the QP).
+        let i = unsafe { &mut *id };
+        if let Some(c) = i.id.as_ref()
+            && let Err(e) = c.destroy_qp()
+        {
+            return cm_errno(e);
+        }
+        i.c.qp = null_mut();
+        // SAFETY: our Qp box; the caller gives it up.
+        drop(unsafe { Box::from_raw(qp.cast::<Qp<D>>()) });
+        0
+    }
+
     unsafe fn create_ah(&self, pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> *mut ibv_ah {
         if pd.is_null() || attr.is_null() {
             set_errno(EINVAL);
@@ -1981,6 +2005,7 @@ impl<D: Device> Backend for Stack<D> {
         let q = Box::into_raw(Box::new(Qp::<D> {
             c,
             kind: QpKind::Cm(dp),
+            id: id.cast(),
             cap: a.cap,
             sq_sig_all: a.sq_sig_all,
         }));

@@ -281,7 +281,7 @@ fn a_client_without_a_server_fails_promptly() {
 }
 
 #[test]
-fn debian_perftest_loads_with_the_real_providers() {
+fn perftest_write_bandwidth_and_send_latency_over_rdma_cm() {
     let kit = guest_kit::Kit::new(guest_kit::Kit::default_cache_dir()).expect("package cache");
     let roots = kit
         .extract_all(&["perftest", "ibverbs-providers", "libibumad3", "libpci3"])
@@ -297,26 +297,44 @@ fn debian_perftest_loads_with_the_real_providers() {
     );
     let path = std::env::join_paths(path).unwrap();
     let bin = roots[0].join("usr/bin");
-    // A client with no server: the loader, the device list, open and queries pass; the
-    // connection fails (no listener) and perftest gives up.
-    let (_, c, port) = net(6);
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg(bin.join("ib_write_bw"))
-        .args(["-R", "-F", "-n", "10", "127.71.6.1"])
-        .env("LD_LIBRARY_PATH", &path)
-        .env("RDMA_STACK_DEVICE", format!("emu-udp:{c}:{port}"))
-        .output()
-        .expect("run perftest");
-    check_loader("ib_write_bw", &out);
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        matches!(out.status.code(), Some(c) if c != 0 && c != 124),
-        "{}: {all}",
-        out.status
-    );
+    let (s, c, port) = net(6);
+    let run = |prog: &str, device: String, args: &[&str]| {
+        let mut cmd = Command::new("timeout");
+        cmd.arg("120")
+            .arg(bin.join(prog))
+            .args(["-R", "-F", "-n", "200"])
+            .args(args)
+            .env("LD_LIBRARY_PATH", &path)
+            .env("RDMA_STACK_DEVICE", device)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    for (prog, row) in [
+        ("ib_write_bw", " 65536      200"),
+        ("ib_send_lat", " 2       200"),
+    ] {
+        let server = run(prog, format!("emu-udp:{s}:{port}"), &[]);
+        let client = run(prog, format!("emu-udp:{c}:{port}"), &[s.as_str()]);
+        let (so, co) = pair(server, client);
+        for (side, o) in [("server", &so), ("client", &co)] {
+            check_loader(prog, o);
+            let (out, err) = text(o);
+            assert!(
+                o.status.success(),
+                "{prog} {side}: {}\n{out}\n{err}",
+                o.status
+            );
+            for want in [" rdma_cm QPs\t : ON", " Data ex. method : rdma_cm"] {
+                assert!(
+                    out.lines().any(|l| l == want),
+                    "{prog} {side}: no {want:?}:\n{out}"
+                );
+            }
+            assert!(
+                out.lines().any(|l| l.starts_with(row)),
+                "{prog} {side}: no result row:\n{out}\n{err}"
+            );
+        }
+    }
 }

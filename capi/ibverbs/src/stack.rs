@@ -230,6 +230,8 @@ pub struct Stack<D: Device> {
     ids: Mutex<HashMap<u64, usize>>,
     /// The context ids report (`id->verbs`) and the PD of ids given none.
     context: Mutex<Option<(usize, usize)>>,
+    /// The device's clock and relax hook: relaxing runs an in-process NIC's world.
+    clock: device_open::Clock,
     /// Keeps the device alive (never dropped: the stack lives as long as the process).
     _backing: device_open::Backing,
 }
@@ -259,7 +261,7 @@ impl<D: Device> Stack<D> {
             ..
         } = opened;
         let dma = backing.heap_dma().cloned();
-        let cm = Cm::new(clock, cm_config());
+        let cm = Cm::new(clock.clone(), cm_config());
         let devid = cm
             .add_device(dev, mac)
             .map_err(|(e, _)| format!("connection manager: add the device: {e:?}"))?;
@@ -280,6 +282,7 @@ impl<D: Device> Stack<D> {
             ev_channels: Mutex::new(Vec::new()),
             ids: Mutex::new(HashMap::new()),
             context: Mutex::new(None),
+            clock,
             _backing: backing,
         });
         let t = s.clone();
@@ -299,6 +302,7 @@ impl<D: Device> Stack<D> {
     }
 
     fn progress_once(&self) {
+        nic_hal::Platform::relax(&self.clock);
         self.cm.progress();
         {
             let list = lock(&self.comp_channels);

@@ -762,8 +762,8 @@ impl<D: Device> Stack<D> {
                 None => (ch, null_mut()),
             };
             let n = self.new_id(new, lch, lctx);
-            // SAFETY: `n` was just made; `listen` is live.
             if let Some(l) = listen {
+                // SAFETY: `n` was just made; `l` is a registered, hence live, id.
                 unsafe {
                     (*n).saved = (*l).saved;
                     (*n).c.ps = (*l).c.ps;
@@ -904,7 +904,7 @@ impl<D: Device> Backend for Stack<D> {
     }
 
     fn cm_context(&self, open: &mut dyn FnMut() -> *mut ibv_context) -> *mut ibv_context {
-        Stack::cm_context(self, || open()).0
+        Stack::cm_context(self, open).0
     }
 
     unsafe fn alloc_pd(&self, ctx: *mut ibv_context) -> *mut ibv_pd {
@@ -1748,6 +1748,7 @@ impl<D: Device> Backend for Stack<D> {
     unsafe fn bind_addr(&self, id: *mut rdma_cm_id, addr: *const libc::sockaddr) -> c_int {
         // SAFETY: the caller's id and address.
         let r = unsafe { self.id(id) }.and_then(|i| {
+            // SAFETY: the caller's pointers, valid by this call's contract.
             let a = unsafe { sockaddr_in(addr) }?.ok_or(EINVAL)?;
             self.cm_id(i)?.bind_addr(&a).map_err(cm_errno)?;
             self.refresh(i);
@@ -1765,7 +1766,9 @@ impl<D: Device> Backend for Stack<D> {
     ) -> c_int {
         // SAFETY: the caller's id and addresses.
         let r = unsafe { self.id(id) }.and_then(|i| {
+            // SAFETY: the caller's pointers, valid by this call's contract.
             let s = unsafe { sockaddr_in(src) }?;
+            // SAFETY: the caller's pointers, valid by this call's contract.
             let d = unsafe { sockaddr_in(dst) }?.ok_or(EINVAL)?;
             let (ctx, _) = self.context_or_null();
             let _ = ctx;
@@ -1803,6 +1806,7 @@ impl<D: Device> Backend for Stack<D> {
     unsafe fn connect(&self, id: *mut rdma_cm_id, p: *const rdma_conn_param) -> c_int {
         // SAFETY: the caller's id and parameters.
         let r = unsafe { self.id(id) }.and_then(|i| {
+            // SAFETY: the caller's pointers, valid by this call's contract.
             let param = unsafe { Self::conn_param(p) };
             self.cm_id(i)?.connect(param.as_ref()).map_err(cm_errno)?;
             self.refresh(i);
@@ -1814,6 +1818,7 @@ impl<D: Device> Backend for Stack<D> {
     unsafe fn accept(&self, id: *mut rdma_cm_id, p: *const rdma_conn_param) -> c_int {
         // SAFETY: the caller's id and parameters.
         let r = unsafe { self.id(id) }.and_then(|i| {
+            // SAFETY: the caller's pointers, valid by this call's contract.
             let param = unsafe { Self::conn_param(p) };
             self.cm_id(i)?.accept(param.as_ref()).map_err(cm_errno)?;
             self.refresh(i);
@@ -1828,6 +1833,7 @@ impl<D: Device> Backend for Stack<D> {
             let pd: &[u8] = if data.is_null() || len == 0 {
                 &[]
             } else {
+                // SAFETY: the caller's pointers, valid by this call's contract.
                 unsafe { core::slice::from_raw_parts(data.cast(), len as usize) }
             };
             self.cm_id(i)?.reject(pd).map_err(cm_errno)
@@ -2048,6 +2054,7 @@ impl<D: Device> Backend for Stack<D> {
         }
         // SAFETY: the caller's address information.
         let r = unsafe { &*res };
+        // SAFETY: the caller's pointers, valid by this call's contract.
         let src = match unsafe { sockaddr_in(r.ai_src_addr) } {
             Ok(a) => a,
             Err(e) => return fail(e),
@@ -2153,6 +2160,7 @@ impl<D: Device> Backend for Stack<D> {
             let v: &[u8] = if val.is_null() || len == 0 {
                 &[]
             } else {
+                // SAFETY: the caller's pointers, valid by this call's contract.
                 unsafe { core::slice::from_raw_parts(val.cast(), len) }
             };
             self.cm_id(i)?.set_option(level, name, v).map_err(cm_errno)
@@ -2166,6 +2174,7 @@ impl<D: Device> Backend for Stack<D> {
             let chan = if ch.is_null() {
                 None
             } else {
+                // SAFETY: the caller's pointers, valid by this call's contract.
                 Some(unsafe { &(*ch.cast::<EvChannel<D>>()).ch })
             };
             self.cm_id(i)?.migrate_id(chan).map_err(cm_errno)?;

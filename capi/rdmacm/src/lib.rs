@@ -295,6 +295,7 @@ macro_rules! forward {
         ///
         /// As librdmacm's: objects of this library, valid pointers.
         #[unsafe(no_mangle)]
+        #[allow(clippy::unused_unit)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             static F: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
             let f = *F.get_or_init(|| entry(concat!(stringify!($entry), "\0").as_bytes()));

@@ -327,6 +327,35 @@ mod tests {
     }
 
     #[test]
+    fn external_memory_maps_translates_and_unmaps() {
+        let h = HeapDma::new(0x10_0000);
+        let a: Arc<dyn DmaAllocator> = h.clone();
+        let inner = DmaBuf::new(&a, 64, 64).unwrap();
+        let mut mine = alloc::vec![0u8; 3 * 4096];
+        let va = NonNull::new(mine.as_mut_ptr().wrapping_add(100)).unwrap();
+        // SAFETY: `mine` outlives the mapping (unmapped below, before it is dropped).
+        let iova = unsafe { h.map_external(va, 2 * 4096) }.unwrap();
+        assert_eq!(iova % 4096, va.as_ptr() as u64 % 4096);
+        assert_eq!(h.translate(iova, 8).unwrap(), va);
+        assert_eq!(
+            h.translate(iova + 4096, 8).unwrap().as_ptr(),
+            va.as_ptr().wrapping_add(4096)
+        );
+        assert!(h.translate(iova + 2 * 4096 - 4, 8).is_none());
+        // not counted as allocated memory; the allocator's own buffers are untouched
+        assert_eq!(h.live_bytes(), 64);
+        assert!(h.translate(inner.iova(), 64).is_some());
+        // SAFETY: zero length is refused before anything is mapped.
+        assert!(unsafe { h.map_external(va, 0) }.is_err());
+        h.unmap_external(iova);
+        assert!(h.translate(iova, 1).is_none());
+        // unmapping an allocator buffer's address is not an unmap of it
+        h.unmap_external(inner.iova());
+        assert!(h.translate(inner.iova(), 64).is_some());
+        drop(mine);
+    }
+
+    #[test]
     fn cached_translations_keep_every_check() {
         let h = HeapDma::new(0x10_0000);
         let a: Arc<dyn DmaAllocator> = h.clone();

@@ -919,6 +919,41 @@ pub unsafe extern "C" fn ibv_query_qp(
 }
 versioned!("IBVERBS_1.1", ibv_query_qp);
 
+/// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`: an RC or UD
+/// QP in RESET on the program's CQs (no SRQ); the actual sizes are written back into
+/// `attr->cap`. NULL with errno on failure.
+///
+/// # Safety
+///
+/// `pd` a live PD; `attr` valid, its CQs live CQs of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller's PD and attributes.
+    with_stack(null_mut(), |s| unsafe { s.create_qp_verbs(pd, attr) })
+}
+versioned!("IBVERBS_1.1", ibv_create_qp);
+
+/// `int ibv_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask)`: 0 or an
+/// errno. The address vector's MAC comes from the destination GID's IPv4 address (the
+/// neighbour table, else the port's resolver).
+///
+/// # Safety
+///
+/// `qp` a live QP; `attr` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    // SAFETY: the caller's QP and attributes.
+    with_stack(ENODEV, |s| unsafe { s.modify_qp(qp, attr, attr_mask) })
+}
+versioned!("IBVERBS_1.1", ibv_modify_qp);
+
 /// `int ibv_destroy_qp(struct ibv_qp *)`: 0 or an errno.
 ///
 /// # Safety
@@ -1030,10 +1065,8 @@ macro_rules! enosys_int {
     )*};
 }
 
-enosys_ptr!("IBVERBS_1.1": ibv_create_qp, ibv_create_srq);
-enosys_int!("IBVERBS_1.1":
-    ibv_attach_mcast, ibv_detach_mcast, ibv_destroy_srq, ibv_modify_qp,
-);
+enosys_ptr!("IBVERBS_1.1": ibv_create_srq);
+enosys_int!("IBVERBS_1.1": ibv_attach_mcast, ibv_detach_mcast, ibv_destroy_srq);
 enosys_ptr!("IBVERBS_1.6": ibv_qp_to_qp_ex);
 
 // ---------------------------------------------------------------------------------------------
@@ -1155,6 +1188,8 @@ cm_entry!(rdma_stack_create_qp => create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd
 cm_entry!(rdma_stack_create_ep => create_ep(id: *mut *mut rdma_cm_id, res: *const rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> c_int, -1);
 cm_entry!(rdma_stack_get_request => get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int, -1);
 cm_entry!(rdma_stack_set_option => set_option(id: *mut rdma_cm_id, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int, -1);
+cm_entry!(rdma_stack_init_qp_attr => init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int, -1);
+cm_entry!(rdma_stack_establish => establish(id: *mut rdma_cm_id) -> c_int, -1);
 cm_entry!(rdma_stack_migrate_id => migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int, -1);
 /// librdmacm's `rdma_destroy_qp`.
 ///

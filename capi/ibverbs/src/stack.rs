@@ -155,6 +155,8 @@ pub struct Cq<D: Device> {
 enum QpKind<D: Device> {
     /// A connection manager id (`rdma_create_qp`): posts go through its data path.
     Cm(DataPath<D>),
+    /// The program's own (`ibv_create_qp`); `None` once destroyed.
+    Own(Mutex<Option<D::Qp>>),
 }
 
 /// A queue pair.
@@ -230,6 +232,9 @@ pub struct Stack<D: Device> {
     ids: Mutex<HashMap<u64, usize>>,
     /// The context ids report (`id->verbs`) and the PD of ids given none.
     context: Mutex<Option<(usize, usize)>>,
+    /// The port's address resolution, for address vectors the program gives (`ibv_modify_qp`,
+    /// `ibv_create_ah`) whose MAC the neighbour table does not know.
+    resolver: Option<Arc<dyn cm::NeighborResolver>>,
     /// The device's clock and relax hook: relaxing runs an in-process NIC's world.
     clock: device_open::Clock,
     /// Keeps the device alive (never dropped: the stack lives as long as the process).
@@ -266,7 +271,7 @@ impl<D: Device> Stack<D> {
             .add_device(dev, mac)
             .map_err(|(e, _)| format!("connection manager: add the device: {e:?}"))?;
         if resolver.is_some() {
-            cm.set_neighbor_resolver(devid, resolver)
+            cm.set_neighbor_resolver(devid, resolver.clone())
                 .map_err(|e| format!("connection manager: neighbour resolver: {e:?}"))?;
         }
         let prov = cm
@@ -282,6 +287,7 @@ impl<D: Device> Stack<D> {
             ev_channels: Mutex::new(Vec::new()),
             ids: Mutex::new(HashMap::new()),
             context: Mutex::new(None),
+            resolver,
             clock,
             _backing: backing,
         });
@@ -425,6 +431,15 @@ pub trait Backend: Send + Sync {
         init: *mut ibv_qp_init_attr,
     ) -> c_int;
     unsafe fn destroy_qp_verbs(&self, qp: *mut ibv_qp) -> c_int;
+    unsafe fn create_qp_verbs(&self, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    unsafe fn modify_qp(&self, qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
+    unsafe fn init_qp_attr(
+        &self,
+        id: *mut rdma_cm_id,
+        attr: *mut ibv_qp_attr,
+        mask: *mut c_int,
+    ) -> c_int;
+    unsafe fn establish(&self, id: *mut rdma_cm_id) -> c_int;
     unsafe fn create_ah(&self, pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> *mut ibv_ah;
     unsafe fn destroy_ah(&self, ah: *mut ibv_ah) -> c_int;
     unsafe fn init_ah_from_wc(
@@ -578,6 +593,45 @@ fn qp_type_of(t: ibv_qp_type) -> Option<QpType> {
     }
 }
 
+fn qp_state_of(s: ibv_qp_state) -> Option<verbs::QpState> {
+    Some(match s {
+        IBV_QPS_RESET => verbs::QpState::Reset,
+        IBV_QPS_INIT => verbs::QpState::Init,
+        IBV_QPS_RTR => verbs::QpState::Rtr,
+        IBV_QPS_RTS => verbs::QpState::Rts,
+        IBV_QPS_SQD => verbs::QpState::Sqd,
+        IBV_QPS_SQE => verbs::QpState::Sqe,
+        IBV_QPS_ERR => verbs::QpState::Err,
+        _ => return None,
+    })
+}
+
+/// C QP attributes from verbs ones (`rdma_init_qp_attr`).
+fn qp_attr_c(a: &verbs::QpAttr) -> ibv_qp_attr {
+    // SAFETY: zeroed attributes are valid; filled below.
+    let mut c: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    c.qp_state = a.qp_state as u8 as ibv_qp_state;
+    c.cur_qp_state = a.cur_qp_state as u8 as ibv_qp_state;
+    c.path_mtu = a.path_mtu as u8 as ibv_mtu;
+    c.qkey = a.qkey;
+    c.rq_psn = a.rq_psn;
+    c.sq_psn = a.sq_psn;
+    c.dest_qp_num = a.dest_qp_num;
+    c.qp_access_flags = a.qp_access_flags.bits() as c_uint;
+    c.cap = cap_c(&a.cap);
+    c.ah_attr = ah_attr_c(&a.ah_attr);
+    c.pkey_index = a.pkey_index;
+    c.en_sqd_async_notify = a.en_sqd_async_notify as u8;
+    c.port_num = a.port_num;
+    c.max_rd_atomic = a.max_rd_atomic;
+    c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    c.min_rnr_timer = a.min_rnr_timer;
+    c.timeout = a.timeout;
+    c.retry_cnt = a.retry_cnt;
+    c.rnr_retry = a.rnr_retry;
+    c
+}
+
 fn qp_type_c(t: QpType) -> ibv_qp_type {
     match t {
         QpType::Ud => IBV_QPT_UD,
@@ -652,6 +706,75 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
 }
 
 impl<D: Device> Stack<D> {
+    /// The MAC of `ip`: the neighbour table's, else the port's resolver's.
+    fn mac_of(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        if let Some(n) = self.cm.neighbor(ip) {
+            return Some(n.mac);
+        }
+        let n = self.resolver.as_ref()?.resolve_neighbor(ip).ok()??;
+        self.cm.add_neighbor(ip, n);
+        Some(n.mac)
+    }
+
+    /// A verbs address vector from C (the MAC from the destination GID's IPv4 address).
+    fn ah_attr_of(&self, a: &ibv_ah_attr) -> Result<verbs::AhAttr, c_int> {
+        // SAFETY: the raw bytes of the GID union.
+        let dgid = verbs::Gid(unsafe { a.grh.dgid.raw });
+        let ip = dgid.ipv4().map(Ipv4Addr::from).ok_or(EINVAL)?;
+        let mac = self.mac_of(ip).ok_or(libc::EHOSTUNREACH)?;
+        Ok(verbs::AhAttr {
+            dgid,
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+            dlid: a.dlid,
+            sl: a.sl,
+            src_path_bits: a.src_path_bits,
+            static_rate: a.static_rate,
+            is_global: true,
+            port_num: a.port_num.max(1),
+            dmac: mac,
+        })
+    }
+
+    /// Verbs QP attributes from C, for the fields `mask` names.
+    fn qp_attr_of(&self, a: &ibv_qp_attr, mask: c_int) -> Result<verbs::QpAttr, c_int> {
+        let ah_attr = if mask & IBV_QP_AV != 0 {
+            self.ah_attr_of(&a.ah_attr)?
+        } else {
+            verbs::AhAttr::default()
+        };
+        let mtu = match a.path_mtu {
+            IBV_MTU_256 => verbs::Mtu::Mtu256,
+            IBV_MTU_512 => verbs::Mtu::Mtu512,
+            IBV_MTU_2048 => verbs::Mtu::Mtu2048,
+            IBV_MTU_4096 => verbs::Mtu::Mtu4096,
+            _ => verbs::Mtu::Mtu1024,
+        };
+        Ok(verbs::QpAttr {
+            qp_state: qp_state_of(a.qp_state).ok_or(EINVAL)?,
+            cur_qp_state: qp_state_of(a.cur_qp_state).unwrap_or_default(),
+            path_mtu: mtu,
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qp_num,
+            qp_access_flags: access_of(a.qp_access_flags as c_int),
+            cap: cap_of(&a.cap),
+            ah_attr,
+            pkey_index: a.pkey_index,
+            en_sqd_async_notify: a.en_sqd_async_notify != 0,
+            port_num: a.port_num,
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+        })
+    }
+
     /// The `Id` behind a C id.
     ///
     /// # Safety
@@ -928,20 +1051,19 @@ impl<D: Device> Backend for Stack<D> {
         if pd.is_null() {
             return EINVAL;
         }
-        // SAFETY: a PD of ours is a boxed Pd (first field the ibv_pd).
-        let b = unsafe { Box::from_raw(pd.cast::<Pd>()) };
-        let Pd { c, pd: cmpd } = *b;
+        let p = pd.cast::<Pd>();
+        // SAFETY: a PD of ours is a boxed Pd (first field the ibv_pd); its contents are
+        // moved out here and either freed with it or written back.
+        let Pd { c, pd: cmpd } = unsafe { ptr::read(p) };
         match self.cm.dealloc_pd(cmpd) {
-            Ok(()) => 0,
+            Ok(()) => {
+                // SAFETY: the box's contents were moved out above; free its memory only.
+                unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<Pd>()) };
+                0
+            }
             Err((e, back)) => {
-                // the PD stays valid at the same address
-                let again = Box::into_raw(Box::new(Pd { c, pd: back }));
-                debug_assert!(again.cast::<ibv_pd>() == pd || !again.is_null());
-                // SAFETY: the caller still holds `pd`: put the PD back where it was.
-                unsafe {
-                    ptr::copy_nonoverlapping(again, pd.cast::<Pd>(), 1);
-                    std::alloc::dealloc(again.cast(), std::alloc::Layout::new::<Pd>());
-                }
+                // SAFETY: the PD stays valid at the caller's address.
+                unsafe { ptr::write(p, Pd { c, pd: back }) };
                 cm_errno(e)
             }
         }
@@ -1425,6 +1547,13 @@ impl<D: Device> Backend for Stack<D> {
             };
             let r = match &q.kind {
                 QpKind::Cm(dp) => dp.post_send(&[swr]),
+                QpKind::Own(m) => match lock(m).as_mut() {
+                    Some(qp) => self.prov.post_send(qp, &[swr]),
+                    None => {
+                        set_bad(cur);
+                        return EINVAL;
+                    }
+                },
             };
             if let Err(e) = r {
                 set_bad(cur);
@@ -1471,6 +1600,13 @@ impl<D: Device> Backend for Stack<D> {
             };
             let r = match &q.kind {
                 QpKind::Cm(dp) => dp.post_recv(&[rwr]),
+                QpKind::Own(m) => match lock(m).as_mut() {
+                    Some(qp) => self.prov.post_recv(qp, &[rwr]),
+                    None => {
+                        set_bad(cur);
+                        return EINVAL;
+                    }
+                },
             };
             if let Err(e) = r {
                 set_bad(cur);
@@ -1525,7 +1661,30 @@ impl<D: Device> Backend for Stack<D> {
             return EINVAL;
         }
         // SAFETY: a QP of ours.
-        let id = unsafe { (*qp.cast::<Qp<D>>()).id };
+        let q = unsafe { &*qp.cast::<Qp<D>>() };
+        if let QpKind::Own(m) = &q.kind {
+            let Some(inner) = lock(m).take() else {
+                return EINVAL;
+            };
+            return match self.prov.destroy_qp(inner) {
+                Ok(()) => {
+                    // SAFETY: our Qp box; the caller gives it up.
+                    drop(unsafe { Box::from_raw(qp.cast::<Qp<D>>()) });
+                    0
+                }
+                Err(e) => {
+                    *lock(m) = e.object;
+                    e.error.errno()
+                }
+            };
+        }
+        let id = q.id;
+        if id.is_null() {
+            // its id was destroyed, and the QP with it
+            // SAFETY: our Qp box; the caller gives it up.
+            drop(unsafe { Box::from_raw(qp.cast::<Qp<D>>()) });
+            return 0;
+        }
         // A connection manager's QP: what rdma_destroy_qp does, without the id's own CQs
         // (librdmacm's ibv_destroy_qp on an id's QP leaves them to rdma_destroy_id).
         // SAFETY: the QP's id is live while its QP is (destroying the id frees the QP).
@@ -1541,6 +1700,148 @@ impl<D: Device> Backend for Stack<D> {
         0
     }
 
+    unsafe fn create_qp_verbs(&self, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+        if pd.is_null() || attr.is_null() {
+            set_errno(EINVAL);
+            return null_mut();
+        }
+        // SAFETY: the caller's attributes and our PD.
+        let (a, p) = unsafe { (&mut *attr, &*pd.cast::<Pd>()) };
+        let Some(qpt) = qp_type_of(a.qp_type) else {
+            set_errno(EOPNOTSUPP);
+            return null_mut();
+        };
+        if a.send_cq.is_null() || a.recv_cq.is_null() || !a.srq.is_null() {
+            set_errno(if a.srq.is_null() { EINVAL } else { EOPNOTSUPP });
+            return null_mut();
+        }
+        // SAFETY: CQs of ours.
+        let (scq, rcq) = unsafe { (&*a.send_cq.cast::<Cq<D>>(), &*a.recv_cq.cast::<Cq<D>>()) };
+        let va = verbs::QpInitAttr {
+            qp_type: qpt,
+            send_cq: &*scq.cq,
+            recv_cq: &*rcq.cq,
+            srq: None,
+            cap: cap_of(&a.cap),
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        let r = self.cm.with_pd(&p.pd, |prov, ppd| prov.create_qp(ppd, &va));
+        let (inner, cap) = match r {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                set_errno(e.errno());
+                return null_mut();
+            }
+            Err(e) => {
+                set_errno(cm_errno(e));
+                return null_mut();
+            }
+        };
+        a.cap = cap_c(&cap);
+        // SAFETY: zeroed ibv_qp (NULL pointers, static mutex/cond initialisers) filled below.
+        let mut c: ibv_qp = unsafe { core::mem::zeroed() };
+        c.context = p.c.context;
+        c.qp_context = a.qp_context;
+        c.pd = pd;
+        c.send_cq = a.send_cq;
+        c.recv_cq = a.recv_cq;
+        c.qp_num = inner.qp_num();
+        c.state = IBV_QPS_RESET;
+        c.qp_type = a.qp_type;
+        Box::into_raw(Box::new(Qp::<D> {
+            c,
+            kind: QpKind::Own(Mutex::new(Some(inner))),
+            id: null_mut(),
+            cap: a.cap,
+            sq_sig_all: a.sq_sig_all,
+        }))
+        .cast()
+    }
+
+    unsafe fn modify_qp(&self, qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+        if qp.is_null() || attr.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: the caller's QP and attributes.
+        let (q, a) = unsafe { (&mut *qp.cast::<Qp<D>>(), &*attr) };
+        let va = match self.qp_attr_of(a, mask) {
+            Ok(v) => v,
+            Err(e) => return e,
+        };
+        // INIT -> INIT (a program repeating the INIT step, as `rdma_init_qp_attr` users do):
+        // legal in the IB state machine, not a transition the provider knows; the INIT
+        // attributes (port, P_Key index, access flags) are those the QP has.
+        if mask & IBV_QP_STATE != 0 && a.qp_state == IBV_QPS_INIT && q.c.state == IBV_QPS_INIT {
+            return 0;
+        }
+        let vmask = verbs::QpAttrMask::from_bits_retain(mask as u32);
+        let r = match &q.kind {
+            QpKind::Own(m) => match lock(m).as_mut() {
+                Some(inner) => self.prov.modify_qp(inner, &va, vmask),
+                None => return EINVAL,
+            },
+            QpKind::Cm(_) => {
+                if q.id.is_null() {
+                    return EINVAL;
+                }
+                // SAFETY: the QP's id is live while its QP is (a destroyed id's QP has none).
+                let i = unsafe { &*q.id };
+                match i.id.as_ref().map(|c| {
+                    c.with_verbs(|v| match v.qp {
+                        Some(inner) => v.provider.modify_qp(inner, &va, vmask),
+                        None => Err(verbs::Error::InvalidArgument),
+                    })
+                }) {
+                    Some(Ok(r)) => r,
+                    Some(Err(e)) => return cm_errno(e),
+                    None => return EINVAL,
+                }
+            }
+        };
+        match r {
+            Ok(()) => {
+                if mask & IBV_QP_STATE != 0 {
+                    q.c.state = a.qp_state;
+                }
+                if mask & IBV_QP_CAP != 0 {
+                    q.cap = a.cap;
+                }
+                0
+            }
+            Err(e) => e.errno(),
+        }
+    }
+
+    unsafe fn init_qp_attr(
+        &self,
+        id: *mut rdma_cm_id,
+        attr: *mut ibv_qp_attr,
+        mask: *mut c_int,
+    ) -> c_int {
+        if attr.is_null() || mask.is_null() {
+            return fail(EINVAL);
+        }
+        // SAFETY: the caller's id and out-parameters.
+        let r = unsafe { self.id(id) }.and_then(|i| {
+            // SAFETY: the caller's attributes: the state wanted is in them.
+            let want = qp_state_of(unsafe { (*attr).qp_state }).ok_or(EINVAL)?;
+            let (a, m) = self.cm_id(i)?.init_qp_attr(want).map_err(cm_errno)?;
+            // SAFETY: the caller's out-parameters.
+            unsafe {
+                *attr = qp_attr_c(&a);
+                *mask = m.bits() as c_int;
+            }
+            Ok(())
+        });
+        r.map_or_else(fail, |()| 0)
+    }
+
+    unsafe fn establish(&self, id: *mut rdma_cm_id) -> c_int {
+        // SAFETY: the caller's id.
+        let r = unsafe { self.id(id) }.and_then(|i| self.cm_id(i)?.establish().map_err(cm_errno));
+        r.map_or_else(fail, |()| 0)
+    }
+
     unsafe fn create_ah(&self, pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> *mut ibv_ah {
         if pd.is_null() || attr.is_null() {
             set_errno(EINVAL);
@@ -1548,32 +1849,12 @@ impl<D: Device> Backend for Stack<D> {
         }
         // SAFETY: the caller's attributes and our PD.
         let (a, p) = unsafe { (&*attr, &*pd.cast::<Pd>()) };
-        // SAFETY: the raw bytes of the GID union.
-        let dgid = verbs::Gid(unsafe { a.grh.dgid.raw });
-        let Some(ip) = dgid.ipv4().map(Ipv4Addr::from) else {
-            set_errno(EINVAL);
-            return null_mut();
-        };
-        let mac = match self.cm.neighbor(ip) {
-            Some(n) => n.mac,
-            None => {
-                set_errno(libc::EHOSTUNREACH);
+        let va = match self.ah_attr_of(a) {
+            Ok(v) => v,
+            Err(e) => {
+                set_errno(e);
                 return null_mut();
             }
-        };
-        let va = verbs::AhAttr {
-            dgid,
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-            dlid: a.dlid,
-            sl: a.sl,
-            src_path_bits: a.src_path_bits,
-            static_rate: a.static_rate,
-            is_global: true,
-            port_num: a.port_num.max(1),
-            dmac: mac,
         };
         match self.cm.with_pd(&p.pd, |prov, ppd| prov.create_ah(ppd, &va)) {
             Ok(Ok(ah)) => Box::into_raw(Box::new(Ah::<D> {
@@ -1732,10 +2013,12 @@ impl<D: Device> Backend for Stack<D> {
             lock(&self.ids).remove(&c.handle().cq_context());
             c.destroy_id();
         }
-        // the QP went with the id (the manager destroys a QP left on it)
+        // The manager destroyed a QP left on the id; as in librdmacm the program still holds
+        // `id->qp` and frees it with ibv_destroy_qp (rping destroys the id first): the C
+        // object stays, detached (its posts fail).
         if !i.c.qp.is_null() {
-            // SAFETY: our Qp box, unusable now.
-            drop(unsafe { Box::from_raw(i.c.qp.cast::<Qp<D>>()) });
+            // SAFETY: our Qp box, still the program's.
+            unsafe { (*i.c.qp.cast::<Qp<D>>()).id = null_mut() };
             i.c.qp = null_mut();
         }
         // SAFETY: the id's own CQs, its QP gone.

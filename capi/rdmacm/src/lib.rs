@@ -338,6 +338,8 @@ forward!("RDMACM_1.0", rdma_create_ep => rdma_stack_create_ep(id: *mut Id, res: 
 forward!("RDMACM_1.0", rdma_destroy_ep => rdma_stack_destroy_ep(id: Id) -> (), ());
 forward!("RDMACM_1.0", rdma_get_request => rdma_stack_get_request(listen: Id, id: *mut Id) -> c_int, -1);
 forward!("RDMACM_1.0", rdma_set_option => rdma_stack_set_option(id: Id, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int, -1);
+forward!("RDMACM_1.2", rdma_init_qp_attr => rdma_stack_init_qp_attr(id: Id, attr: *mut capi_abi::ibv::ibv_qp_attr, mask: *mut c_int) -> c_int, -1);
+forward!("RDMACM_1.2", rdma_establish => rdma_stack_establish(id: Id) -> c_int, -1);
 forward!("RDMACM_1.0", rdma_migrate_id => rdma_stack_migrate_id(id: Id, ch: Chan) -> c_int, -1);
 
 // ---------------------------------------------------------------------------------------------
@@ -359,4 +361,3 @@ macro_rules! enosys_int {
 
 enosys_int!("RDMACM_1.0": rdma_create_qp_ex, rdma_leave_multicast);
 enosys_int!("RDMACM_1.1": rdma_join_multicast_ex);
-enosys_int!("RDMACM_1.2": rdma_establish, rdma_init_qp_attr);

@@ -125,22 +125,14 @@ fn rping(tag: &str, n: u8, extra: &[&str]) {
     let (bin, lib) = (tools(), libs(tag));
     let (s, c, port) = net(n);
     let (sd, cd) = (format!("emu-udp:{s}:{port}"), format!("emu-udp:{c}:{port}"));
-    let server = tool(
-        &bin,
-        &lib,
-        &sd,
-        "rping",
-        &["-s", "-a", &s, "-p", "7174", "-v", "-V"],
-    );
-    let client = tool(
-        &bin,
-        &lib,
-        &cd,
-        "rping",
-        &[
-            "-c", "-a", &s, "-I", &c, "-p", "7174", "-v", "-V", "-C", "10",
-        ],
-    );
+    let mut sargs = vec!["-s", "-a", &s, "-p", "7174", "-v", "-V"];
+    sargs.extend(extra);
+    let mut cargs = vec![
+        "-c", "-a", &s, "-I", &c, "-p", "7174", "-v", "-V", "-C", "10",
+    ];
+    cargs.extend(extra);
+    let server = tool(&bin, &lib, &sd, "rping", &sargs);
+    let client = tool(&bin, &lib, &cd, "rping", &cargs);
     let (so, co) = pair(server, client);
     // The ten pings (64-byte buffers): "rdma-ping-N: " and 50 characters from 'A' + N on,
     // cycling through 'A'..='z'.

@@ -5,14 +5,17 @@
 //! The device is the one `RDMA_STACK_DEVICE` names ([`backend::Spec`]: an emulated mlx5 NIC
 //! in this process by default, `emu-udp:IP[:PORT]` on the UDP fabric, `vfio:BDF@IP` a real
 //! ConnectX); `ibv_get_device_list` lists it as `mlx5_0`, and every context opened on it
-//! shares one probed device, shut down when the last context closes.
+//! shares one probed device, opened on first use and kept until the process exits.
 //!
-//! Working today: the device list, open/close, `ibv_query_device`, `ibv_query_port` (the
-//! versioned symbol and the extended `query_port` slot the header's inline wrapper calls),
-//! `ibv_query_gid`, `_ibv_query_gid_ex`, `ibv_query_pkey`, `ibv_alloc_pd`, `ibv_dealloc_pd`.
-//! Every other function the Debian tools import is exported and fails cleanly (`ENOSYS`, as
-//! each call reports errors: NULL with errno, a positive errno, or -1 with errno), as do the
-//! data-path slots of the context's ops table.
+//! The library holds the process's one stack ([`stack`]): the device, a connection
+//! manager over it (whose `rdma_*` calls `librdmacm.so.1` forwards here, through the
+//! `rdma_stack_*` entry points of node `RDMA_STACK_PRIVATE_1`) and a progress thread. Working:
+//! the device list and queries, PDs, MRs on the program's own memory, completion channels
+//! (pollable eventfds), CQs, QPs (the connection manager's and the program's own, RC and UD),
+//! AHs, and the data-path slots of the context's ops table (`ibv_post_send`, `ibv_post_recv`,
+//! `ibv_poll_cq`, `ibv_req_notify_cq`). SRQs, multicast and the extended QP API answer
+//! `ENOSYS` (NULL with errno, a positive errno, or -1 with errno, as each call reports
+//! errors).
 //!
 //! Each export is bound to its version node by an assembler `.symver` placed right after the
 //! function ([`versioned!`]); `ibverbs.map` only declares the nodes.
@@ -357,7 +360,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 versioned!("IBVERBS_1.1", ibv_open_device);
 
 /// `int ibv_close_device(struct ibv_context *context)`: 0, or -1 with errno. The device
-/// shuts down with its last context.
+/// stays open (the process's stack lives until it exits).
 ///
 /// # Safety
 ///

@@ -2,10 +2,11 @@
 //! SONAME, symbol versions (`RDMACM_1.0` .. `RDMACM_1.3`) and object layouts
 //! ([`capi_abi::rdmacm`]).
 //!
-//! Working today: `rdma_getaddrinfo` / `rdma_freeaddrinfo` (IPv4, through the system
-//! resolver), `rdma_event_str`, `rpoll` (a `poll` pass-through). Every other function the
-//! Debian tools import is exported and fails cleanly (-1 with errno ENOSYS, or NULL with
-//! errno), so the programs load and stop at their first connection-manager call.
+//! Stateless: `rdma_getaddrinfo` / `rdma_freeaddrinfo` (IPv4, through the system resolver),
+//! `rdma_event_str` and `rpoll` (a `poll` pass-through) are answered here; every other
+//! connection-manager call forwards to `libibverbs.so.1`'s `rdma_stack_*` entry point (found
+//! with `dlopen` + `dlsym`), where the process's one stack lives, so ids carry that library's
+//! verbs objects. Multicast and `rdma_create_qp_ex` answer -1 with errno ENOSYS.
 //!
 //! Each export is bound to its version node by an assembler `.symver` placed right after the
 //! function ([`versioned!`]); `rdmacm.map` only declares the nodes.

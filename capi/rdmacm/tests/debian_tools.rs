@@ -266,6 +266,55 @@ fn udaddy_exchanges_datagrams_after_sidr() {
     );
 }
 
+/// cmtime: ten connections set up and torn down step by step (its server handles requests
+/// and disconnects from worker threads, and never exits: it is killed afterwards).
+#[test]
+fn cmtime_times_ten_connections() {
+    let (bin, lib) = (tools(), libs("cmtime"));
+    let (s, c, port) = net(9);
+    let (sd, cd) = (format!("emu-udp:{s}:{port}"), format!("emu-udp:{c}:{port}"));
+    let mut server = tool(&bin, &lib, &sd, "cmtime", &["-b", &s])
+        .spawn()
+        .expect("start the cmtime server");
+    sleep(Duration::from_secs(1));
+    let o = tool(&bin, &lib, &cd, "cmtime", &["-s", &s, "-b", &c, "-c", "10"])
+        .output()
+        .expect("run the cmtime client");
+    let _ = server.kill();
+    let _ = server.wait();
+    expect(
+        "cmtime",
+        &o,
+        &[
+            "creating id",
+            "binding source address",
+            "resolving address",
+            "resolving route",
+            "creating qp",
+            "connecting",
+            "disconnecting",
+            "destroying id",
+        ],
+    );
+    let (so, se) = text(&o);
+    for row in [
+        "create id",
+        "bind addr",
+        "resolve addr",
+        "resolve route",
+        "create qp",
+        "connect",
+        "disconnect",
+        "destroy",
+    ] {
+        assert!(
+            so.lines().any(|l| l.starts_with(row) && l.contains(':')),
+            "no {row:?} row:\n{so}{se}"
+        );
+    }
+    assert!(!so.contains("ERROR") && !se.contains("event:"), "{so}{se}");
+}
+
 /// A client connecting to a port nobody listens on (the peer's NIC is up: an rping server
 /// listening on another port) is refused: the peer's connection manager answers the REQ with
 /// a REJ, and the synchronous `rdma_connect` fails (ECONNREFUSED) instead of waiting.

@@ -11,6 +11,7 @@
  * Usage: cm_pingpong [ADDRESS [PORT]] (default 127.0.0.1 7999).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,15 @@ static void setup(struct end *e, struct rdma_cm_id *id)
 	wr.num_sge = 1;
 	if (ibv_post_recv(id->qp, &wr, &bad))
 		FAIL("%s: ibv_post_recv", e->name);
+
+	/* O_NONBLOCK on the completion channel's fd: nothing completed, EAGAIN */
+	struct ibv_cq *ecq;
+	void *ectx;
+	int fl = fcntl(e->cc->fd, F_GETFL);
+	fcntl(e->cc->fd, F_SETFL, fl | O_NONBLOCK);
+	int r = ibv_get_cq_event(e->cc, &ecq, &ectx);
+	printf("%s: nonblocking ibv_get_cq_event: %d %s\n", e->name, r, r ? strerror(errno) : "event");
+	fcntl(e->cc->fd, F_SETFL, fl);
 }
 
 static void post(struct end *e, enum ibv_wr_opcode op, void *src, uint32_t len, uint64_t raddr,
@@ -193,6 +203,13 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	if (!ch)
 		FAIL("rdma_create_event_channel: %s", strerror(errno));
+	/* O_NONBLOCK on the channel's fd: no event yet, EAGAIN instead of a wait */
+	int fl = fcntl(ch->fd, F_GETFL);
+	fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
+	ev = NULL;
+	int r = rdma_get_cm_event(ch, &ev);
+	printf("nonblocking rdma_get_cm_event: %d %s\n", r, r ? strerror(errno) : "event");
+	fcntl(ch->fd, F_SETFL, fl);
 	if (rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) ||
 	    rdma_create_id(ch, &cid, &cli, RDMA_PS_TCP))
 		FAIL("rdma_create_id: %s", strerror(errno));

@@ -58,9 +58,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct EventFd(c_int);
 
 impl EventFd {
+    /// A blocking eventfd (so that a program can tell `O_NONBLOCK` it set from our own).
     fn new() -> Result<EventFd, c_int> {
         // SAFETY: plain syscall wrapper.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(errno());
         }
@@ -70,35 +71,41 @@ impl EventFd {
     /// Makes the descriptor readable.
     fn signal(&self) {
         let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a local to our eventfd.
+        // SAFETY: writes 8 bytes from a local to our eventfd (never blocks: the counter is
+        // far from its maximum).
         let _ = unsafe { libc::write(self.0, (&one as *const u64).cast(), 8) };
     }
 
-    /// Makes the descriptor unreadable again.
+    /// Makes the descriptor unreadable again. Callers serialise their clears (the channel's
+    /// lock), so a readable descriptor is still readable when read.
     fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a local from our (non-blocking) eventfd.
-        let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+        if self.ready(0) {
+            let mut v: u64 = 0;
+            // SAFETY: reads 8 bytes into a local from our eventfd, which is readable.
+            let _ = unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+        }
     }
 
     /// Waits up to `ms` milliseconds for the descriptor to become readable (a cancellation
-    /// point: nothing with a destructor may be live in the caller's frame across it).
-    fn wait(&self, ms: c_int) {
+    /// point: nothing with a destructor may be live in the caller's frame across it);
+    /// whether it is.
+    fn ready(&self, ms: c_int) -> bool {
         let mut p = libc::pollfd {
             fd: self.0,
             events: libc::POLLIN,
             revents: 0,
         };
         // SAFETY: one valid pollfd.
-        let _ = unsafe { libc::poll(&mut p, 1, ms) };
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
     }
 
     /// Whether the program put the descriptor in non-blocking mode (`fcntl(O_NONBLOCK)` on
-    /// the channel's fd, as librdmacm and libibverbs document for their channels).
-    fn nonblocking_by_user(&self, created_flags: c_int) -> bool {
+    /// the channel's fd, as librdmacm and libibverbs document for their channels): the
+    /// blocking calls then answer EAGAIN instead of waiting.
+    fn nonblocking(&self) -> bool {
         // SAFETY: F_GETFL on our descriptor.
         let fl = unsafe { libc::fcntl(self.0, libc::F_GETFL) };
-        fl >= 0 && fl & libc::O_NONBLOCK != 0 && created_flags & libc::O_NONBLOCK == 0
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
     }
 }
 
@@ -1378,10 +1385,10 @@ impl<D: Device> Backend for Stack<D> {
             if !lock(&c.queue).is_empty() {
                 continue;
             }
-            if c.efd.nonblocking_by_user(libc::O_NONBLOCK) {
-                // (we create the fd non-blocking; a blocking program never sets it)
+            if c.efd.nonblocking() {
+                return fail(EAGAIN);
             }
-            c.efd.wait(2);
+            c.efd.ready(2);
         }
     }
 
@@ -2165,10 +2172,10 @@ impl<D: Device> Backend for Stack<D> {
                     if c.ch.has_events() {
                         continue;
                     }
-                    if c.efd.nonblocking_by_user(libc::O_NONBLOCK) {
+                    if c.efd.nonblocking() {
                         return fail(EAGAIN);
                     }
-                    c.efd.wait(5);
+                    c.efd.ready(5);
                 }
                 Err(e) => return fail(cm_errno(e)),
             }

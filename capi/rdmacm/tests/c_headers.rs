@@ -40,6 +40,9 @@ fn pingpong(exe: &Path, lib: &Path, device: Option<&str>, args: &[&str]) {
     let out = support::run(&mut cmd);
     let lines: Vec<&str> = out.lines().collect();
     for want in [
+        "nonblocking rdma_get_cm_event: -1 Resource temporarily unavailable",
+        "client: nonblocking ibv_get_cq_event: -1 Resource temporarily unavailable",
+        "server: nonblocking ibv_get_cq_event: -1 Resource temporarily unavailable",
         "event: RDMA_CM_EVENT_CONNECT_REQUEST",
         "event: RDMA_CM_EVENT_ESTABLISHED",
         "server: client buffer rkey 0x1",

@@ -95,10 +95,19 @@ int main(void)
 		FAIL("ibv_dealloc_pd: %s", strerror(ret));
 	printf("pd: ok\n");
 
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!cq)
+		FAIL("ibv_create_cq: %s", strerror(errno));
+	printf("create_cq: created, cqe %s\n", cq->cqe >= 16 ? ">= 16" : "too small");
+	ret = ibv_destroy_cq(cq);
+	if (ret)
+		FAIL("ibv_destroy_cq: %s", strerror(ret));
+
 	/* Not implemented yet: a clean failure, no abort. */
 	errno = 0;
-	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	printf("create_cq: %s\n", cq ? "created" : strerror(errno));
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(NULL, &sa);
+	printf("create_srq: %s\n", srq ? "created" : strerror(errno));
 
 	if (ibv_close_device(ctx))
 		FAIL("ibv_close_device: %s", strerror(errno));

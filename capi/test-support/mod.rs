@@ -145,3 +145,18 @@ pub fn check_exports(so: &Path, want_soname: &str, expected: &BTreeSet<(String, 
         so.display()
     );
 }
+
+/// This project's own C headers (`capi/include`: `infiniband/verbs.h`, `rdma/rdma_cma.h`).
+pub fn our_include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../include")
+}
+
+/// Compiles the C program `src` to `out` against this project's own headers (not
+/// rdma-core's), with `extra` arguments.
+pub fn cc_ours(src: &Path, out: &Path, extra: &[&str]) {
+    let mut cmd = Command::new("cc");
+    cmd.args(["-std=gnu11", "-Wall", "-Werror", "-O1"]);
+    cmd.arg("-I").arg(our_include_dir());
+    cmd.arg("-o").arg(out).arg(src).args(extra);
+    run(&mut cmd);
+}

@@ -246,6 +246,17 @@ impl<P: Provider> Cm<P> {
         })
     }
 
+    /// A shared handle of a device's provider, for a data path of the caller's own (polling
+    /// CQs it created through [`with_provider`](Self::with_provider) without the manager's
+    /// lock). While the caller holds it, [`remove_device`](Self::remove_device) is EBUSY.
+    pub fn provider(&self, dev: DeviceId) -> Result<Arc<P>, Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get(d).ok_or(Error::NoDevice)?;
+            Ok(x.provider.clone())
+        })
+    }
+
     /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
     /// ARP): `resolve_addr` to `ip` waits for one, or for the device's
     /// [`NeighborResolver`] to find it.

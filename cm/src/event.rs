@@ -216,6 +216,13 @@ impl<P: Provider> EventChannel<P> {
         self.cm.get_event(self.key)
     }
 
+    /// Whether events are queued (what makes a channel's file descriptor readable in
+    /// librdmacm); runs no progress.
+    pub fn has_events(&self) -> bool {
+        self.cm
+            .with_state(|st| st.chans.get(self.key).is_some_and(|c| !c.queue.is_empty()))
+    }
+
     /// Sets O_NONBLOCK on the channel.
     pub fn set_nonblocking(&self, on: bool) {
         self.cm.with_state(|st| {

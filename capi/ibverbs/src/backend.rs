@@ -1,12 +1,13 @@
 //! The device behind the C library: which one (`RDMA_STACK_DEVICE`), opening it once per
 //! process, and an object-safe view of its provider for the exported calls.
 
-use std::any::Any;
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, OnceLock};
 
-use device_open::{Device, Open, Opened};
-use verbs::{DeviceAttr, Error, Gid, PortAttr, Provider};
+use device_open::Open;
+
+pub use crate::stack::Backend;
+use crate::stack::Stack;
 
 /// The environment variable naming the device.
 pub const DEVICE_ENV: &str = "RDMA_STACK_DEVICE";
@@ -75,100 +76,7 @@ impl Spec {
     }
 }
 
-/// A protection domain of some provider.
-pub type AnyPd = Box<dyn Any + Send + Sync>;
-
-/// What the exported calls need of an opened device, whatever its provider type.
-pub trait Backend: Send + Sync {
-    /// `ibv_query_device`.
-    fn query_device(&self) -> Result<DeviceAttr, Error>;
-    /// `ibv_query_port`.
-    fn query_port(&self, port: u8) -> Result<PortAttr, Error>;
-    /// `ibv_query_gid`.
-    fn query_gid(&self, port: u8, index: u16) -> Result<Gid, Error>;
-    /// `ibv_alloc_pd`.
-    fn alloc_pd(&self) -> Result<AnyPd, Error>;
-    /// `ibv_dealloc_pd`: on failure the PD back when it is still valid.
-    fn dealloc_pd(&self, pd: AnyPd) -> Result<(), (Error, Option<AnyPd>)>;
-    /// The port's MAC (the node GUID derives from it).
-    fn mac(&self) -> [u8; 6];
-}
-
-/// An opened device; shut down when the last context lets it go.
-struct Held<D: Device> {
-    opened: Option<Opened<D>>,
-    /// The in-process NIC's world (kept alive as long as the device).
-    _world: Option<Arc<nic_testbed::World>>,
-}
-
-impl<D: Device> Drop for Held<D> {
-    fn drop(&mut self) {
-        if let Some(o) = self.opened.take() {
-            let Opened { dev, backing, .. } = o;
-            // Objects the program left behind make the shutdown fail; nothing to report
-            // to at this point (the program closed the device).
-            let _ = Device::shutdown(dev);
-            drop(backing);
-        }
-    }
-}
-
-impl<D: Device> Held<D> {
-    fn dev(&self) -> Result<&D, Error> {
-        self.opened.as_ref().map(|o| &o.dev).ok_or(Error::NoDevice)
-    }
-}
-
-impl<D> Backend for Held<D>
-where
-    D: Device,
-    D::Pd: 'static,
-{
-    fn query_device(&self) -> Result<DeviceAttr, Error> {
-        self.dev()?.query_device()
-    }
-
-    fn query_port(&self, port: u8) -> Result<PortAttr, Error> {
-        self.dev()?.query_port(port)
-    }
-
-    fn query_gid(&self, port: u8, index: u16) -> Result<Gid, Error> {
-        self.dev()?.query_gid(port, index)
-    }
-
-    fn alloc_pd(&self) -> Result<AnyPd, Error> {
-        Ok(Box::new(Provider::alloc_pd(self.dev()?)?))
-    }
-
-    fn dealloc_pd(&self, pd: AnyPd) -> Result<(), (Error, Option<AnyPd>)> {
-        let pd = match pd.downcast::<D::Pd>() {
-            Ok(pd) => *pd,
-            Err(other) => return Err((Error::InvalidArgument, Some(other))),
-        };
-        let dev = match self.dev() {
-            Ok(d) => d,
-            Err(e) => return Err((e, Some(Box::new(pd)))),
-        };
-        Provider::dealloc_pd(dev, pd).map_err(|e| (e.error, e.object.map(|p| Box::new(p) as AnyPd)))
-    }
-
-    fn mac(&self) -> [u8; 6] {
-        self.opened.as_ref().map(|o| o.mac).unwrap_or_default()
-    }
-}
-
-fn held<D>(o: Opened<D>, world: Option<Arc<nic_testbed::World>>) -> Arc<dyn Backend>
-where
-    D: Device,
-    D::Pd: 'static,
-{
-    Arc::new(Held {
-        opened: Some(o),
-        _world: world,
-    })
-}
-
-/// Opens the device `spec` names.
+/// Opens the device `spec` names and starts the stack on it.
 fn open(spec: &Spec) -> Result<Arc<dyn Backend>, String> {
     match spec {
         Spec::InProcess(ip) => {
@@ -182,32 +90,37 @@ fn open(spec: &Spec) -> Result<Arc<dyn Backend>, String> {
                 },
             }
             .open()?;
-            Ok(held(o, Some(world)))
+            // the world lives as long as the process (so does the stack)
+            std::mem::forget(world);
+            Ok(Stack::start(o, None)?)
         }
-        Spec::Udp(ip, port) => Ok(held(
+        Spec::Udp(ip, port) => Ok(Stack::start(
             device_open::UdpEmu {
                 ip: *ip,
                 fabric_port: *port,
             }
             .open()?,
+            Some(Arc::new(nic_testbed::udp::UdpResolver)),
+        )?),
+        Spec::Vfio(bdf, ip) => Ok(Stack::start(
+            device_open::VfioNic { bdf, ip: *ip }.open()?,
             None,
-        )),
-        Spec::Vfio(bdf, ip) => Ok(held(device_open::VfioNic { bdf, ip: *ip }.open()?, None)),
+        )?),
     }
 }
 
-/// The process's opened device (shared by every context on it).
-static OPENED: Mutex<Option<Weak<dyn Backend>>> = Mutex::new(None);
+/// The process's stack: opened on first use, kept until the process exits (the connection
+/// manager's ids, the progress thread and C objects the program never freed refer to it).
+static OPENED: OnceLock<Result<Arc<dyn Backend>, String>> = OnceLock::new();
 
-/// The opened device for `spec`: the one already open, or a new one.
+/// The stack for `spec` (the same one for every caller).
 pub fn acquire(spec: &Spec) -> Result<Arc<dyn Backend>, String> {
-    let mut g = OPENED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(b) = g.as_ref().and_then(Weak::upgrade) {
-        return Ok(b);
-    }
-    let b = open(spec)?;
-    *g = Some(Arc::downgrade(&b));
-    Ok(b)
+    OPENED.get_or_init(|| open(spec)).clone()
+}
+
+/// The stack for `spec`, if it opens.
+pub fn acquire_ref(spec: &Spec) -> Option<&'static Arc<dyn Backend>> {
+    OPENED.get_or_init(|| open(spec)).as_ref().ok()
 }
 
 #[cfg(test)]

@@ -5,14 +5,17 @@
 //! The device is the one `RDMA_STACK_DEVICE` names ([`backend::Spec`]: an emulated mlx5 NIC
 //! in this process by default, `emu-udp:IP[:PORT]` on the UDP fabric, `vfio:BDF@IP` a real
 //! ConnectX); `ibv_get_device_list` lists it as `mlx5_0`, and every context opened on it
-//! shares one probed device, shut down when the last context closes.
+//! shares one probed device, opened on first use and kept until the process exits.
 //!
-//! Working today: the device list, open/close, `ibv_query_device`, `ibv_query_port` (the
-//! versioned symbol and the extended `query_port` slot the header's inline wrapper calls),
-//! `ibv_query_gid`, `_ibv_query_gid_ex`, `ibv_query_pkey`, `ibv_alloc_pd`, `ibv_dealloc_pd`.
-//! Every other function the Debian tools import is exported and fails cleanly (`ENOSYS`, as
-//! each call reports errors: NULL with errno, a positive errno, or -1 with errno), as do the
-//! data-path slots of the context's ops table.
+//! The library holds the process's one stack ([`stack`]): the device, a connection
+//! manager over it (whose `rdma_*` calls `librdmacm.so.1` forwards here, through the
+//! `rdma_stack_*` entry points of node `RDMA_STACK_PRIVATE_1`) and a progress thread. Working:
+//! the device list and queries, PDs, MRs on the program's own memory, completion channels
+//! (pollable eventfds), CQs, QPs (the connection manager's and the program's own, RC and UD),
+//! AHs, and the data-path slots of the context's ops table (`ibv_post_send`, `ibv_post_recv`,
+//! `ibv_poll_cq`, `ibv_req_notify_cq`). SRQs, multicast and the extended QP API answer
+//! `ENOSYS` (NULL with errno, a positive errno, or -1 with errno, as each call reports
+//! errors).
 //!
 //! Each export is bound to its version node by an assembler `.symver` placed right after the
 //! function ([`versioned!`]); `ibverbs.map` only declares the nodes.
@@ -21,7 +24,7 @@
 
 pub mod backend;
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::{offset_of, size_of};
 use core::ptr::{self, null_mut};
 use std::sync::{Arc, OnceLock};
@@ -29,7 +32,9 @@ use std::sync::{Arc, OnceLock};
 use capi_abi::ibv::*;
 use libc::{EINVAL, ENODEV, ENOMEM, ENOSYS};
 
-use backend::{AnyPd, Backend, DEVICE_ENV, Spec};
+use backend::{Backend, DEVICE_ENV, Spec};
+
+pub mod stack;
 
 /// Binds the exported function `$name` to version node `$ver` (`NAME@@@NODE`: the default
 /// version). Keep it in the module that defines the function.
@@ -47,7 +52,7 @@ macro_rules! versioned {
 }
 
 /// Sets the calling thread's `errno`.
-fn set_errno(e: c_int) {
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: glibc's per-thread errno location is always valid for the calling thread.
     unsafe { *libc::__errno_location() = e };
 }
@@ -190,16 +195,19 @@ unsafe fn context<'a>(ctx: *mut ibv_context) -> Option<&'a Context> {
     Some(unsafe { &*ctx.cast::<u8>().sub(CTX_OFFSET).cast::<Context>() })
 }
 
-/// The ops table every context starts with: the data-path slots answer ENOSYS until they
-/// are implemented (never a NULL jump), the compatibility slots stay empty.
+/// The ops table every context starts with: the data-path slots the header's inline
+/// `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call; SRQs are not
+/// implemented (ENOSYS); the compatibility slots stay empty.
 fn ops_table() -> ibv_context_ops {
-    /// `ibv_poll_cq` not implemented yet: a negative count.
-    unsafe extern "C" fn poll_cq(_: *mut ibv_cq, _: c_int, _: *mut ibv_wc) -> c_int {
-        -ENOSYS
+    /// `ibv_poll_cq`: the number of completions written, or a negative errno.
+    unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+        // SAFETY: the caller's CQ and array (the inline's contract).
+        with_stack(-ENODEV, |s| unsafe { s.poll_cq(cq, n, wc) })
     }
-    /// `ibv_req_notify_cq` not implemented yet.
-    unsafe extern "C" fn req_notify_cq(_: *mut ibv_cq, _: c_int) -> c_int {
-        ENOSYS
+    /// `ibv_req_notify_cq`.
+    unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: c_int) -> c_int {
+        // SAFETY: the caller's CQ.
+        with_stack(ENODEV, |s| unsafe { s.req_notify_cq(cq, solicited) })
     }
     /// `ibv_post_srq_recv` not implemented yet: nothing posted.
     unsafe extern "C" fn post_srq_recv(
@@ -213,29 +221,23 @@ fn ops_table() -> ibv_context_ops {
         }
         ENOSYS
     }
-    /// `ibv_post_send` not implemented yet: nothing posted.
+    /// `ibv_post_send`: 0, or an errno with `*bad` the first request not posted.
     unsafe extern "C" fn post_send(
-        _: *mut ibv_qp,
+        qp: *mut ibv_qp,
         wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
-        if !bad.is_null() {
-            // SAFETY: the inline passes its own `bad_wr` out-pointer.
-            unsafe { *bad = wr };
-        }
-        ENOSYS
+        // SAFETY: the caller's QP and list.
+        with_stack(ENODEV, |s| unsafe { s.post_send(qp, wr, bad) })
     }
-    /// `ibv_post_recv` not implemented yet: nothing posted.
+    /// `ibv_post_recv`: 0, or an errno with `*bad` the first request not posted.
     unsafe extern "C" fn post_recv(
-        _: *mut ibv_qp,
+        qp: *mut ibv_qp,
         wr: *mut ibv_recv_wr,
         bad: *mut *mut ibv_recv_wr,
     ) -> c_int {
-        if !bad.is_null() {
-            // SAFETY: the inline passes its own `bad_wr` out-pointer.
-            unsafe { *bad = wr };
-        }
-        ENOSYS
+        // SAFETY: the caller's QP and list.
+        with_stack(ENODEV, |s| unsafe { s.post_recv(qp, wr, bad) })
     }
     ibv_context_ops {
         _compat_query_device: None,
@@ -358,7 +360,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 versioned!("IBVERBS_1.1", ibv_open_device);
 
 /// `int ibv_close_device(struct ibv_context *context)`: 0, or -1 with errno. The device
-/// shuts down with its last context.
+/// stays open (the process's stack lives until it exits).
 ///
 /// # Safety
 ///
@@ -702,14 +704,23 @@ pub unsafe extern "C" fn ibv_query_pkey(
 versioned!("IBVERBS_1.1", ibv_query_pkey);
 
 // ---------------------------------------------------------------------------------------------
-// Protection domains.
+// Verbs objects: each call goes to the process's stack (see [`stack`]).
 
-/// A PD: the `ibv_pd` C sees, first, and the provider's PD (`None` once a failed dealloc left
-/// it in an unknown state: the memory is kept, the PD unusable).
-#[repr(C)]
-struct Pd {
-    pd: ibv_pd,
-    inner: Option<AnyPd>,
+/// The process's stack (opened on first use; `None` when no device opens).
+fn stack() -> Option<&'static dyn Backend> {
+    let l = devices().as_ref().ok()?;
+    backend::acquire_ref(&l.spec).map(|a| &**a)
+}
+
+/// Runs `f` on the stack; `none` when no device could be opened (errno ENODEV).
+fn with_stack<R>(none: R, f: impl FnOnce(&'static dyn Backend) -> R) -> R {
+    match stack() {
+        Some(s) => f(s),
+        None => {
+            set_errno(ENODEV);
+            none
+        }
+    }
 }
 
 /// `struct ibv_pd *ibv_alloc_pd(struct ibv_context *)`: NULL with errno on failure.
@@ -724,19 +735,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         set_errno(EINVAL);
         return null_mut();
     };
-    match c.backend.alloc_pd() {
-        Ok(inner) => {
-            let pd = Box::new(Pd {
-                pd: ibv_pd { context, handle: 0 },
-                inner: Some(inner),
-            });
-            Box::into_raw(pd).cast::<ibv_pd>()
-        }
-        Err(e) => {
-            set_errno(errno_of(e));
-            null_mut()
-        }
-    }
+    // SAFETY: an open context.
+    unsafe { c.backend.alloc_pd(context) }
 }
 versioned!("IBVERBS_1.1", ibv_alloc_pd);
 
@@ -749,34 +749,294 @@ versioned!("IBVERBS_1.1", ibv_alloc_pd);
 /// during the call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    if pd.is_null() {
-        return EINVAL;
-    }
-    let p = pd.cast::<Pd>();
-    // SAFETY: a PD from ibv_alloc_pd is a boxed Pd whose first field is the ibv_pd; the
-    // caller does not use it concurrently.
-    let this = unsafe { &mut *p };
-    // SAFETY: the PD's context is open while the PD lives (closing it first is the caller's
-    // error, as in rdma-core).
-    let Some(c) = (unsafe { context(this.pd.context) }) else {
-        return EINVAL;
-    };
-    let Some(inner) = this.inner.take() else {
-        return libc::EIO;
-    };
-    match c.backend.dealloc_pd(inner) {
-        Ok(()) => {
-            // SAFETY: allocated by Box::into_raw in ibv_alloc_pd; the caller gives it up.
-            drop(unsafe { Box::from_raw(p) });
-            0
-        }
-        Err((e, kept)) => {
-            this.inner = kept;
-            errno_of(e)
-        }
-    }
+    // SAFETY: the caller's PD.
+    with_stack(ENODEV, |s| unsafe { s.dealloc_pd(pd) })
 }
 versioned!("IBVERBS_1.1", ibv_dealloc_pd);
+
+/// `struct ibv_mr *ibv_reg_mr(struct ibv_pd *, void *addr, size_t length, int access)`:
+/// registers the program's own memory; NULL with errno on failure.
+///
+/// # Safety
+///
+/// libibverbs' contract: `addr..addr + length` is memory of this process that stays
+/// allocated until `ibv_dereg_mr` of the region returned 0 (the device may read and write
+/// it, as the access flags allow, at any time meanwhile).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: the caller's contract, passed on.
+    with_stack(null_mut(), |s| unsafe {
+        s.reg_mr(pd, addr, length, access)
+    })
+}
+versioned!("IBVERBS_1.1", ibv_reg_mr);
+
+/// `struct ibv_mr *ibv_reg_mr_iova2(pd, addr, length, iova, access)`: as `ibv_reg_mr` when
+/// `iova` equals `addr`; another IOVA is EOPNOTSUPP.
+///
+/// # Safety
+///
+/// As `ibv_reg_mr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if iova != addr as u64 {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { ibv_reg_mr(pd, addr, length, access as c_int) }
+}
+versioned!("IBVERBS_1.8", ibv_reg_mr_iova2);
+
+/// `int ibv_dereg_mr(struct ibv_mr *)`: 0 or an errno (the region stays valid then).
+///
+/// # Safety
+///
+/// `mr` is NULL or a live region of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: the caller's region.
+    with_stack(ENODEV, |s| unsafe { s.dereg_mr(mr) })
+}
+versioned!("IBVERBS_1.1", ibv_dereg_mr);
+
+/// `struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *)`: its `fd` is an
+/// eventfd, readable while completion events wait to be read with `ibv_get_cq_event`.
+///
+/// # Safety
+///
+/// `context` is an open context or NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    // SAFETY: an open context.
+    unsafe { c.backend.create_comp_channel(context) }
+}
+versioned!("IBVERBS_1.0", ibv_create_comp_channel);
+
+/// `int ibv_destroy_comp_channel(struct ibv_comp_channel *)`: 0 or an errno (EBUSY while CQs
+/// use it).
+///
+/// # Safety
+///
+/// `channel` is NULL or a live channel of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: the caller's channel.
+    with_stack(ENODEV, |s| unsafe { s.destroy_comp_channel(channel) })
+}
+versioned!("IBVERBS_1.0", ibv_destroy_comp_channel);
+
+/// `struct ibv_cq *ibv_create_cq(context, cqe, cq_context, channel, comp_vector)`.
+///
+/// # Safety
+///
+/// `context` is an open context; `channel` NULL or a live channel of it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: the caller passes an open context or NULL.
+    let Some(c) = (unsafe { self::context(context) }) else {
+        set_errno(EINVAL);
+        return null_mut();
+    };
+    // SAFETY: an open context; the caller's channel.
+    unsafe { c.backend.create_cq(context, cqe, cq_context, channel) }
+}
+versioned!("IBVERBS_1.1", ibv_create_cq);
+
+/// `int ibv_destroy_cq(struct ibv_cq *)`: 0 or an errno (EBUSY while a QP uses it).
+///
+/// # Safety
+///
+/// `cq` is NULL or a live CQ of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: the caller's CQ.
+    with_stack(ENODEV, |s| unsafe { s.destroy_cq(cq) })
+}
+versioned!("IBVERBS_1.1", ibv_destroy_cq);
+
+/// `int ibv_get_cq_event(channel, &cq, &cq_context)`: waits for the next completion event of
+/// the channel (0), -1 with errno on failure.
+///
+/// # Safety
+///
+/// `channel` is a live channel; `cq` and `cq_context` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's channel and out-pointers.
+    with_stack(-1, |s| unsafe { s.get_cq_event(channel, cq, cq_context) })
+}
+versioned!("IBVERBS_1.1", ibv_get_cq_event);
+
+/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`: events need no
+/// acknowledgement here (a CQ can be destroyed with events unacknowledged).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, _nevents: c_uint) {}
+versioned!("IBVERBS_1.1", ibv_ack_cq_events);
+
+/// `int ibv_query_qp(qp, attr, attr_mask, init_attr)`: the state, the Q_Key of a UD QP,
+/// the port, and the creation attributes.
+///
+/// # Safety
+///
+/// `qp` a live QP; `attr` writable; `init_attr` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's QP and out-parameters.
+    with_stack(ENODEV, |s| unsafe {
+        s.query_qp(qp, attr, attr_mask, init_attr)
+    })
+}
+versioned!("IBVERBS_1.1", ibv_query_qp);
+
+/// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`: an RC or UD
+/// QP in RESET on the program's CQs (no SRQ); the actual sizes are written back into
+/// `attr->cap`. NULL with errno on failure.
+///
+/// # Safety
+///
+/// `pd` a live PD; `attr` valid, its CQs live CQs of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the caller's PD and attributes.
+    with_stack(null_mut(), |s| unsafe { s.create_qp_verbs(pd, attr) })
+}
+versioned!("IBVERBS_1.1", ibv_create_qp);
+
+/// `int ibv_modify_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask)`: 0 or an
+/// errno. The address vector's MAC comes from the destination GID's IPv4 address (the
+/// neighbour table, else the port's resolver).
+///
+/// # Safety
+///
+/// `qp` a live QP; `attr` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    // SAFETY: the caller's QP and attributes.
+    with_stack(ENODEV, |s| unsafe { s.modify_qp(qp, attr, attr_mask) })
+}
+versioned!("IBVERBS_1.1", ibv_modify_qp);
+
+/// `int ibv_destroy_qp(struct ibv_qp *)`: 0 or an errno.
+///
+/// # Safety
+///
+/// `qp` NULL or a live QP of this library, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the caller's QP.
+    with_stack(ENODEV, |s| unsafe { s.destroy_qp_verbs(qp) })
+}
+versioned!("IBVERBS_1.1", ibv_destroy_qp);
+
+/// `struct ibv_ah *ibv_create_ah(struct ibv_pd *, struct ibv_ah_attr *)`: an address handle
+/// to the IPv4-mapped GID in `attr` (EHOSTUNREACH when its MAC is not known).
+///
+/// # Safety
+///
+/// `pd` a live PD; `attr` readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    // SAFETY: the caller's PD and attributes.
+    with_stack(null_mut(), |s| unsafe { s.create_ah(pd, attr) })
+}
+versioned!("IBVERBS_1.1", ibv_create_ah);
+
+/// `int ibv_destroy_ah(struct ibv_ah *)`.
+///
+/// # Safety
+///
+/// `ah` NULL or a live AH of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    // SAFETY: the caller's AH.
+    with_stack(ENODEV, |s| unsafe { s.destroy_ah(ah) })
+}
+versioned!("IBVERBS_1.1", ibv_destroy_ah);
+
+/// `int ibv_init_ah_from_wc(context, port_num, wc, grh, ah_attr)`: the address of a reply to
+/// the sender of a UD receive (its 40-byte GRH area at `grh`).
+///
+/// # Safety
+///
+/// `wc` and `grh` readable (40 bytes at `grh`), `ah_attr` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    _context: *mut ibv_context,
+    _port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    // SAFETY: the caller's completion, GRH area and out-parameter.
+    with_stack(ENODEV, |s| unsafe { s.init_ah_from_wc(wc, grh, ah_attr) })
+}
+versioned!("IBVERBS_1.1", ibv_init_ah_from_wc);
+
+/// `struct ibv_ah *ibv_create_ah_from_wc(pd, wc, grh, port_num)`.
+///
+/// # Safety
+///
+/// As `ibv_init_ah_from_wc` and `ibv_create_ah`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port_num: u8,
+) -> *mut ibv_ah {
+    // SAFETY: zeroed attributes are valid; filled by the call.
+    let mut a: ibv_ah_attr = unsafe { core::mem::zeroed() };
+    // SAFETY: the caller's completion and GRH area; our local.
+    let r = unsafe { ibv_init_ah_from_wc(null_mut(), port_num, wc, grh, &mut a) };
+    if r != 0 {
+        set_errno(r);
+        return null_mut();
+    }
+    // SAFETY: the caller's PD; our attributes.
+    unsafe { ibv_create_ah(pd, &mut a) }
+}
+versioned!("IBVERBS_1.1", ibv_create_ah_from_wc);
 
 // ---------------------------------------------------------------------------------------------
 // Not implemented yet: exported so that programs load (they bind every import at start-up),
@@ -808,33 +1068,9 @@ macro_rules! enosys_int {
     )*};
 }
 
-enosys_ptr!("IBVERBS_1.0": ibv_create_comp_channel);
-enosys_int!("IBVERBS_1.0": ibv_destroy_comp_channel);
-enosys_ptr!("IBVERBS_1.1":
-    ibv_create_ah, ibv_create_ah_from_wc, ibv_create_cq, ibv_create_qp, ibv_create_srq,
-    ibv_reg_mr,
-);
-enosys_int!("IBVERBS_1.1":
-    ibv_attach_mcast, ibv_detach_mcast, ibv_dereg_mr, ibv_destroy_ah, ibv_destroy_cq,
-    ibv_destroy_qp, ibv_destroy_srq, ibv_modify_qp, ibv_query_qp,
-);
+enosys_ptr!("IBVERBS_1.1": ibv_create_srq);
+enosys_int!("IBVERBS_1.1": ibv_attach_mcast, ibv_detach_mcast, ibv_destroy_srq);
 enosys_ptr!("IBVERBS_1.6": ibv_qp_to_qp_ex);
-enosys_ptr!("IBVERBS_1.8": ibv_reg_mr_iova2);
-
-/// `int ibv_get_cq_event(struct ibv_comp_channel *, struct ibv_cq **, void **)`: not
-/// implemented yet (-1, errno ENOSYS).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_get_cq_event() -> c_int {
-    set_errno(ENOSYS);
-    -1
-}
-versioned!("IBVERBS_1.1", ibv_get_cq_event);
-
-/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int)`: nothing to acknowledge yet (no
-/// CQ events are delivered).
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_ack_cq_events() {}
-versioned!("IBVERBS_1.1", ibv_ack_cq_events);
 
 // ---------------------------------------------------------------------------------------------
 // What rdma-core's own provider libraries (ibverbs-providers' libmlx5.so.1, libefa.so.1)
@@ -873,3 +1109,110 @@ enosys_int!("IBVERBS_PRIVATE_34":
     ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_mr, ibv_cmd_rereg_mr, ibv_cmd_resize_cq,
 );
 enosys_int!("IBVERBS_1.1": ibv_dofork_range, ibv_dontfork_range, ibv_resolve_eth_l2_from_gid);
+
+// ---------------------------------------------------------------------------------------------
+// The connection manager, for librdmacm.so.1: it finds these entry points with dlsym (node
+// RDMA_STACK_PRIVATE_1), so both libraries share this library's one stack.
+
+/// The stack with the connection manager's context opened (`id->verbs`, and the PD ids
+/// without one use).
+fn cm_stack() -> Option<&'static dyn Backend> {
+    let s = stack()?;
+    let ctx = s.cm_context(&mut || {
+        let Ok(l) = devices() else {
+            return null_mut();
+        };
+        // SAFETY: the listed device.
+        unsafe { ibv_open_device(l.dev) }
+    });
+    if ctx.is_null() {
+        return None;
+    }
+    Some(s)
+}
+
+/// Runs `f` on the connection manager's stack; -1 with ENODEV when there is none.
+fn with_cm<R>(none: R, f: impl FnOnce(&'static dyn Backend) -> R) -> R {
+    match cm_stack() {
+        Some(s) => f(s),
+        None => {
+            set_errno(ENODEV);
+            none
+        }
+    }
+}
+
+/// Exports `rdma_stack_$name`, librdmacm's `$name`, forwarding to the stack's method.
+macro_rules! cm_entry {
+    ($name:ident => $method:ident($($a:ident: $t:ty),*) -> $r:ty, $none:expr) => {
+        #[doc = concat!("librdmacm's `", stringify!($method), "` (reached through `librdmacm.so.1`).")]
+        ///
+        /// # Safety
+        ///
+        /// As the librdmacm call: objects of this library, valid pointers.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            // SAFETY: the caller's objects and pointers, passed on.
+            with_cm($none, |s| unsafe { s.$method($($a),*) })
+        }
+        versioned!("RDMA_STACK_PRIVATE_1", $name);
+    };
+}
+
+use capi_abi::rdmacm::{
+    rdma_addrinfo, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel,
+};
+
+cm_entry!(rdma_stack_create_event_channel => create_event_channel() -> *mut rdma_event_channel, null_mut());
+/// librdmacm's `rdma_destroy_event_channel`.
+///
+/// # Safety
+///
+/// `ch` NULL or a channel of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_stack_destroy_event_channel(ch: *mut rdma_event_channel) {
+    // SAFETY: the caller's channel.
+    with_cm((), |s| unsafe { s.destroy_event_channel(ch) })
+}
+versioned!("RDMA_STACK_PRIVATE_1", rdma_stack_destroy_event_channel);
+cm_entry!(rdma_stack_create_id => create_id(ch: *mut rdma_event_channel, id: *mut *mut rdma_cm_id, context: *mut c_void, ps: c_int) -> c_int, -1);
+cm_entry!(rdma_stack_destroy_id => destroy_id(id: *mut rdma_cm_id) -> c_int, -1);
+cm_entry!(rdma_stack_bind_addr => bind_addr(id: *mut rdma_cm_id, addr: *const libc::sockaddr) -> c_int, -1);
+cm_entry!(rdma_stack_resolve_addr => resolve_addr(id: *mut rdma_cm_id, src: *const libc::sockaddr, dst: *const libc::sockaddr, timeout_ms: c_int) -> c_int, -1);
+cm_entry!(rdma_stack_resolve_route => resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int, -1);
+cm_entry!(rdma_stack_listen => listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int, -1);
+cm_entry!(rdma_stack_connect => connect(id: *mut rdma_cm_id, p: *const rdma_conn_param) -> c_int, -1);
+cm_entry!(rdma_stack_accept => accept(id: *mut rdma_cm_id, p: *const rdma_conn_param) -> c_int, -1);
+cm_entry!(rdma_stack_reject => reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int, -1);
+cm_entry!(rdma_stack_disconnect => disconnect(id: *mut rdma_cm_id) -> c_int, -1);
+cm_entry!(rdma_stack_get_cm_event => get_cm_event(ch: *mut rdma_event_channel, ev: *mut *mut rdma_cm_event) -> c_int, -1);
+cm_entry!(rdma_stack_ack_cm_event => ack_cm_event(ev: *mut rdma_cm_event) -> c_int, -1);
+cm_entry!(rdma_stack_create_qp => create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> c_int, -1);
+cm_entry!(rdma_stack_create_ep => create_ep(id: *mut *mut rdma_cm_id, res: *const rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> c_int, -1);
+cm_entry!(rdma_stack_get_request => get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int, -1);
+cm_entry!(rdma_stack_set_option => set_option(id: *mut rdma_cm_id, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int, -1);
+cm_entry!(rdma_stack_init_qp_attr => init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int, -1);
+cm_entry!(rdma_stack_establish => establish(id: *mut rdma_cm_id) -> c_int, -1);
+cm_entry!(rdma_stack_migrate_id => migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int, -1);
+/// librdmacm's `rdma_destroy_qp`.
+///
+/// # Safety
+///
+/// `id` an id of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_stack_destroy_qp(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's id.
+    with_cm((), |s| unsafe { s.destroy_qp(id) })
+}
+versioned!("RDMA_STACK_PRIVATE_1", rdma_stack_destroy_qp);
+/// librdmacm's `rdma_destroy_ep`.
+///
+/// # Safety
+///
+/// `id` an id of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_stack_destroy_ep(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's id.
+    with_cm((), |s| unsafe { s.destroy_ep(id) })
+}
+versioned!("RDMA_STACK_PRIVATE_1", rdma_stack_destroy_ep);

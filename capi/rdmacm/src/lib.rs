@@ -2,10 +2,11 @@
 //! SONAME, symbol versions (`RDMACM_1.0` .. `RDMACM_1.3`) and object layouts
 //! ([`capi_abi::rdmacm`]).
 //!
-//! Working today: `rdma_getaddrinfo` / `rdma_freeaddrinfo` (IPv4, through the system
-//! resolver), `rdma_event_str`, `rpoll` (a `poll` pass-through). Every other function the
-//! Debian tools import is exported and fails cleanly (-1 with errno ENOSYS, or NULL with
-//! errno), so the programs load and stop at their first connection-manager call.
+//! Stateless: `rdma_getaddrinfo` / `rdma_freeaddrinfo` (IPv4, through the system resolver),
+//! `rdma_event_str` and `rpoll` (a `poll` pass-through) are answered here; every other
+//! connection-manager call forwards to `libibverbs.so.1`'s `rdma_stack_*` entry point (found
+//! with `dlopen` + `dlsym`), where the process's one stack lives, so ids carry that library's
+//! verbs objects. Multicast and `rdma_create_qp_ex` answer -1 with errno ENOSYS.
 //!
 //! Each export is bound to its version node by an assembler `.symver` placed right after the
 //! function ([`versioned!`]); `rdmacm.map` only declares the nodes.
@@ -251,6 +252,98 @@ pub unsafe extern "C" fn rpoll(
 versioned!("RDMACM_1.0", rpoll);
 
 // ---------------------------------------------------------------------------------------------
+// The connection manager: implemented in libibverbs.so.1, which holds the process's one
+// stack (device, verbs objects, connection manager, progress thread); these calls find its
+// `rdma_stack_*` entry points with dlsym and forward to them.
+
+/// The address of libibverbs' entry point `name` (NUL-terminated), 0 when it is missing.
+fn entry(name: &'static [u8]) -> usize {
+    use std::sync::OnceLock;
+    static LIB: OnceLock<usize> = OnceLock::new();
+    let h = *LIB.get_or_init(|| {
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD first (the program links it), else load it.
+        let mut h = unsafe {
+            libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_GLOBAL | libc::RTLD_NOLOAD,
+            )
+        };
+        if h.is_null() {
+            // SAFETY: as above.
+            h = unsafe {
+                libc::dlopen(
+                    c"libibverbs.so.1".as_ptr(),
+                    libc::RTLD_NOW | libc::RTLD_GLOBAL,
+                )
+            };
+        }
+        h as usize
+    });
+    if h == 0 {
+        return 0;
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    unsafe { libc::dlsym(h as *mut c_void, name.as_ptr().cast()) as usize }
+}
+
+/// Exports `$name` (node `$ver`) forwarding to libibverbs' `rdma_stack_$entry`; without it,
+/// `$none` with errno ENOSYS.
+macro_rules! forward {
+    ($ver:literal, $name:ident => $entry:ident($($a:ident: $t:ty),*) -> $r:ty, $none:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: the connection manager's call (in libibverbs.so.1).")]
+        ///
+        /// # Safety
+        ///
+        /// As librdmacm's: objects of this library, valid pointers.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::unused_unit)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            static F: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+            let f = *F.get_or_init(|| entry(concat!(stringify!($entry), "\0").as_bytes()));
+            if f == 0 {
+                set_errno(ENOSYS);
+                return $none;
+            }
+            // SAFETY: libibverbs exports the entry with exactly this signature.
+            let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { core::mem::transmute(f) };
+            // SAFETY: the caller's arguments, passed on.
+            unsafe { f($($a),*) }
+        }
+        versioned!($ver, $name);
+    };
+}
+
+type Id = *mut rdma_cm_id;
+type Chan = *mut rdma_event_channel;
+type Sa = *const libc::sockaddr;
+type Pd = *mut capi_abi::ibv::ibv_pd;
+type InitAttr = *mut capi_abi::ibv::ibv_qp_init_attr;
+
+forward!("RDMACM_1.0", rdma_create_event_channel => rdma_stack_create_event_channel() -> Chan, null_mut());
+forward!("RDMACM_1.0", rdma_destroy_event_channel => rdma_stack_destroy_event_channel(ch: Chan) -> (), ());
+forward!("RDMACM_1.0", rdma_create_id => rdma_stack_create_id(ch: Chan, id: *mut Id, context: *mut c_void, ps: c_int) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_destroy_id => rdma_stack_destroy_id(id: Id) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_bind_addr => rdma_stack_bind_addr(id: Id, addr: Sa) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_resolve_addr => rdma_stack_resolve_addr(id: Id, src: Sa, dst: Sa, timeout_ms: c_int) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_resolve_route => rdma_stack_resolve_route(id: Id, timeout_ms: c_int) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_listen => rdma_stack_listen(id: Id, backlog: c_int) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_connect => rdma_stack_connect(id: Id, p: *const rdma_conn_param) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_accept => rdma_stack_accept(id: Id, p: *const rdma_conn_param) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_reject => rdma_stack_reject(id: Id, data: *const c_void, len: u8) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_disconnect => rdma_stack_disconnect(id: Id) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_get_cm_event => rdma_stack_get_cm_event(ch: Chan, ev: *mut *mut rdma_cm_event) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_ack_cm_event => rdma_stack_ack_cm_event(ev: *mut rdma_cm_event) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_create_qp => rdma_stack_create_qp(id: Id, pd: Pd, attr: InitAttr) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_destroy_qp => rdma_stack_destroy_qp(id: Id) -> (), ());
+forward!("RDMACM_1.0", rdma_create_ep => rdma_stack_create_ep(id: *mut Id, res: *const rdma_addrinfo, pd: Pd, attr: InitAttr) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_destroy_ep => rdma_stack_destroy_ep(id: Id) -> (), ());
+forward!("RDMACM_1.0", rdma_get_request => rdma_stack_get_request(listen: Id, id: *mut Id) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_set_option => rdma_stack_set_option(id: Id, level: c_int, name: c_int, val: *const c_void, len: usize) -> c_int, -1);
+forward!("RDMACM_1.2", rdma_init_qp_attr => rdma_stack_init_qp_attr(id: Id, attr: *mut capi_abi::ibv::ibv_qp_attr, mask: *mut c_int) -> c_int, -1);
+forward!("RDMACM_1.2", rdma_establish => rdma_stack_establish(id: Id) -> c_int, -1);
+forward!("RDMACM_1.0", rdma_migrate_id => rdma_stack_migrate_id(id: Id, ch: Chan) -> c_int, -1);
+
+// ---------------------------------------------------------------------------------------------
 // Not implemented yet: exported so that programs load (they bind every import at start-up),
 // failing the way each call reports errors.
 
@@ -267,31 +360,5 @@ macro_rules! enosys_int {
     )*};
 }
 
-/// Exports functions without a result (nothing to undo yet: nothing can be created).
-macro_rules! noop_void {
-    ($ver:literal: $($name:ident),* $(,)?) => {$(
-        #[doc = concat!("`", stringify!($name), "`: nothing to do yet (nothing can be created).")]
-        #[unsafe(no_mangle)]
-        pub extern "C" fn $name() {}
-        versioned!($ver, $name);
-    )*};
-}
-
-/// `struct rdma_event_channel *rdma_create_event_channel(void)`: not implemented yet (NULL,
-/// errno ENOSYS).
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    set_errno(ENOSYS);
-    null_mut()
-}
-versioned!("RDMACM_1.0", rdma_create_event_channel);
-
-enosys_int!("RDMACM_1.0":
-    rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_connect, rdma_create_ep,
-    rdma_create_id, rdma_create_qp, rdma_create_qp_ex, rdma_destroy_id, rdma_disconnect,
-    rdma_get_cm_event, rdma_get_request, rdma_leave_multicast, rdma_listen, rdma_migrate_id,
-    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
-);
-noop_void!("RDMACM_1.0": rdma_destroy_event_channel, rdma_destroy_ep, rdma_destroy_qp);
+enosys_int!("RDMACM_1.0": rdma_create_qp_ex, rdma_leave_multicast);
 enosys_int!("RDMACM_1.1": rdma_join_multicast_ex);
-enosys_int!("RDMACM_1.2": rdma_establish, rdma_init_qp_attr);

@@ -10,7 +10,9 @@ use spin::Mutex;
 struct Mapping {
     va: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// The allocation's layout; `None` for memory mapped with [`HeapDma::map_external`]
+    /// (owned by the caller, never freed here).
+    layout: Option<Layout>,
 }
 
 /// One translation: a copy of a live mapping (`start..end` at `va`).
@@ -189,6 +191,52 @@ impl HeapDma {
     pub fn iova_base(&self) -> u64 {
         self.base
     }
+
+    /// Maps `len` bytes of the caller's memory at `va` for the device (what an IOMMU mapping
+    /// of user memory is: `VFIO_IOMMU_MAP_DMA` of a process's pages): the device address of
+    /// `va`, page-aligned as `va` is page-aligned (`va % 4096 == iova % 4096`). The memory is
+    /// not counted in [`live_bytes`](Self::live_bytes) and never freed here; undo it with
+    /// [`unmap_external`](Self::unmap_external). EINVAL-style `InvalidRequest` for a length
+    /// of 0.
+    ///
+    /// # Safety
+    ///
+    /// `va..va + len` stays allocated and readable and writable until `unmap_external` of the
+    /// returned address returned (the device may read and write it at any time meanwhile,
+    /// racing with the CPU's accesses, which the caller makes atomic or tolerates as a
+    /// device's).
+    pub unsafe fn map_external(&self, va: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
+        if len == 0 {
+            return Err(DmaError::InvalidRequest);
+        }
+        let off = (va.as_ptr() as usize % 4096) as u64;
+        let mut st = self.state.lock();
+        let iova = st.next_iova.next_multiple_of(4096) + off;
+        st.next_iova = (iova + len as u64 + 4096).next_multiple_of(4096);
+        st.maps.insert(
+            iova,
+            Mapping {
+                va,
+                len,
+                layout: None,
+            },
+        );
+        Ok(iova)
+    }
+
+    /// Removes a mapping made with [`map_external`](Self::map_external): the device faults
+    /// on the range afterwards. Unknown addresses are ignored.
+    pub fn unmap_external(&self, iova: u64) {
+        let mut st = self.state.lock();
+        if st.maps.get(&iova).is_some_and(|m| m.layout.is_none()) {
+            st.maps.remove(&iova);
+            for e in &self.cache {
+                if e.load().is_none_or(|(start, _, _)| start == iova) {
+                    e.store(u64::MAX, 0, core::ptr::null_mut());
+                }
+            }
+        }
+    }
 }
 
 // SAFETY: regions are fresh zeroed heap allocations of at least `len` bytes, aligned as asked
@@ -212,14 +260,26 @@ unsafe impl DmaAllocator for HeapDma {
         let iova = st.next_iova.next_multiple_of(align as u64);
         // leave a guard gap so that a one-past-the-end device access is not in another buffer
         st.next_iova = (iova + len as u64 + 4096).next_multiple_of(4096);
-        st.maps.insert(iova, Mapping { va, len, layout });
+        st.maps.insert(
+            iova,
+            Mapping {
+                va,
+                len,
+                layout: Some(layout),
+            },
+        );
         st.live_bytes += len;
         Ok(DmaRegion { va, iova, len })
     }
 
     unsafe fn deallocate(&self, region: DmaRegion) {
         let mut st = self.state.lock();
-        if let Some(m) = st.maps.remove(&region.iova) {
+        if st
+            .maps
+            .get(&region.iova)
+            .is_some_and(|m| m.layout.is_some())
+            && let Some(m) = st.maps.remove(&region.iova)
+        {
             st.live_bytes -= m.len;
             for e in &self.cache {
                 if e.load().is_none_or(|(start, _, _)| start == region.iova) {
@@ -227,9 +287,11 @@ unsafe impl DmaAllocator for HeapDma {
                     e.store(u64::MAX, 0, core::ptr::null_mut());
                 }
             }
-            // SAFETY: `m` was allocated with this layout and is removed from the map, so no
-            // translation can reach it any more.
-            unsafe { dealloc(m.va.as_ptr(), m.layout) };
+            if let Some(layout) = m.layout {
+                // SAFETY: `m` was allocated with this layout and is removed from the map, so
+                // no translation can reach it any more.
+                unsafe { dealloc(m.va.as_ptr(), layout) };
+            }
         }
     }
 }
@@ -262,6 +324,35 @@ mod tests {
         assert!(h.regions().is_empty());
         assert_eq!(h.live_buffers(), 0);
         assert!(h.translate(iova, 1).is_none());
+    }
+
+    #[test]
+    fn external_memory_maps_translates_and_unmaps() {
+        let h = HeapDma::new(0x10_0000);
+        let a: Arc<dyn DmaAllocator> = h.clone();
+        let inner = DmaBuf::new(&a, 64, 64).unwrap();
+        let mut mine = alloc::vec![0u8; 3 * 4096];
+        let va = NonNull::new(mine.as_mut_ptr().wrapping_add(100)).unwrap();
+        // SAFETY: `mine` outlives the mapping (unmapped below, before it is dropped).
+        let iova = unsafe { h.map_external(va, 2 * 4096) }.unwrap();
+        assert_eq!(iova % 4096, va.as_ptr() as u64 % 4096);
+        assert_eq!(h.translate(iova, 8).unwrap(), va);
+        assert_eq!(
+            h.translate(iova + 4096, 8).unwrap().as_ptr(),
+            va.as_ptr().wrapping_add(4096)
+        );
+        assert!(h.translate(iova + 2 * 4096 - 4, 8).is_none());
+        // not counted as allocated memory; the allocator's own buffers are untouched
+        assert_eq!(h.live_bytes(), 64);
+        assert!(h.translate(inner.iova(), 64).is_some());
+        // SAFETY: zero length is refused before anything is mapped.
+        assert!(unsafe { h.map_external(va, 0) }.is_err());
+        h.unmap_external(iova);
+        assert!(h.translate(iova, 1).is_none());
+        // unmapping an allocator buffer's address is not an unmap of it
+        h.unmap_external(inner.iova());
+        assert!(h.translate(inner.iova(), 64).is_some());
+        drop(mine);
     }
 
     #[test]

@@ -197,6 +197,17 @@ impl Backing {
         }
     }
 
+    /// The emulated NIC's host memory, which is also its IOMMU (where a program's own
+    /// memory is mapped for the device: `HeapDma::map_external`); `None` for a real NIC.
+    #[cfg(feature = "emulator")]
+    pub fn heap_dma(&self) -> Option<&std::sync::Arc<nic_hal::HeapDma>> {
+        match &self.0 {
+            Inner::Vfio(_) => None,
+            Inner::Udp(nic) => Some(&nic.dma),
+            Inner::InProcess(tb) => Some(&tb.dma),
+        }
+    }
+
     /// The in-process NIC's testbed (fault knobs, counters), when it is one.
     #[cfg(feature = "emulator")]
     pub fn testbed(&self) -> Option<&nic_testbed::Testbed> {

@@ -90,9 +90,10 @@ pub enum Mode {
     },
     /// librdmacm's examples against the host's ports, one after the other (see
     /// [`EXAMPLE_STEPS`]): each guest server prints `STEP listening` once started and
-    /// `STEP rc=N` after its output; each guest client is retried (up to 40 times, a second
-    /// apart) until it succeeds, for the host starts its server when the step before ends,
-    /// and its last run's output and `STEP rc=N` are printed.
+    /// `STEP rc=N` after its output; each guest client first waits until the host's NIC
+    /// answers a ping (the host starts its server process when the step before ends), and is
+    /// retried (up to 40 times, a second apart) until it succeeds; its last run's output and
+    /// `STEP rc=N runs=M` are printed.
     Examples {
         /// Connections of the ucmatose steps (`-c`).
         connections: u32,
@@ -156,7 +157,7 @@ client)
   t "rping client rc=$rc" ;;
 examples)
   serve(){ name=$1; shift; "$@" > /tmp/ex.out 2>&1 & P=$!; sleep 1; t "$name listening"; wait $P; rc=$?; sed "s/^/$name: /" /tmp/ex.out; t "$name rc=$rc"; }
-  client(){ name=$1; shift; i=0; while :; do timeout 60 "$@" > /tmp/ex.out 2>&1; rc=$?; i=$((i+1)); [ $rc = 0 ] || [ $i -ge 40 ] && break; sleep 1; done; sed "s/^/$name: /" /tmp/ex.out; t "$name rc=$rc runs=$i"; }
+  client(){ name=$1; shift; i=0; while :; do w=0; until ping -c 1 -W 1 10.77.0.1 >/dev/null 2>&1 || [ $w -ge 60 ]; do w=$((w+1)); done; timeout 60 "$@" > /tmp/ex.out 2>&1; rc=$?; i=$((i+1)); [ $rc = 0 ] || [ $i -ge 40 ] && break; sleep 1; done; sed "s/^/$name: /" /tmp/ex.out; t "$name rc=$rc runs=$i"; }
   serve rdma_server-1 rdma_server
   serve rdma_server-2 rdma_server
   client rdma_client rdma_client -s 10.77.0.1

@@ -42,6 +42,17 @@ impl<P: Provider> CmId<P> {
         self.with_verbs(|v| v.provider.alloc_buf(len).map_err(Error::from))?
     }
 
+    /// The program's own memory, given up for good (a [`verbs::StaticBytes`] taken once, a
+    /// leaked allocation), made reachable by the id's device ([`Provider::map_buf`]): the
+    /// [`Buffer`] to register with [`reg_msgs`](Self::reg_msgs), as C registers a static
+    /// array. EINVAL for an id bound to no device; NotSupported where the device's DMA cannot
+    /// map memory it did not allocate.
+    ///
+    /// [`Provider::map_buf`]: verbs::Provider::map_buf
+    pub fn map_buf(&self, mem: &'static mut [u8]) -> Result<Buffer, Error> {
+        self.with_verbs(|v| v.provider.map_buf(mem).map_err(Error::from))?
+    }
+
     /// `rdma_reg_msgs`: registers memory on the id's PD for sends and receives (local
     /// write); the MR holds `mem` until it is deregistered. EINVAL for an id bound to no
     /// device (librdmacm dereferences NULL).

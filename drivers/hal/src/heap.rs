@@ -10,7 +10,8 @@ use spin::Mutex;
 struct Mapping {
     va: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// `None` for memory of the program's ([`DmaAllocator::map_static`]): never freed here.
+    layout: Option<Layout>,
 }
 
 /// One translation: a copy of a live mapping (`start..end` at `va`).
@@ -212,9 +213,45 @@ unsafe impl DmaAllocator for HeapDma {
         let iova = st.next_iova.next_multiple_of(align as u64);
         // leave a guard gap so that a one-past-the-end device access is not in another buffer
         st.next_iova = (iova + len as u64 + 4096).next_multiple_of(4096);
-        st.maps.insert(iova, Mapping { va, len, layout });
+        st.maps.insert(
+            iova,
+            Mapping {
+                va,
+                len,
+                layout: Some(layout),
+            },
+        );
         st.live_bytes += len;
         Ok(DmaRegion { va, iova, len })
+    }
+
+    fn map_static(&self, mem: &'static mut [u8]) -> Result<DmaRegion, DmaError> {
+        let len = mem.len();
+        if len == 0 {
+            return Err(DmaError::InvalidRequest);
+        }
+        let va = NonNull::new(mem.as_mut_ptr()).ok_or(DmaError::InvalidRequest)?;
+        let mut st = self.state.lock();
+        // the same offset in its page as the CPU address (as an IOMMU maps pages), past a
+        // guard gap
+        let iova = st.next_iova + (va.as_ptr() as usize as u64 % 4096);
+        st.next_iova = (iova + len as u64 + 4096).next_multiple_of(4096);
+        st.maps.insert(
+            iova,
+            Mapping {
+                va,
+                len,
+                layout: None,
+            },
+        );
+        st.live_bytes += len;
+        Ok(DmaRegion { va, iova, len })
+    }
+
+    unsafe fn unmap_static(&self, region: DmaRegion) {
+        // SAFETY: the same contract as `deallocate`'s, which frees nothing for a mapping
+        // without a layout
+        unsafe { self.deallocate(region) }
     }
 
     unsafe fn deallocate(&self, region: DmaRegion) {
@@ -227,9 +264,11 @@ unsafe impl DmaAllocator for HeapDma {
                     e.store(u64::MAX, 0, core::ptr::null_mut());
                 }
             }
-            // SAFETY: `m` was allocated with this layout and is removed from the map, so no
-            // translation can reach it any more.
-            unsafe { dealloc(m.va.as_ptr(), m.layout) };
+            if let Some(layout) = m.layout {
+                // SAFETY: `m` was allocated with this layout and is removed from the map, so
+                // no translation can reach it any more.
+                unsafe { dealloc(m.va.as_ptr(), layout) };
+            }
         }
     }
 }

@@ -405,6 +405,20 @@ impl<P: Provider> Node<P> {
     }
 }
 
+/// The program's static memory (`mem`, a [`verbs::StaticBytes`] taken once) as a buffer the
+/// id's device reaches ([`CmId::map_buf`]), as the C programs register their static arrays;
+/// where the device's DMA cannot map it (NotSupported), device memory of the same size.
+pub fn static_or_device<P: Provider>(
+    id: &CmId<P>,
+    mem: &'static mut [u8],
+) -> Result<Buffer, cm::Error> {
+    let len = mem.len();
+    match id.map_buf(mem) {
+        Err(cm::Error::NotSupported) => id.alloc_buf(len),
+        r => r,
+    }
+}
+
 /// librdmacm's `rdma_event_str`.
 pub fn event_str(e: cm::EventType) -> &'static str {
     use cm::EventType::*;

@@ -12,8 +12,15 @@
 //! ```
 
 use cm::{AddrInfo, PortSpace};
-use cm_examples::{COMMON_USAGE, EthNic, getopt, split_common, start_nic, stop_nic};
+use cm_examples::{
+    COMMON_USAGE, EthNic, getopt, split_common, start_nic, static_or_device, stop_nic,
+};
 use verbs::{MemoryRegion, SendFlags};
+
+/// The messages, static as in the C program (registered with `map_buf`; the send buffer
+/// only when the QP cannot send 16 bytes inline).
+static RECV_MSG: verbs::StaticBytes<16> = verbs::StaticBytes::new();
+static SEND_MSG: verbs::StaticBytes<16> = verbs::StaticBytes::new();
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -52,7 +59,13 @@ fn run(nic: &EthNic, server: &str, port: &str) -> i32 {
             return -1;
         }
     };
-    let recv_msg = match id.alloc_buf(16) {
+    // the program's static receive buffer, as the C program's `static uint8_t recv_msg[16]`,
+    // marked so that a byte the peer did not send shows
+    let recv_msg = match RECV_MSG
+        .take()
+        .ok_or(cm::Error::InvalidArgument)
+        .and_then(|m| static_or_device(&id, m))
+    {
         Ok(b) => b,
         Err(e) => {
             eprintln!("rdma_reg_msgs for recv_msg: {e:?}");
@@ -73,7 +86,11 @@ fn run(nic: &EthNic, server: &str, port: &str) -> i32 {
     let mut ret = 0;
     'out: {
         if !inline {
-            match id.alloc_buf(16).and_then(|b| id.reg_msgs(b)) {
+            let b = SEND_MSG
+                .take()
+                .ok_or(cm::Error::InvalidArgument)
+                .and_then(|m| static_or_device(&id, m));
+            match b.and_then(|b| id.reg_msgs(b)) {
                 Ok(m) => send_mr = Some(m),
                 Err(e) => {
                     eprintln!("rdma_reg_msgs for send_msg: {e:?}");

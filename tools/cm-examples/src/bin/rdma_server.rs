@@ -9,8 +9,15 @@
 //! ```
 
 use cm::{AddrInfo, PortSpace, RaiFlags};
-use cm_examples::{COMMON_USAGE, EthNic, getopt, split_common, start_nic, stop_nic};
+use cm_examples::{
+    COMMON_USAGE, EthNic, getopt, split_common, start_nic, static_or_device, stop_nic,
+};
 use verbs::{QueuePair, SendFlags};
+
+/// The messages, static as in the C program (registered with `map_buf`; the send buffer
+/// only when the QP cannot send 16 bytes inline).
+static RECV_MSG: verbs::StaticBytes<16> = verbs::StaticBytes::new();
+static SEND_MSG: verbs::StaticBytes<16> = verbs::StaticBytes::new();
 
 /// What the exchange received, for the stderr report.
 fn check_recv(buf: &verbs::Buffer, wc: &verbs::WorkCompletion) -> Result<Vec<u8>, String> {
@@ -76,8 +83,13 @@ fn run(nic: &EthNic, port: &str) -> i32 {
     if !inline {
         println!("rdma_server: device doesn't support IBV_SEND_INLINE, using sge sends");
     }
-    // the receive buffer, marked so that a byte the peer did not send shows
-    let recv_msg = match id.alloc_buf(16) {
+    // the program's static receive buffer, as the C program's `static uint8_t recv_msg[16]`,
+    // marked so that a byte the peer did not send shows
+    let recv_msg = match RECV_MSG
+        .take()
+        .ok_or(cm::Error::InvalidArgument)
+        .and_then(|m| static_or_device(&id, m))
+    {
         Ok(b) => b,
         Err(e) => {
             eprintln!("rdma_reg_msgs for recv_msg: {e:?}");
@@ -97,7 +109,11 @@ fn run(nic: &EthNic, port: &str) -> i32 {
     let mut ret = 0;
     'out: {
         if !inline {
-            let b = match id.alloc_buf(16) {
+            let b = match SEND_MSG
+                .take()
+                .ok_or(cm::Error::InvalidArgument)
+                .and_then(|m| static_or_device(&id, m))
+            {
                 Ok(b) => b,
                 Err(e) => {
                     eprintln!("rdma_reg_msgs for send_msg: {e:?}");

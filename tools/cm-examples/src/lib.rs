@@ -137,8 +137,7 @@ pub fn getopt(args: &[String], spec: &str) -> Result<Vec<(char, String)>, String
         let Some(letters) = a.strip_prefix('-').filter(|l| !l.is_empty()) else {
             return Err(format!("unexpected argument {a:?}"));
         };
-        let mut chars = letters.char_indices();
-        while let Some((at, ch)) = chars.next() {
+        for (at, ch) in letters.char_indices() {
             let pos = spec
                 .find(ch)
                 .filter(|_| ch != ':')

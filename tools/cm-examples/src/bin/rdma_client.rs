@@ -7,6 +7,10 @@
 //! The address of the server is resolved by the connection manager (ARP through the NIC's
 //! port); the program adds nothing to the neighbour table.
 //!
+//! As in C, the messages live in static memory (`static RECV_MSG: StaticBytes<16>`, made
+//! device-reachable with `CmId::map_buf` and registered with `reg_msgs`; device memory where
+//! the device's DMA cannot map it), and the SEND is inline (no MR) when the QP allows it.
+//!
 //! ```text
 //! rdma_client --ip 10.77.0.1 --fabric eth:48030,48031 -s 10.77.0.2 [-p port]
 //! ```

@@ -4,6 +4,10 @@
 //! then disconnect. Prints `rdma_server: start` and `rdma_server: end N` as the original; on
 //! stderr, what it received (16 bytes; the original clients send zeros).
 //!
+//! As in C, the messages live in static memory (`static RECV_MSG: StaticBytes<16>`, made
+//! device-reachable with `CmId::map_buf` and registered with `reg_msgs`; device memory where
+//! the device's DMA cannot map it), and the SEND is inline (no MR) when the QP allows it.
+//!
 //! ```text
 //! rdma_server --ip 10.77.0.1 --fabric eth:48030,48031 [-p port]
 //! ```

@@ -72,7 +72,18 @@ impl<P: Provider> Cm<P> {
     /// Runs the progress engine until `f` has an answer, relaxing in between.
     pub(crate) fn wait<R>(
         &self,
+        f: impl FnMut(&mut State<P>) -> Option<Result<R, Error>>,
+    ) -> Result<R, Error> {
+        self.wait_sleeping(f, || Ok(false))
+    }
+
+    /// [`wait`](Self::wait) whose pauses between two passes are `sleep`'s (a wait for an
+    /// interrupt, bounded in time) when it says it slept (`Ok(true)`), else the platform's
+    /// relax hook; an error of `sleep` ends the wait.
+    pub(crate) fn wait_sleeping<R>(
+        &self,
         mut f: impl FnMut(&mut State<P>) -> Option<Result<R, Error>>,
+        mut sleep: impl FnMut() -> Result<bool, Error>,
     ) -> Result<R, Error> {
         let start = self.sh.platform.now_ns();
         loop {
@@ -89,7 +100,9 @@ impl<P: Provider> Cm<P> {
             if limit.is_some_and(|l| now.saturating_sub(start) > l) {
                 return Err(Error::TimedOut);
             }
-            self.sh.platform.relax();
+            if !sleep()? {
+                self.sh.platform.relax();
+            }
         }
     }
 

@@ -78,6 +78,10 @@ pub struct CmStats {
     /// Passive connections established by their QP's communication-established event (the
     /// RTU was lost or late).
     pub comm_est_rtus: u64,
+    /// Waits of [`CmId::get_send_comp`](crate::CmId::get_send_comp) /
+    /// [`get_recv_comp`](crate::CmId::get_recv_comp) that slept on a completion channel
+    /// (an event or the end of a slice) instead of spinning.
+    pub comp_channel_sleeps: u64,
     /// Asynchronous events dropped because the application did not read them
     /// ([`Cm::get_async_event`](crate::Cm::get_async_event); the oldest go first).
     pub async_events_dropped: u64,

@@ -157,4 +157,68 @@ impl<P: Provider> DataPath<P> {
         }
         None
     }
+
+    /// Sleeps until the completion channel of the CQ the id created for sends (`send`) or
+    /// receives has an event, at most `timeout_ns` ([`Provider::wait_cq_event`]). The channel
+    /// is taken out of the id's data path for the wait, so the id's lock is not held while the
+    /// thread sleeps (posts and the engine's transitions go on meanwhile); it is put back
+    /// after, or destroyed if its CQ went away meanwhile.
+    ///
+    /// `Ok(true)`: it waited (an event, which re-enables arming: `*armed` becomes false; or
+    /// the timeout). `Ok(false)`: nothing to wait on (no channel) or the provider cannot
+    /// wait (NotSupported): the caller spins instead.
+    pub(crate) fn sleep_on_channel(
+        &self,
+        send: bool,
+        armed: &mut bool,
+        timeout_ns: u64,
+    ) -> Result<bool, Error> {
+        fn slot<P: Provider>(
+            p: &mut IdPath<P>,
+            send: bool,
+        ) -> Option<&mut crate::resources::AutoCq<P>> {
+            p.qp.as_mut().and_then(|q| {
+                if send {
+                    q.send_cq.as_mut()
+                } else {
+                    q.recv_cq.as_mut()
+                }
+            })
+        }
+        let (prov, mut ch) = {
+            let mut g = self.cell.lock();
+            let p = &mut *g;
+            let Some(prov) = p.provider.clone() else {
+                return Ok(false);
+            };
+            let Some(ch) = slot(p, send).and_then(|a| a.channel.take()) else {
+                return Ok(false);
+            };
+            (prov, ch)
+        };
+        let r = prov.wait_cq_event(&mut ch, timeout_ns);
+        let back = {
+            let mut g = self.cell.lock();
+            match slot(&mut g, send) {
+                Some(a) if a.channel.is_none() => {
+                    a.channel = Some(ch);
+                    None
+                }
+                _ => Some(ch),
+            }
+        };
+        if let Some(orphan) = back {
+            // its CQ was destroyed while we waited; a failed destroy leaks it
+            let _ = prov.destroy_comp_channel(orphan);
+        }
+        match r {
+            Ok(Some(_)) => {
+                *armed = false;
+                Ok(true)
+            }
+            Ok(None) => Ok(true),
+            Err(verbs::Error::NotSupported) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
 }

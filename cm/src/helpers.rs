@@ -1,6 +1,8 @@
 //! The `rdma_verbs.h` helpers on an id: memory registration on the id's PD, one-SGE posts on
 //! its QP, and completions from the CQs it created (`docs/cm.md#verbs-helpers`).
 
+use core::cell::Cell;
+
 use verbs::{
     AccessFlags, Buffer, MemoryRegion, Provider, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest,
     WorkCompletion, WrOpcode,
@@ -38,6 +40,17 @@ impl<P: Provider> CmId<P> {
     /// with [`reg_msgs`](Self::reg_msgs) and friends. EINVAL for an id bound to no device.
     pub fn alloc_buf(&self, len: usize) -> Result<Buffer, Error> {
         self.with_verbs(|v| v.provider.alloc_buf(len).map_err(Error::from))?
+    }
+
+    /// The program's own memory, given up for good (a [`verbs::StaticBytes`] taken once, a
+    /// leaked allocation), made reachable by the id's device ([`Provider::map_buf`]): the
+    /// [`Buffer`] to register with [`reg_msgs`](Self::reg_msgs), as C registers a static
+    /// array. EINVAL for an id bound to no device; NotSupported where the device's DMA cannot
+    /// map memory it did not allocate.
+    ///
+    /// [`Provider::map_buf`]: verbs::Provider::map_buf
+    pub fn map_buf(&self, mem: &'static mut [u8]) -> Result<Buffer, Error> {
+        self.with_verbs(|v| v.provider.map_buf(mem).map_err(Error::from))?
     }
 
     /// `rdma_reg_msgs`: registers memory on the id's PD for sends and receives (local
@@ -224,18 +237,37 @@ impl<P: Provider> CmId<P> {
     }
 
     /// `rdma_get_send_comp`: the next completion of the send CQ the id created, waiting for
-    /// it (poll; arm; poll; wait for the channel's event; again) while the progress engine
-    /// runs. The status is not checked. EINVAL if the id created no send CQ.
+    /// it as librdmacm does (poll; arm; poll; wait for the channel's event; again): the
+    /// thread sleeps on the CQ's completion channel ([`Provider::wait_cq_event`], the NIC's
+    /// interrupt where the platform delivers them) for up to 10 ms at a time and runs the
+    /// progress engine in between; with a provider that cannot wait
+    /// (NotSupported), or a CQ without a channel, it spins as
+    /// [`poll_send_comp`](Self::poll_send_comp) does. The status is not checked. EINVAL if
+    /// the id created no send CQ.
+    ///
+    /// [`Provider::wait_cq_event`]: verbs::Provider::wait_cq_event
     pub fn get_send_comp(&self) -> Result<WorkCompletion, Error> {
-        self.get_comp(true)
+        self.get_comp(true, true)
     }
 
     /// `rdma_get_recv_comp`: the same for the receive CQ.
     pub fn get_recv_comp(&self) -> Result<WorkCompletion, Error> {
-        self.get_comp(false)
+        self.get_comp(false, true)
     }
 
-    fn get_comp(&self, send: bool) -> Result<WorkCompletion, Error> {
+    /// [`get_send_comp`](Self::get_send_comp) for poll-mode programs: it never sleeps, but
+    /// polls the CQ and runs the progress engine with the platform's relax hook in between.
+    pub fn poll_send_comp(&self) -> Result<WorkCompletion, Error> {
+        self.get_comp(true, false)
+    }
+
+    /// [`get_recv_comp`](Self::get_recv_comp) for poll-mode programs (see
+    /// [`poll_send_comp`](Self::poll_send_comp)).
+    pub fn poll_recv_comp(&self) -> Result<WorkCompletion, Error> {
+        self.get_comp(false, false)
+    }
+
+    fn get_comp(&self, send: bool, sleep: bool) -> Result<WorkCompletion, Error> {
         let dp = self.dp();
         let mut armed = false;
         // The data path first (the id's lock only); the progress engine runs only while
@@ -243,9 +275,40 @@ impl<P: Provider> CmId<P> {
         if let Some(r) = dp.try_comp(send, &mut armed) {
             return r;
         }
-        self.cm.wait(|_| dp.try_comp(send, &mut armed))
+        if !sleep {
+            return self.cm.wait(|_| dp.try_comp(send, &mut armed));
+        }
+        let armed = Cell::new(armed);
+        let can_sleep = Cell::new(true);
+        self.cm.wait_sleeping(
+            |_| {
+                let mut a = armed.get();
+                let r = dp.try_comp(send, &mut a);
+                armed.set(a);
+                r
+            },
+            || {
+                // only once armed (with nothing found after arming): then any completion
+                // from now on raises the channel's event
+                if !armed.get() || !can_sleep.get() {
+                    return Ok(false);
+                }
+                let mut a = true;
+                let slept = dp.sleep_on_channel(send, &mut a, COMP_WAIT_SLICE_NS)?;
+                armed.set(a);
+                can_sleep.set(slept);
+                if slept {
+                    self.cm.with_state(|st| st.stats.comp_channel_sleeps += 1);
+                }
+                Ok(slept)
+            },
+        )
     }
 }
+
+/// How long [`CmId::get_send_comp`] sleeps on a completion channel before it runs the
+/// progress engine again (received CM messages, timers).
+const COMP_WAIT_SLICE_NS: u64 = 10_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,9 @@
 //!   `accept`, `reject`, `connect`, `disconnect`, `destroy_ep` on the id; [`EventChannel`]
 //!   and [`CmId::migrate_id`] for asynchronous ids; `create_srq` / `destroy_srq`; the
 //!   `rdma_verbs.h` helpers (`reg_msgs`, `post_send`, `post_recv` (to the id's SRQ if it has
-//!   one), `get_send_comp`, ...). Errors are librdmacm's errno values ([`Error::errno`]).
+//!   one), `get_send_comp` (sleeping on the CQ's completion channel; `poll_send_comp`
+//!   polls), `map_buf` for the program's static memory, ...). Errors are librdmacm's errno
+//!   values ([`Error::errno`]).
 //! * [`CmId::set_option`] (`rdma_set_option`, constants [`OPTION_ID`] ...): TOS (the path's
 //!   traffic class), REUSEADDR, AFONLY, ACK_TIMEOUT (the QP's RTS timeout) and IB_PATH (a
 //!   route from an `ibv_path_data` record), with the kernel's errno (ENOSYS for unknown

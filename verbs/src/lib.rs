@@ -49,7 +49,7 @@ mod wr;
 pub use ah::{GRH_SIZE, create_ah_from_wc, init_ah_from_wc};
 pub use error::{DestroyError, DeviceFailure, Error, PostError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
-pub use mem::{Buffer, DMA_PAGE_SIZE, DmaMemory};
+pub use mem::{Buffer, DMA_PAGE_SIZE, DmaMemory, StaticBytes};
 pub use modify::{TransitionParams, check_modify, transition_params};
 pub use provider::{CompletionQueue, MemoryRegion, Provider, QueuePair, SharedReceiveQueue};
 pub use types::{

@@ -4,8 +4,9 @@
 //! See [`Buffer`] for the ownership and race rules.
 
 use alloc::sync::Arc;
+use core::cell::UnsafeCell;
 use core::ops::Range;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::error::Error;
 use crate::types::MemRegion;
@@ -410,6 +411,56 @@ unsafe fn load(p: *mut u8) -> u8 {
 unsafe fn store(p: *mut u8, v: u8) {
     // SAFETY: the caller's contract; AtomicU8 has the size and alignment of u8.
     unsafe { AtomicU8::from_ptr(p) }.store(v, Ordering::Relaxed)
+}
+
+/// `N` bytes of static memory a program hands to the device once, as C programs register a
+/// `static uint8_t msg[N]`: [`take`](Self::take) gives the one `&'static mut` borrow of it,
+/// for [`Provider::map_buf`](crate::Provider::map_buf) to make it device-reachable (a
+/// [`Buffer`] to register). The bytes are reached through that buffer from then on.
+///
+/// ```
+/// use verbs::StaticBytes;
+/// static RECV_MSG: StaticBytes<16> = StaticBytes::new();
+/// let mem: &'static mut [u8] = RECV_MSG.take().unwrap();
+/// assert_eq!(mem.len(), 16);
+/// assert!(RECV_MSG.take().is_none()); // once only
+/// ```
+pub struct StaticBytes<const N: usize> {
+    taken: AtomicBool,
+    bytes: UnsafeCell<[u8; N]>,
+}
+
+// SAFETY: the bytes are only reached through `take`, which hands out the one mutable borrow
+// of them at most once (the atomic swap decides which caller gets it); `[u8; N]` is `Send`.
+unsafe impl<const N: usize> Sync for StaticBytes<N> {}
+
+impl<const N: usize> StaticBytes<N> {
+    /// Zeroed bytes, not taken yet.
+    pub const fn new() -> StaticBytes<N> {
+        StaticBytes {
+            taken: AtomicBool::new(false),
+            bytes: UnsafeCell::new([0; N]),
+        }
+    }
+
+    /// The bytes, for the rest of the program: `Some` the first time, `None` after.
+    // The one mutable borrow comes out of a shared one on purpose: the atomic flag makes it
+    // unique (interior mutability, as `OnceLock` or a static cell).
+    #[allow(clippy::mut_from_ref)]
+    pub fn take(&'static self) -> Option<&'static mut [u8]> {
+        if self.taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        // SAFETY: the swap above returned false exactly once, so this is the only borrow of
+        // the bytes ever made; they live as long as `self`, which is 'static.
+        Some(unsafe { &mut *self.bytes.get() })
+    }
+}
+
+impl<const N: usize> Default for StaticBytes<N> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 #[cfg(test)]

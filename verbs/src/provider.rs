@@ -103,6 +103,18 @@ pub trait Provider {
     /// ENOMEM when none is left, EINVAL for a length of 0.
     fn alloc_buf(&self, len: usize) -> Result<Buffer, Error>;
 
+    /// Makes memory the program gives up for good (`&'static mut`: a
+    /// [`StaticBytes`](crate::StaticBytes) taken once, a leaked allocation) reachable by the
+    /// device, as a [`Buffer`] to register with [`reg_mr`](Self::reg_mr): registering the
+    /// program's own memory, as `ibv_reg_mr` on a static array does in C. The bytes are
+    /// reached through the buffer from then on; when its last handle is dropped the device's
+    /// mapping goes away (the memory is never freed: it is the program's). The default:
+    /// NotSupported (DMA that cannot map memory it did not allocate); EINVAL for no bytes.
+    fn map_buf(&self, mem: &'static mut [u8]) -> Result<Buffer, Error> {
+        let _ = mem;
+        Err(Error::NotSupported)
+    }
+
     /// Registers memory (`ibv_reg_mr`): the window `mem` (use [`Buffer::slice`] to register a
     /// part). The memory region holds the handle until [`dereg_mr`](Self::dereg_mr)
     /// succeeded, and leaks it if it is dropped without that (so the memory is never freed

@@ -73,3 +73,51 @@ unsafe impl verbs::DmaMemory for DmaBuf {
         address_space(self.allocator())
     }
 }
+
+/// The program's own memory made reachable by the device ([`DmaAllocator::map_static`]):
+/// what a provider wraps in a [`verbs::Buffer`] for `map_buf`. Dropping it takes the mapping
+/// away; the memory stays the program's (unreachable to safe code: its one `&'static mut`
+/// borrow was given up).
+pub struct StaticDma {
+    region: crate::DmaRegion,
+    owner: Arc<dyn DmaAllocator>,
+}
+
+impl StaticDma {
+    /// Maps `mem` with `dma`.
+    pub fn map(dma: &Arc<dyn DmaAllocator>, mem: &'static mut [u8]) -> Result<Self, DmaError> {
+        let region = dma.map_static(mem)?;
+        Ok(StaticDma {
+            region,
+            owner: dma.clone(),
+        })
+    }
+}
+
+impl Drop for StaticDma {
+    fn drop(&mut self) {
+        // SAFETY: the region came from `map_static` on `owner` and is given back once (here);
+        // the last `verbs::Buffer` handle (memory regions hold one until deregistered) is
+        // what drops this, so nothing reaches the memory through the mapping any more.
+        unsafe { self.owner.unmap_static(self.region) };
+    }
+}
+
+// SAFETY: `len` bytes at `va` are the program's memory, given up for good (the one
+// `&'static mut` borrow was consumed by `map_static`), so they stay valid and no reference to
+// them exists; the allocator made them reachable by the device at `iova..iova + len` in its
+// own address space until `unmap_static` (in Drop); every method returns fixed values.
+unsafe impl verbs::DmaMemory for StaticDma {
+    fn as_ptr(&self) -> *mut u8 {
+        self.region.va.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.region.len
+    }
+    fn device_addr(&self) -> u64 {
+        self.region.iova
+    }
+    fn address_space(&self) -> usize {
+        address_space(&self.owner)
+    }
+}

@@ -42,10 +42,33 @@ unsafe impl Sync for DmaRegion {}
 /// reads and writes of `len` bytes at `va` (at least the length asked for), aligned to
 /// `align` both at `va` and at `iova`, zeroed, reachable by the device at `iova`, and not
 /// handed out again until it is passed to [`deallocate`](Self::deallocate). They form no
-/// reference to the memory while it is handed out.
+/// reference to the memory while it is handed out. A region from
+/// [`map_static`](Self::map_static) has `va` and `len` of the memory given, and the device
+/// reaches exactly those bytes at `iova` until it is passed to
+/// [`unmap_static`](Self::unmap_static).
 pub unsafe trait DmaAllocator: Send + Sync {
     /// Allocates `len` zeroed bytes aligned to `align` (a power of two) on both sides.
     fn allocate(&self, len: usize, align: usize) -> Result<DmaRegion, DmaError>;
+
+    /// Makes memory the program gave up for good (the one `&'static mut` borrow of it)
+    /// reachable by the device: the region's `va` and `len` are `mem`'s, its `iova` where the
+    /// device reaches it. The default cannot ([`DmaError::MapFailed`]): an allocator that only
+    /// reaches memory it allocated. [`DmaError::InvalidRequest`] for no bytes.
+    fn map_static(&self, mem: &'static mut [u8]) -> Result<DmaRegion, DmaError> {
+        let _ = mem;
+        Err(DmaError::MapFailed)
+    }
+
+    /// Takes the device's access to a region of [`map_static`](Self::map_static) away (the
+    /// memory is not freed: it is the program's).
+    ///
+    /// # Safety
+    ///
+    /// `region` is exactly a value `map_static` on this allocator returned, is passed once,
+    /// and nothing (CPU or device) uses it through the mapping any more.
+    unsafe fn unmap_static(&self, region: DmaRegion) {
+        let _ = region;
+    }
 
     /// Unmaps and frees a region.
     ///

@@ -10,8 +10,8 @@ use spin::Mutex;
 struct Mapping {
     va: NonNull<u8>,
     len: usize,
-    /// The allocation's layout; `None` for memory mapped with [`HeapDma::map_external`]
-    /// (owned by the caller, never freed here).
+    /// The allocation's layout; `None` for memory the allocator does not own
+    /// ([`HeapDma::map_external`], [`DmaAllocator::map_static`]): never freed here.
     layout: Option<Layout>,
 }
 
@@ -206,6 +206,13 @@ impl HeapDma {
     /// racing with the CPU's accesses, which the caller makes atomic or tolerates as a
     /// device's).
     pub unsafe fn map_external(&self, va: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
+        self.map_foreign(va, len)
+    }
+
+    /// Maps memory the allocator does not own at a fresh device address with the same offset
+    /// in its page as `va` (as an IOMMU maps pages), past a guard gap. Not counted in
+    /// [`live_bytes`](Self::live_bytes); counted in [`live_buffers`](Self::live_buffers).
+    fn map_foreign(&self, va: NonNull<u8>, len: usize) -> Result<u64, DmaError> {
         if len == 0 {
             return Err(DmaError::InvalidRequest);
         }
@@ -270,6 +277,17 @@ unsafe impl DmaAllocator for HeapDma {
         );
         st.live_bytes += len;
         Ok(DmaRegion { va, iova, len })
+    }
+
+    fn map_static(&self, mem: &'static mut [u8]) -> Result<DmaRegion, DmaError> {
+        let len = mem.len();
+        let va = NonNull::new(mem.as_mut_ptr()).ok_or(DmaError::InvalidRequest)?;
+        let iova = self.map_foreign(va, len)?;
+        Ok(DmaRegion { va, iova, len })
+    }
+
+    unsafe fn unmap_static(&self, region: DmaRegion) {
+        self.unmap_external(region.iova);
     }
 
     unsafe fn deallocate(&self, region: DmaRegion) {

@@ -70,7 +70,7 @@ mod heap;
 pub mod irq;
 mod mmio;
 
-pub use device_mem::{DeviceBuf, address_space};
+pub use device_mem::{DeviceBuf, StaticDma, address_space};
 pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
 pub use heap::HeapDma;
 pub use irq::{Interrupts, IrqError, IrqWatch};

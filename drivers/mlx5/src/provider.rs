@@ -543,6 +543,16 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         Ok(Buffer::new(buf))
     }
 
+    fn map_buf(&self, mem: &'static mut [u8]) -> Result<Buffer, verbs::Error> {
+        match nic_hal::StaticDma::map(self.dma(), mem) {
+            Ok(m) => Ok(Buffer::new(m)),
+            Err(nic_hal::DmaError::InvalidRequest) => Err(verbs::Error::InvalidArgument),
+            // DMA that cannot map memory it did not allocate (or an IOMMU refusal)
+            Err(nic_hal::DmaError::MapFailed) => Err(verbs::Error::NotSupported),
+            Err(e) => Err(Error::from(e).into()),
+        }
+    }
+
     fn reg_mr(&self, pd: &Pd, mem: Buffer, access: AccessFlags) -> Result<Mr, verbs::Error> {
         if mem.address_space() != crate::mem::address_space(self.dma()) {
             return Err(verbs::Error::InvalidArgument);

@@ -64,6 +64,9 @@ pub const MODULES: &[&str] = &[
 const BINARIES: &[&str] = &[
     "usr/bin/rping",
     "usr/bin/ucmatose",
+    "usr/bin/udaddy",
+    "usr/bin/rdma_server",
+    "usr/bin/rdma_client",
     "usr/bin/ib_write_bw",
     "usr/bin/ib_send_bw",
 ];
@@ -85,7 +88,32 @@ pub enum Mode {
         /// `-p`.
         port: u16,
     },
+    /// librdmacm's examples against the host's ports, one after the other (see
+    /// [`EXAMPLE_STEPS`]): each guest server prints `STEP listening` once started and
+    /// `STEP rc=N` after its output; each guest client first waits until the host's NIC
+    /// answers a ping (the host starts its server process when the step before ends), and is
+    /// retried (up to 40 times, a second apart) until it succeeds; its last run's output and
+    /// `STEP rc=N runs=M` are printed.
+    Examples {
+        /// Connections of the ucmatose steps (`-c`).
+        connections: u32,
+        /// Messages of the udaddy and ucmatose steps (`-C`).
+        count: u32,
+    },
 }
+
+/// The steps of [`Mode::Examples`], in order: (marker name, the guest runs the server).
+/// `rdma_server` runs twice (a restarted host client meets the same guest CM); the host
+/// side is the port of the same program in the other role.
+pub const EXAMPLE_STEPS: &[(&str, bool)] = &[
+    ("rdma_server-1", true),
+    ("rdma_server-2", true),
+    ("rdma_client", false),
+    ("udaddy-server", true),
+    ("udaddy-client", false),
+    ("ucmatose-server", true),
+    ("ucmatose-client", false),
+];
 
 impl Mode {
     fn cmdline(&self) -> String {
@@ -93,6 +121,9 @@ impl Mode {
             Mode::Server { count } => format!("mode=server count={count}"),
             Mode::Client { count, size, port } => {
                 format!("mode=client count={count} size={size} port={port}")
+            }
+            Mode::Examples { connections, count } => {
+                format!("mode=examples conns={connections} count={count}")
             }
         }
     }
@@ -124,6 +155,16 @@ client)
   timeout 60 rping -c -a 10.77.0.1 -v -V -C $count -S $size -p $port > /tmp/rping.out 2> /tmp/rping.err; rc=$?
   cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
   t "rping client rc=$rc" ;;
+examples)
+  serve(){ name=$1; shift; "$@" > /tmp/ex.out 2>&1 & P=$!; sleep 1; t "$name listening"; wait $P; rc=$?; sed "s/^/$name: /" /tmp/ex.out; t "$name rc=$rc"; }
+  client(){ name=$1; shift; i=0; while :; do w=0; until ping -c 1 -W 1 10.77.0.1 >/dev/null 2>&1 || [ $w -ge 60 ]; do w=$((w+1)); done; timeout 60 "$@" > /tmp/ex.out 2>&1; rc=$?; i=$((i+1)); [ $rc = 0 ] || [ $i -ge 40 ] && break; sleep 1; done; sed "s/^/$name: /" /tmp/ex.out; t "$name rc=$rc runs=$i"; }
+  serve rdma_server-1 rdma_server
+  serve rdma_server-2 rdma_server
+  client rdma_client rdma_client -s 10.77.0.1
+  serve udaddy-server udaddy -C $count
+  client udaddy-client udaddy -s 10.77.0.1 -C $count
+  serve ucmatose-server ucmatose -c $conns -C $count
+  client ucmatose-client ucmatose -s 10.77.0.1 -c $conns -C $count ;;
 esac
 for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "INTEROP counter $(basename $c)=$(cat $c)"; done 2>/dev/null | grep -v '=0$'
 t "done"

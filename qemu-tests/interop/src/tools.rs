@@ -4,14 +4,14 @@
 //! process, and losing chosen RoCEv2 frames on purpose ([`Relay::drop_next`]) for the
 //! retransmission tests.
 
-use std::io;
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use nic_emulator::roce_wire::fabric::Captured;
 use nic_emulator::roce_wire::packet::{Opcode, Packet};
@@ -120,6 +120,42 @@ pub fn rping_binary() -> Result<PathBuf, String> {
         }
     })
     .clone()
+}
+
+/// Builds `tools/cm-examples` (librdmacm's examples ported: `rdma_server`, `rdma_client`,
+/// `udaddy`, `ucmatose`) as [`rping_binary`] builds rping, once per process, and returns
+/// the path of the binary `name`.
+pub fn example_binary(name: &str) -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = DIR
+        .get_or_init(|| {
+            let dir = target_dir().join("interop-tools");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let out = Command::new(cargo)
+                .arg("build")
+                .arg("--manifest-path")
+                .arg(workspace().join("Cargo.toml"))
+                .args(["-p", "cm-examples", "--bins"])
+                .env("CARGO_TARGET_DIR", &dir)
+                .env_remove("CARGO_ENCODED_RUSTFLAGS")
+                .env_remove("RUSTFLAGS")
+                .output()
+                .map_err(|e| format!("cargo: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cargo build -p cm-examples failed:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(dir.join("debug"))
+        })
+        .clone()?;
+    let bin = dir.join(name);
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} missing after the build", bin.display()))
+    }
 }
 
 /// A relay between the two ends of an Ethernet link (QEMU's socket netdev format): frames
@@ -232,6 +268,112 @@ impl Drop for Relay {
         self.stop.store(true, Ordering::Release);
         for h in self.threads.drain(..) {
             let _ = h.join();
+        }
+    }
+}
+
+/// One of our tools (`rping`, the librdmacm example ports) run as a process, as a user runs
+/// it, killed if the test fails first; its output is collected as it comes.
+pub struct ToolProcess {
+    name: String,
+    child: Child,
+    out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ToolProcess {
+    /// Starts `bin ARGS` with its stdout and stderr collected.
+    pub fn spawn(bin: &Path, args: &[&str]) -> ToolProcess {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let out = Arc::new(Mutex::new(String::new()));
+        let err = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let stdout: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("stdout"));
+        let stderr: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("stderr"));
+        for (pipe, text) in [(stdout, &out), (stderr, &err)] {
+            let text = text.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let mut t = text.lock().unwrap();
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+            }));
+        }
+        ToolProcess {
+            name: bin
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            child,
+            out,
+            err,
+            readers,
+        }
+    }
+
+    /// What it wrote to stdout so far.
+    pub fn stdout(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.err.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr contains `marker` (panics if the process exits first or after
+    /// `timeout`).
+    pub fn wait_stderr(&mut self, marker: &str, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while !self.stderr().contains(marker) {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!(
+                    "{} exited ({st}) before {marker:?}:\n{}\n{}",
+                    self.name,
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            assert!(Instant::now() < end, "no {marker:?}:\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the exit (panics after `timeout`); (status, stdout, stderr).
+    pub fn finish(mut self, timeout: Duration) -> (ExitStatus, String, String) {
+        let end = Instant::now() + timeout;
+        let st = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(
+                Instant::now() < end,
+                "{} still running after {timeout:?}:\n{}\n{}",
+                self.name,
+                self.stdout(),
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        (st, self.stdout(), self.stderr())
+    }
+}
+
+impl Drop for ToolProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

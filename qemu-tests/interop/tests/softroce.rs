@@ -10,17 +10,15 @@
 //! The guest is built from Debian packages on first use (cached under `target/guest-cache`).
 //! The tests share one lock: one QEMU at a time on this 2-core machine.
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cm::CmConfig;
 use interop::EthNic;
 use interop::guest::{self, GUEST_IP, GUEST_MAC, Guest, HOST_IP, HOST_MAC, Image, Mode};
-use interop::tools::{self, Relay};
+use interop::tools::{self, Relay, ToolProcess};
 use nic_emulator::roce_wire::fabric::{ArpConfig, Captured, EthLink};
 use nic_emulator::roce_wire::packet::{Opcode, Packet, Transport};
 use nic_emulator::roce_wire::transport::{psn_cmp, qp_source_port};
@@ -179,98 +177,12 @@ fn text(i: u32, size: usize) -> String {
 
 /// Our `rping` binary (`tools/rping`) on the Ethernet fabric, run as a user runs it, killed
 /// if the test fails first; its output is collected as it comes.
-struct OurRping {
-    child: Child,
-    out: Arc<Mutex<String>>,
-    err: Arc<Mutex<String>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
-}
+struct OurRping;
 
 impl OurRping {
-    fn spawn(args: &[&str]) -> OurRping {
+    fn spawn(args: &[&str]) -> ToolProcess {
         let bin = tools::rping_binary().unwrap_or_else(|e| panic!("building rping: {e}"));
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start our rping");
-        let out = Arc::new(Mutex::new(String::new()));
-        let err = Arc::new(Mutex::new(String::new()));
-        let mut readers = Vec::new();
-        let stdout: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("stdout"));
-        let stderr: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("stderr"));
-        for (pipe, text) in [(stdout, &out), (stderr, &err)] {
-            let text = text.clone();
-            readers.push(std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let mut t = text.lock().unwrap();
-                    t.push_str(&line);
-                    t.push('\n');
-                }
-            }));
-        }
-        OurRping {
-            child,
-            out,
-            err,
-            readers,
-        }
-    }
-
-    fn stdout(&self) -> String {
-        self.out.lock().unwrap().clone()
-    }
-
-    fn stderr(&self) -> String {
-        self.err.lock().unwrap().clone()
-    }
-
-    /// Waits until stderr contains `marker`.
-    fn wait_stderr(&mut self, marker: &str, timeout: Duration) {
-        let end = Instant::now() + timeout;
-        while !self.stderr().contains(marker) {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!(
-                    "our rping exited ({st}) before {marker:?}:\n{}\n{}",
-                    self.stdout(),
-                    self.stderr()
-                );
-            }
-            assert!(Instant::now() < end, "no {marker:?}:\n{}", self.stderr());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Waits for the exit; (status, stdout, stderr).
-    fn finish(mut self, timeout: Duration) -> (ExitStatus, String, String) {
-        let end = Instant::now() + timeout;
-        let st = loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                break st;
-            }
-            assert!(
-                Instant::now() < end,
-                "our rping still running after {timeout:?}:\n{}\n{}",
-                self.stdout(),
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-        (st, self.stdout(), self.stderr())
-    }
-}
-
-impl Drop for OurRping {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        ToolProcess::spawn(&bin, args)
     }
 }
 

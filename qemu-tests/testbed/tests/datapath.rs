@@ -646,3 +646,96 @@ fn teardown_releases_everything() {
     assert_eq!(tb.live(), nic_emulator::Live::default());
     assert_eq!(tb.dma.live_buffers(), 0);
 }
+
+/// The program's own static memory ([`verbs::StaticBytes`]) made device-reachable with
+/// `map_buf` and registered: a SEND lands in it and an RDMA WRITE into it, both read back
+/// through the buffer; a READ from it returns what is there; after deregistration and the last
+/// handle the device's mapping is gone (the allocator's count is back), and no bytes is EINVAL.
+#[test]
+fn static_memory_registered_with_map_buf() {
+    static MSGS: verbs::StaticBytes<8192> = verbs::StaticBytes::new();
+    let (world, n) = loopback();
+    let mapped_before = n.tb.dma.live_buffers();
+    let mem = Provider::map_buf(&n.dev, MSGS.take().unwrap()).unwrap();
+    assert_eq!(mem.len(), 8192);
+    assert_eq!(n.tb.dma.live_buffers(), mapped_before + 1);
+    let smr = n
+        .dev
+        .reg_mr(
+            &n.pd,
+            mem.clone(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
+    let mut a = n.qp(QpType::Rc, true);
+    let mut b = n.qp(QpType::Rc, true);
+    let (qa, qb) = (a.qpn(), b.qpn());
+    n.connect(&mut a, &n, qb);
+    n.connect(&mut b, &n, qa);
+    // a SEND from the device buffer into a receive in the static memory
+    let msg: Vec<u8> = (0..100u8).map(|i| i ^ 0x5a).collect();
+    n.write(0, &msg);
+    let rsg = [Sge {
+        addr: smr.addr() + 16,
+        length: 100,
+        lkey: smr.lkey(),
+    }];
+    Provider::post_recv(
+        &n.dev,
+        &mut b,
+        &[RecvWr {
+            wr_id: 7,
+            sg_list: &rsg,
+        }],
+    )
+    .unwrap();
+    let ssg = [n.sge(0, 100)];
+    Provider::post_send(&n.dev, &mut a, &[wr(1, WrOpcode::Send, &ssg)]).unwrap();
+    let wc = poll_n(&world, &n.dev, &n.cq, 2);
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    let mut got = vec![0u8; 100];
+    mem.read(16, &mut got).unwrap();
+    assert_eq!(got, msg);
+    // an RDMA WRITE into it, then a READ of it into the device buffer
+    n.write(1024, &[0xc3; 64]);
+    let wsg = [n.sge(1024, 64)];
+    let dsg = [n.sge(2048, 64 + 100)];
+    Provider::post_send(
+        &n.dev,
+        &mut a,
+        &[
+            SendWr {
+                remote: RemoteOp::Rdma {
+                    remote_addr: smr.addr() + 16 + 100,
+                    rkey: smr.rkey(),
+                },
+                ..wr(2, WrOpcode::RdmaWrite, &wsg)
+            },
+            SendWr {
+                remote: RemoteOp::Rdma {
+                    remote_addr: smr.addr() + 16,
+                    rkey: smr.rkey(),
+                },
+                ..wr(3, WrOpcode::RdmaRead, &dsg)
+            },
+        ],
+    )
+    .unwrap();
+    let wc = poll_n(&world, &n.dev, &n.cq, 2);
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    let mut want = msg.clone();
+    want.extend_from_slice(&[0xc3; 64]);
+    assert_eq!(n.read(2048, 164), want);
+    // gone with the registration and the last handle
+    Provider::destroy_qp(&n.dev, a).unwrap();
+    Provider::destroy_qp(&n.dev, b).unwrap();
+    Provider::dereg_mr(&n.dev, smr).unwrap();
+    drop(mem);
+    assert_eq!(n.tb.dma.live_buffers(), mapped_before);
+    let empty: &'static mut [u8] = Box::leak(Vec::new().into_boxed_slice());
+    assert_eq!(
+        Provider::map_buf(&n.dev, empty).unwrap_err(),
+        verbs::Error::InvalidArgument
+    );
+    no_device_errors(&n);
+}

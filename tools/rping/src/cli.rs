@@ -25,7 +25,7 @@ pub(crate) const DEFAULT_FABRIC_PORT: u16 = 4791;
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 60;
 
 pub(crate) const USAGE: &str =
-    "usage: rping [-v] [-V] [-d] [-C count] [-S size] [-p port]        (embedded)
+    "usage: rping [-v] [-V] [-d] [-e] [-C count] [-S size] [-p port]        (embedded)
        rping -s -a addr [options] [fabric]                       (server)
        rping -c -a addr [-I src] [options] [fabric]              (client)
   -s          server: one emulated NIC at addr; serves one connection until the client
@@ -38,6 +38,9 @@ pub(crate) const USAGE: &str =
   -V          validate: the client compares sink and source (always; reported with -V),
               the server checks each READ against rping's pattern
   -d          debug output (the message exchange)
+  -e          event mode: wait for each completion on the CQ's completion channel, the
+              thread sleeping until the NIC's interrupt (rdma-core's rping always does;
+              without -e this rping polls its CQs, the poll-mode default of this stack)
   -C count    number of pings (default 10; 0: until interrupted)
   -S size     ping data size (default 64, range 26..65535)
   -p port     port (default 7174)
@@ -74,6 +77,8 @@ pub(crate) struct Options {
     pub(crate) verbose: bool,
     pub(crate) validate: bool,
     pub(crate) debug: bool,
+    /// `-e`: event mode (completions waited for on completion channels).
+    pub(crate) events: bool,
     pub(crate) server: bool,
     pub(crate) client: bool,
     pub(crate) addr: Option<Ipv4Addr>,
@@ -157,6 +162,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, CliError> {
         verbose: false,
         validate: false,
         debug: false,
+        events: false,
         server: false,
         client: false,
         addr: None,
@@ -178,6 +184,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, CliError> {
             "-v" => o.verbose = true,
             "-V" => o.validate = true,
             "-d" => o.debug = true,
+            "-e" => o.events = true,
             "-s" => o.server = true,
             "-c" => o.client = true,
             "-h" | "--help" => return Err(CliError::Help),

@@ -2,6 +2,7 @@
 //! descriptor, the registered buffers, and the server's and the client's side of each ping
 //! (SEND the descriptor, RDMA READ, "go ahead", RDMA WRITE, compare).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cm::{CmId, QpInitAttr};
@@ -127,6 +128,29 @@ pub(crate) fn conn_param<'a>() -> cm::ConnParam<'a> {
     }
 }
 
+/// Event mode (`-e`): completions are waited for on the CQs' completion channels, sleeping
+/// ([`CmId::get_send_comp`]); otherwise polled ([`CmId::poll_send_comp`]). Set once by
+/// `main` before any connection.
+pub(crate) static EVENT_MODE: AtomicBool = AtomicBool::new(false);
+
+/// The next send completion of `id`, as [`EVENT_MODE`] says.
+pub(crate) fn send_comp<P: Dev>(id: &CmId<P>) -> Result<verbs::WorkCompletion, cm::Error> {
+    if EVENT_MODE.load(Ordering::Relaxed) {
+        id.get_send_comp()
+    } else {
+        id.poll_send_comp()
+    }
+}
+
+/// The next receive completion of `id`, as [`EVENT_MODE`] says.
+pub(crate) fn recv_comp<P: Dev>(id: &CmId<P>) -> Result<verbs::WorkCompletion, cm::Error> {
+    if EVENT_MODE.load(Ordering::Relaxed) {
+        id.get_recv_comp()
+    } else {
+        id.poll_recv_comp()
+    }
+}
+
 pub(crate) fn check_wc(
     side: &str,
     what: &str,
@@ -155,7 +179,7 @@ pub(crate) fn send_info<P: Dev>(
         SendFlags::SIGNALED,
     )
     .map_err(|e| format!("{side}: post_send: {e:?}"))?;
-    check_wc(side, "send", id.get_send_comp())?;
+    check_wc(side, "send", send_comp(id))?;
     Ok(())
 }
 
@@ -166,9 +190,7 @@ pub(crate) fn recv_info<P: Dev>(
     side: &str,
     recv: &Buf<P::Mr>,
 ) -> Result<Option<[u8; INFO_LEN]>, String> {
-    let wc = id
-        .get_recv_comp()
-        .map_err(|e| format!("{side}: recv: {e:?}"))?;
+    let wc = recv_comp(id).map_err(|e| format!("{side}: recv: {e:?}"))?;
     if wc.status == WcStatus::WrFlushErr {
         return Ok(None);
     }
@@ -235,7 +257,7 @@ pub(crate) fn server_pings<P: Dev>(
             rkey,
         )
         .map_err(|e| format!("server: post_read: {e:?}"))?;
-        check_wc("server", "rdma read", conn.get_send_comp())?;
+        check_wc("server", "rdma read", send_comp(conn))?;
         let data = rdma.read(len as usize)?;
         if o.debug || (o.verbose && o.server) {
             println!("server ping data: {}", as_text(&data));
@@ -280,7 +302,7 @@ pub(crate) fn server_pings<P: Dev>(
             rkey,
         )
         .map_err(|e| format!("server: post_write: {e:?}"))?;
-        check_wc("server", "rdma write", conn.get_send_comp())?;
+        check_wc("server", "rdma write", send_comp(conn))?;
         // "go ahead": the data is in the client's sink
         send_info(conn, "server", send, [0u8; INFO_LEN])?;
         s.pings += 1;
@@ -318,8 +340,20 @@ pub(crate) fn server<P: Dev>(listen: &CmId<P>, o: &Options) -> Result<Served, St
         }
         r
     })();
+    report_waits(&conn, "server", o);
     conn.destroy_ep();
     r
+}
+
+/// With -d: how the completion waits went (event mode sleeps on the channels).
+fn report_waits<P: Dev>(id: &CmId<P>, side: &str, o: &Options) {
+    if o.debug {
+        eprintln!(
+            "rping: {side}: {} mode, {} completion waits slept on a completion channel",
+            if o.events { "event" } else { "poll" },
+            id.cm().stats().comp_channel_sleeps
+        );
+    }
 }
 
 /// What a client run did.
@@ -405,6 +439,7 @@ pub(crate) fn client<P: Dev>(id: &CmId<P>, o: &Options) -> Result<Pinged, String
     for b in [recv, send, start, sink] {
         b.free(id);
     }
+    report_waits(id, "client", o);
     r
 }
 

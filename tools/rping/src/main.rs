@@ -98,6 +98,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    exchange::EVENT_MODE.store(o.events, std::sync::atomic::Ordering::Relaxed);
     let v = if o.validate { ", validated" } else { "" };
     if o.server {
         return match serve(&o) {

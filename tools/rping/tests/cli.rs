@@ -224,6 +224,62 @@ fn server_and_client_as_two_processes() {
     );
 }
 
+/// Event mode (`-e`) as two processes on the UDP fabric (127.0.7.30/.31, fabric port
+/// 47052): both ends wait for their completions on completion channels (-d reports waits that
+/// slept there; the emulated NIC's interrupts end them), 4 KiB pings verified on both sides.
+#[test]
+fn event_mode_as_two_processes() {
+    let common = [
+        "-S",
+        "4096",
+        "-e",
+        "-d",
+        "-V",
+        "--fabric-port",
+        "47052",
+        "--timeout",
+        "20",
+    ];
+    let srv_args: Vec<&str> = ["-s", "-a", "127.0.7.30"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let (srv, line) = Server::start(&srv_args);
+    assert!(line.contains("listening on 127.0.7.30:7174"), "{line}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rping"))
+        .args(["-c", "-a", "127.0.7.30", "-I", "127.0.7.31", "-C", "5"])
+        .args(common)
+        .output()
+        .expect("run the client");
+    let (status, sout, serr) = srv.finish();
+    let cout = String::from_utf8_lossy(&out.stdout);
+    let cerr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cout}\n{cerr}\nserver:\n{sout}\n{serr}"
+    );
+    assert!(status.success(), "{sout}\n{serr}");
+    assert_eq!(
+        cout.lines().last(),
+        Some("rping: client: 5 pings of 4096 bytes, validated")
+    );
+    assert_eq!(
+        sout.lines().last(),
+        Some("rping: server: 5 pings of 4096 bytes, validated; the client disconnected")
+    );
+    // each side's waits slept on the channels (a positive count), none spun through
+    for (side, err) in [("client", cerr.as_ref()), ("server", serr.as_str())] {
+        let prefix = format!("rping: {side}: event mode, ");
+        let n: u64 = err
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{side}: no event-mode line in\n{err}"));
+        assert!(n > 0, "{side}: {err}");
+    }
+}
+
 #[test]
 fn a_client_without_a_server_times_out() {
     let out = rping(&[

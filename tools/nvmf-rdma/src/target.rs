@@ -371,6 +371,8 @@ fn run_queue<D: Device>(
             match serve(queue, &mut io, &capsule[..len], now_ms(clock)) {
                 Ok(Served::Responded | Served::Held) => {}
                 Ok(Served::RespondedAndClosed | Served::Disconnect) => break 'run Ok(()),
+                // Flushed: the host disconnected while we answered (the QP is in error).
+                Err(IoError::Completion(WcStatus::WrFlushErr)) => break 'run Ok(()),
                 Err(e) => break 'run Err(format!("queue {}: transport: {e:?}", req.qid)),
             }
             for r in queue.take_events() {

@@ -6,6 +6,13 @@
 //!   64 KiB and 256 KiB requests (split by MDTS into commands in flight together), reads it
 //!   back, makes an ext2 file system, mounts it, writes files, unmounts, disconnects,
 //!   connects again and finds the files intact.
+//! * `our_host_against_linux_target`: the guest's kernel target (nvmet-rdma, configured
+//!   through configfs over a brd RAM disk); our host (`nvmf-rdma`'s host queues on an emulated
+//!   NIC on the Ethernet fabric, in this process) connects the admin queue, enables the
+//!   controller, identifies controller and namespace, connects an I/O queue, writes a pattern
+//!   (4 KiB in-capsule, then 64 KiB by RDMA READ), reads it back by RDMA WRITE, flushes, sends
+//!   a Keep Alive, writes a done marker, and disconnects; the guest then checks the pattern on
+//!   its RAM disk with O_DIRECT.
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -155,5 +162,139 @@ fn linux_initiator_against_our_target() {
     assert!(
         !stderr.contains("transport:") && !stderr.contains("poll:"),
         "nvmf-target:\n{stderr}"
+    );
+}
+
+#[test]
+fn our_host_against_linux_target() {
+    use nvmf::host::ConnectParams;
+    use nvmf_rdma::host::{QueueConfig, connect_queue};
+    let _one = GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    let image = guest::build().expect("guest image");
+    let (ep, nic) = nvmf_rdma::net::eth_endpoint(
+        guest::HOST_IP,
+        48062,
+        48063,
+        Some(guest::HOST_MAC),
+        30_000_000_000,
+    )
+    .expect("our NIC");
+    let serial =
+        std::env::temp_dir().join(format!("nvmf-interop-target-{}.serial", std::process::id()));
+    let start = Instant::now();
+    let mut g = Guest::boot(
+        &image,
+        &Mode::NvmeTarget { nqn: NQN.into() },
+        lo(48062),
+        lo(48063),
+        &serial,
+    )
+    .expect("boot");
+    g.wait_for("NVMET listening", Duration::from_secs(240))
+        .expect("nvmet");
+    device_open::fabric::resolve(&nic, guest::GUEST_IP, Duration::from_secs(30)).expect("ARP");
+    let dst = std::net::SocketAddr::from((guest::GUEST_IP, 4420));
+    let params = ConnectParams {
+        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:6e766d66-6f75-7268-6f73-740000000001".into(),
+        hostid: *b"interop-host-001",
+        subnqn: NQN.into(),
+        kato: 10_000,
+        disable_sqflow: false,
+    };
+    let pattern = guest::pattern();
+    let run = || -> Result<String, String> {
+        let e = |what: &'static str| move |x: nvmf::host::HostError<_>| format!("{what}: {x:?}");
+        let mut admin = connect_queue(
+            &ep,
+            dst,
+            QueueConfig {
+                qid: 0,
+                depth: nvmf::rdma::ADMIN_QUEUE_DEPTH,
+                slot_size: 4096,
+                inline: 0,
+            },
+        )
+        .map_err(|x| format!("admin queue: {x}"))?;
+        let cntlid = admin.connect_admin(&params).map_err(e("admin Connect"))?;
+        admin.enable(1000).map_err(e("enable"))?;
+        let ctrl = admin.identify_controller().map_err(e("Identify"))?;
+        if ctrl.cntlid != cntlid || ctrl.subnqn != NQN || ctrl.mn.trim() != "Linux" {
+            return Err(format!("Identify Controller: {ctrl:?}"));
+        }
+        let inline = (ctrl.ioccsz as usize * 16).saturating_sub(64);
+        let nss = admin.active_namespaces(0).map_err(e("active namespaces"))?;
+        if nss != [1] {
+            return Err(format!("active namespaces {nss:?}"));
+        }
+        let id = admin
+            .identify_namespace(1)
+            .map_err(e("Identify Namespace"))?;
+        // brd's default: 16 MiB in 512-byte blocks
+        if id.nsze != 32768 || id.lbads != 9 {
+            return Err(format!("namespace 1: {id:?}"));
+        }
+        let n = admin.set_num_queues(1).map_err(e("Number of Queues"))?;
+        if n < 1 {
+            return Err("no I/O queue".into());
+        }
+        let mut io = connect_queue(
+            &ep,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 32,
+                slot_size: 64 * 1024,
+                inline,
+            },
+        )
+        .map_err(|x| format!("I/O queue: {x}"))?;
+        io.connect(&params, cntlid).map_err(e("I/O Connect"))?;
+        let lba0 = guest::PATTERN_OFFSET / 512;
+        // 4 KiB in the capsule, then 64 KiB pieces the target RDMA READs
+        io.write(1, lba0, 512, &pattern[..4096])
+            .map_err(e("write 4 KiB"))?;
+        let mut off = 4096;
+        while off < pattern.len() {
+            let n = (pattern.len() - off).min(64 * 1024);
+            io.write(1, lba0 + off as u64 / 512, 512, &pattern[off..off + n])
+                .map_err(e("write"))?;
+            off += n;
+        }
+        let mut back = vec![0u8; pattern.len()];
+        for (i, c) in back.chunks_mut(64 * 1024).enumerate() {
+            io.read(1, lba0 + (i * 128) as u64, 512, c)
+                .map_err(e("read"))?;
+        }
+        if back != pattern {
+            return Err("the pattern read back differs".into());
+        }
+        io.flush(1).map_err(e("flush"))?;
+        admin.keep_alive().map_err(e("Keep Alive"))?;
+        let mut done = vec![0u8; 512];
+        done[..guest::HOST_DONE.len()].copy_from_slice(guest::HOST_DONE.as_bytes());
+        io.write(1, 0, 512, &done).map_err(e("write the marker"))?;
+        io.flush(1).map_err(e("flush"))?;
+        io.transport.close();
+        let csts = admin.shutdown().map_err(e("shutdown"))?;
+        admin.transport.close();
+        Ok(format!(
+            "cntlid {cntlid}, ioccsz {}, mdts {}, inline {inline}, CSTS {csts:?}",
+            ctrl.ioccsz, ctrl.mdts
+        ))
+    };
+    let r = run();
+    let out = g.finish(Duration::from_secs(240));
+    drop(ep);
+    let live = nic.shutdown();
+    let out = out.unwrap_or_else(|x| panic!("{x}\nhost: {r:?}"));
+    eprintln!("guest run: {:?}\nhost: {r:?}\n{out}", start.elapsed());
+    let summary = r.unwrap_or_else(|x| panic!("our host: {x}\nserial:\n{out}"));
+    eprintln!("{summary}");
+    assert!(out.contains("NVMET pattern ok"), "{out}");
+    assert!(out.contains("creating nvm controller"), "{out}");
+    assert_eq!(
+        live.expect("NIC shutdown"),
+        Default::default(),
+        "device objects left"
     );
 }

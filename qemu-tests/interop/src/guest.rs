@@ -114,7 +114,9 @@ pub enum Mode {
     },
     /// Linux's NVMe-oF target (nvmet-rdma) at GUEST:4420 serving `nqn` from `/dev/ram0`
     /// (brd, 16 MiB, 512-byte blocks) through configfs; waits until the host has written
-    /// [`HOST_DONE`] at LBA 0, then checks [`pattern`] at byte [`PATTERN_OFFSET`] with O_DIRECT.
+    /// [`HOST_DONE`] at LBA 0, then checks [`pattern`] at byte [`PATTERN_OFFSET`] (reads of the
+    /// RAM disk after dropping the page cache: brd wants 512-byte aligned buffers for O_DIRECT,
+    /// which busybox's dd does not give).
     NvmeTarget {
         /// The subsystem NQN.
         nqn: String,
@@ -229,12 +231,14 @@ nvme_target)
   mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam && echo 10.77.0.2 > $P/addr_traddr && echo 4420 > $P/addr_trsvcid
   ln -s $S $P/subsystems/$nqn && t "NVMET listening" || t "NVMET setup failed"
   i=0; while [ $i -lt 600 ]; do
-    [ "$(dd if=/dev/ram0 bs=512 count=1 iflag=direct 2>/dev/null | head -c 17)" = INTEROP-HOST-DONE ] && break
+    echo 3 > /proc/sys/vm/drop_caches
+    [ "$(dd if=/dev/ram0 bs=512 count=1 2>/dev/null | head -c 17)" = INTEROP-HOST-DONE ] && break
     sleep 0.2; i=$((i+1))
   done
   t "NVMET host done after $i polls"
   seq -w 0 99999 | head -c 262144 > /tmp/pat
-  dd if=/dev/ram0 of=/tmp/back bs=64k skip=16 count=4 iflag=direct 2>/dev/null
+  echo 3 > /proc/sys/vm/drop_caches
+  dd if=/dev/ram0 of=/tmp/back bs=64k skip=16 count=4 2>/dev/null
   cmp /tmp/pat /tmp/back && t "NVMET pattern ok" || t "NVMET pattern mismatch"
   dmesg | grep -iE "nvme|rdma" | sed 's/^/NVMET dmesg: /' | tail -40 ;;
 esac

@@ -211,7 +211,7 @@ fn errors_reject_and_status() {
 
 #[test]
 fn perf_workloads_verify_their_data() {
-    with_target(|e, dst, _| {
+    with_target(|e, dst, stats| {
         let mut s = perf::open_session(&e.host, dst, &params(SUBNQN, 0), 0, 2, 8, 8192).unwrap();
         assert_eq!(s.io.len(), 2);
         assert_eq!(s.inline, 4096);
@@ -239,6 +239,13 @@ fn perf_workloads_verify_their_data() {
             assert_eq!(j["ios"], 200);
             assert_eq!(j["pattern"], pattern.name());
         }
+        // The target ran several of a queue's commands at the same time (the host keeps 8
+        // in flight per queue).
+        let most = stats.max_in_flight.load(Ordering::Relaxed);
+        assert!(
+            most > 1 && most <= 8,
+            "most commands in flight on a queue: {most}"
+        );
         s.close();
     });
 }

@@ -188,6 +188,12 @@ impl<D: Device> HostConn<D> {
         Ok(q)
     }
 
+    /// The clock of the queue's device (what the target's keep-alive timer runs on in the
+    /// embedded mode's virtual time, too).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// The queue's setup.
     pub fn config(&self) -> QueueConfig {
         self.cfg

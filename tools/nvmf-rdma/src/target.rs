@@ -30,6 +30,8 @@ pub struct ListenerStats {
     pub commands: AtomicU64,
     /// Queues that ended with an error (their messages go to stderr).
     pub failed: AtomicU64,
+    /// Accepted queues that ended (their QP, buffers and registrations freed).
+    pub closed: AtomicU64,
     /// The most commands one queue had in flight at once (received and not yet answered,
     /// held Asynchronous Event Requests not counted).
     pub max_in_flight: AtomicU64,
@@ -330,6 +332,7 @@ pub fn serve_connection<D: Device>(
     })();
     queue.close();
     conn.destroy_ep();
+    stats.closed.fetch_add(1, Ordering::Relaxed);
     r
 }
 

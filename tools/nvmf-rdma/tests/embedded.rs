@@ -53,9 +53,17 @@ fn params(subnqn: &str, kato: u32) -> ConnectParams {
 
 /// Runs `f` (the host) against a target listening on the embedded fixture.
 fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) -> R {
-    // The target's waits end every 5 s of virtual time (its listener checks `stop`).
+    with_target_of(target(), f)
+}
+
+/// Runs `f` (the host) against `t` listening on the embedded fixture.
+fn with_target_of<R>(
+    t: Arc<Target>,
+    f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R,
+) -> R {
+    // The target's waits end every 5 s of virtual time (its listener checks `stop` and the
+    // keep-alive deadlines).
     let e = Embedded::new(0x6e76_6d65, 5_000_000_000, 60_000_000_000).unwrap();
-    let t = target();
     let stop = AtomicBool::new(false);
     let stats = ListenerStats::default();
     let listen = e.target.listen(PORT).unwrap();
@@ -247,5 +255,52 @@ fn perf_workloads_verify_their_data() {
             "most commands in flight on a queue: {most}"
         );
         s.close();
+    });
+}
+
+/// A host that stops talking (no Keep Alive within KATO) is noticed by the target's
+/// keep-alive scan: its controller fails, both its queues are disconnected by the target and
+/// their resources freed, and the host's next command fails.
+#[test]
+fn a_silent_host_is_disconnected_by_keep_alive() {
+    let t = target();
+    with_target_of(t.clone(), |e, dst, stats| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = a.connect_admin(&params(SUBNQN, 1000)).unwrap();
+        a.enable(100).unwrap();
+        a.keep_alive().unwrap();
+        let mut q = connect_queue(
+            &e.host,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 8,
+                slot_size: 4096,
+                inline: 4096,
+            },
+        )
+        .unwrap();
+        q.connect(&params(SUBNQN, 1000), cntlid).unwrap();
+        assert_eq!(t.controller_count(), 1);
+        // Silence: the target's listener (waking every 5 s of the devices' virtual time)
+        // finds the deadline passed. Bounded in real time so that a failure cannot hang.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while t.controller_count() != 0 || stats.closed.load(Ordering::Relaxed) != 2 {
+            assert!(
+                std::time::Instant::now() < end,
+                "controllers {}, queues closed {}",
+                t.controller_count(),
+                stats.closed.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(t.controller(cntlid).is_none());
+        assert_eq!(stats.accepted.load(Ordering::Relaxed), 2);
+        // The target disconnected both queues: the host's commands fail.
+        assert!(a.keep_alive().is_err());
+        let mut buf = vec![0u8; 512];
+        assert!(q.read(1, 0, 512, &mut buf).is_err());
+        q.transport.close();
+        a.transport.close();
     });
 }

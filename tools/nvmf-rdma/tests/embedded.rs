@@ -304,3 +304,146 @@ fn a_silent_host_is_disconnected_by_keep_alive() {
         a.transport.close();
     });
 }
+
+/// Bad input over RDMA gets NVMe statuses (with DNR), and the queue goes on serving.
+#[test]
+fn bad_io_commands_get_nvme_statuses() {
+    with_target(|e, dst, _| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = a.connect_admin(&params(SUBNQN, 0)).unwrap();
+        a.enable(100).unwrap();
+        let mut q = connect_queue(
+            &e.host,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 8,
+                slot_size: 8192,
+                inline: 4096,
+            },
+        )
+        .unwrap();
+        q.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        let expect = |r: Result<(), HostError<_>>, code: Status| match r {
+            Err(HostError::Status(s, _)) => {
+                assert_eq!(s.code(), code);
+                assert!(s.is_dnr(), "{s:?}");
+            }
+            other => panic!("expected {code:?}, got {other:?}"),
+        };
+        let mut buf = vec![0u8; 1024];
+        // an inactive namespace
+        expect(q.read(7, 0, 512, &mut buf), Status::INVALID_NS);
+        // past the end of the namespace (8192 blocks): a read, and a write by RDMA READ
+        expect(q.read(1, 8191, 512, &mut buf), Status::LBA_RANGE);
+        expect(q.write(1, 8190, 512, &vec![1u8; 8192]), Status::LBA_RANGE);
+        // an opcode the I/O queue does not know (0x7E), and an admin opcode on it
+        for op in [0x7E, 0x06] {
+            let mut sqe = nvmf::host::cmd::flush(1);
+            sqe.opcode = op;
+            // `execute` hands back any completion as it is
+            let c = q.execute(sqe, nvmf::host::Data::None).unwrap();
+            assert_eq!(c.status.code(), Status::INVALID_OPCODE, "opcode {op:#x}");
+            assert!(c.status.is_dnr(), "opcode {op:#x}");
+        }
+        // the queue still serves
+        q.write(1, 10, 512, &[7u8; 1024]).unwrap();
+        q.read(1, 10, 512, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 7));
+        q.transport.close();
+        a.transport.close();
+    });
+}
+
+/// A host that disconnects while several writes are in flight, connects again and reads
+/// everything back: every 8 KiB unit is wholly the old or wholly the new data, units whose
+/// completion arrived hold the new data, units never sent the old.
+#[test]
+fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
+    use nvmf::io::opcode;
+    const UNITS: u64 = 64;
+    const UNIT_BLOCKS: u64 = 16;
+    let fill = |seed: u8, unit: u64| -> Vec<u8> {
+        (0..UNIT_BLOCKS as usize * 512)
+            .map(|i| seed ^ (unit as u8).wrapping_mul(31) ^ (i as u8))
+            .collect()
+    };
+    with_target(|e, dst, stats| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = a.connect_admin(&params(SUBNQN, 0)).unwrap();
+        a.enable(100).unwrap();
+        let cfg = |qid| QueueConfig {
+            qid,
+            depth: 8,
+            slot_size: 8192,
+            // no in-capsule data: every write is RDMA READ by the target
+            inline: 0,
+        };
+        let mut q = connect_queue(&e.host, dst, cfg(1)).unwrap();
+        q.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        for u in 0..UNITS {
+            q.write(1, u * UNIT_BLOCKS, 512, &fill(0xA0, u)).unwrap();
+        }
+        // New data, 8 writes in flight, cut after 20 completions.
+        let mut conn = q.transport;
+        let mut in_flight: Vec<Option<u64>> = vec![None; 8];
+        let mut completed = Vec::new();
+        let mut next = 0u64;
+        let mut out = Vec::new();
+        while completed.len() < 20 {
+            for (tag, slot) in in_flight.iter_mut().enumerate() {
+                if slot.is_none() && next < UNITS {
+                    conn.slot(tag).unwrap().write(0, &fill(0xB0, next)).unwrap();
+                    let mut sqe = nvmf::host::cmd::rw(
+                        opcode::WRITE,
+                        1,
+                        next * UNIT_BLOCKS,
+                        UNIT_BLOCKS as u32,
+                    );
+                    sqe.cid = tag as u16;
+                    conn.submit(&mut sqe, 8192, true).unwrap();
+                    *slot = Some(next);
+                    next += 1;
+                }
+            }
+            out.clear();
+            conn.wait(&mut out).unwrap();
+            for c in &out {
+                assert_eq!(c.status.code(), Status::SUCCESS);
+                let u = in_flight[usize::from(c.cid)]
+                    .take()
+                    .expect("a write in flight");
+                completed.push(u);
+            }
+        }
+        assert!(
+            in_flight.iter().any(Option::is_some),
+            "nothing in flight at the cut"
+        );
+        conn.close();
+        // Another I/O queue of the same controller (the cut one's id frees when the target
+        // has seen the disconnect).
+        let mut q2 = connect_queue(&e.host, dst, cfg(2)).unwrap();
+        q2.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        let mut buf = vec![0u8; 8192];
+        for u in 0..UNITS {
+            q2.read(1, u * UNIT_BLOCKS, 512, &mut buf).unwrap();
+            let (old, new) = (fill(0xA0, u), fill(0xB0, u));
+            if completed.contains(&u) {
+                assert!(buf == new, "unit {u}: completed but not the new data");
+            } else if u >= next {
+                assert!(buf == old, "unit {u}: never sent but changed");
+            } else {
+                assert!(buf == old || buf == new, "unit {u}: torn");
+            }
+        }
+        // The cut queue's resources were freed.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while stats.closed.load(Ordering::Relaxed) < 1 {
+            assert!(std::time::Instant::now() < end, "the cut queue never ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        q2.transport.close();
+        a.transport.close();
+    });
+}

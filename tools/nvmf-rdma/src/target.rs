@@ -174,7 +174,19 @@ struct Pipeline<'a, D: Device> {
     /// RDMA READs outstanding (at most the host's responder resources).
     reads: usize,
     max_reads: usize,
+    /// Data bytes moving (READs outstanding, WRITEs whose response SEND has not completed),
+    /// at most [`DATA_IN_FLIGHT`] unless a single transfer is larger.
+    data: usize,
+    /// The bytes each slot holds of `data`.
+    slot_data: Vec<usize>,
+    /// Transfers waiting for `data` to fall, in arrival order.
+    deferred: VecDeque<(usize, Outcome)>,
 }
+
+/// Data a queue moves at once at most (a larger single transfer goes alone). A slow peer (a
+/// guest's soft-RoCE under emulation) loses frames to bursts of many large transfers, and
+/// its retransmission timers then cost far more than the overlap gains.
+pub const DATA_IN_FLIGHT: usize = 256 * 1024;
 
 impl<D: Device> Pipeline<'_, D> {
     fn busy(&self) -> usize {
@@ -254,8 +266,58 @@ impl<D: Device> Pipeline<'_, D> {
         Ok(())
     }
 
+    /// The data bytes `o` moves.
+    fn data_of(o: &Outcome) -> usize {
+        match o {
+            Outcome::Fetch(req) => req.remote().len as usize,
+            Outcome::Respond(r) if r.remote.is_some() => r.data.len(),
+            _ => 0,
+        }
+    }
+
     /// Acts on what the queue said of a command in `slot`: false when the queue is dead.
+    /// A transfer that does not fit [`DATA_IN_FLIGHT`] next to those moving waits.
     fn outcome(&mut self, slot: usize, o: Outcome) -> Result<bool, IoError> {
+        let n = Self::data_of(&o);
+        if n > 0 {
+            if !self.deferred.is_empty() || (self.data > 0 && self.data + n > DATA_IN_FLIGHT) {
+                self.deferred.push_back((slot, o));
+                return Ok(true);
+            }
+            self.data += n;
+            self.slot_data[slot] += n;
+        }
+        self.start(slot, o)
+    }
+
+    /// Releases the data bytes `slot` holds.
+    fn release(&mut self, slot: usize) {
+        self.data -= std::mem::take(&mut self.slot_data[slot]);
+    }
+
+    /// Starts the deferred transfers that fit now.
+    fn resume(&mut self) -> Result<bool, IoError> {
+        while let Some((_, o)) = self.deferred.front() {
+            let n = Self::data_of(o);
+            let read = matches!(o, Outcome::Fetch(_));
+            if (self.data > 0 && self.data + n > DATA_IN_FLIGHT)
+                || (read && self.reads >= self.max_reads)
+            {
+                break;
+            }
+            let Some((slot, o)) = self.deferred.pop_front() else {
+                break;
+            };
+            self.data += n;
+            self.slot_data[slot] += n;
+            if !self.start(slot, o)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn start(&mut self, slot: usize, o: Outcome) -> Result<bool, IoError> {
         match o {
             Outcome::Fetch(req) => self.fetch(slot, req).map(|()| true),
             Outcome::Respond(r) => self.respond(slot, &r).map(|()| true),
@@ -385,6 +447,9 @@ fn run_queue<D: Device>(
         closing: false,
         reads: 0,
         max_reads: usize::from(ird.max(1)),
+        data: 0,
+        slot_data: vec![0; slots],
+        deferred: VecDeque::new(),
     };
     let qid = req.qid;
     let mut wcs = [WorkCompletion::default(); 16];
@@ -447,10 +512,12 @@ fn run_queue<D: Device>(
                 if wc.status != WcStatus::Success {
                     break 'run Err(io_err(IoError::Completion(wc.status)));
                 }
+                p.release(slot);
                 p.free.push(slot);
                 continue;
             }
             p.reads -= 1;
+            p.release(slot);
             let Some(mut req) = p.fetching[slot].take() else {
                 break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
             };
@@ -467,6 +534,11 @@ fn run_queue<D: Device>(
                 Ok(false) => break 'run Ok(()),
                 Err(e) => break 'run Err(io_err(e)),
             }
+        }
+        match p.resume() {
+            Ok(true) => {}
+            Ok(false) => break 'run Ok(()),
+            Err(e) => break 'run Err(io_err(e)),
         }
         // Start what slots and read credits allow (a command may need an RDMA READ).
         while !p.closing && p.reads < p.max_reads {

@@ -266,7 +266,11 @@ fn a_silent_host_is_disconnected_by_keep_alive() {
     let t = target();
     with_target_of(t.clone(), |e, dst, stats| {
         let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
-        let cntlid = a.connect_admin(&params(SUBNQN, 1000)).unwrap();
+        // KATO 60 s of the devices' virtual time: it leaps ahead whenever every device is
+        // idle (up to the listener's next 5 s wake-up), so a host thread descheduled on a
+        // loaded machine must not look silent during the bring-up.
+        let kato = 60_000;
+        let cntlid = a.connect_admin(&params(SUBNQN, kato)).unwrap();
         a.enable(100).unwrap();
         a.keep_alive().unwrap();
         let mut q = connect_queue(
@@ -280,7 +284,7 @@ fn a_silent_host_is_disconnected_by_keep_alive() {
             },
         )
         .unwrap();
-        q.connect(&params(SUBNQN, 1000), cntlid).unwrap();
+        q.connect(&params(SUBNQN, kato), cntlid).unwrap();
         assert_eq!(t.controller_count(), 1);
         // Silence: the target's listener (waking every 5 s of the devices' virtual time)
         // finds the deadline passed. Bounded in real time so that a failure cannot hang.
@@ -390,7 +394,7 @@ fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
         let mut completed = Vec::new();
         let mut next = 0u64;
         let mut out = Vec::new();
-        while completed.len() < 20 {
+        loop {
             for (tag, slot) in in_flight.iter_mut().enumerate() {
                 if slot.is_none() && next < UNITS {
                     conn.slot(tag).unwrap().write(0, &fill(0xB0, next)).unwrap();
@@ -405,6 +409,9 @@ fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
                     *slot = Some(next);
                     next += 1;
                 }
+            }
+            if completed.len() >= 20 {
+                break;
             }
             out.clear();
             conn.wait(&mut out).unwrap();

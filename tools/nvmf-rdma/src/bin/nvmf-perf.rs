@@ -43,7 +43,7 @@ struct Opts {
     device: Family,
     nqn: String,
     job: Job,
-    kato: u32,
+    kato: Option<u32>,
     json: bool,
 }
 
@@ -56,7 +56,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         device: Family::Emu,
         nqn: DEFAULT_NQN.into(),
         job: Job::default(),
-        kato: 5000,
+        kato: None,
         json: false,
     };
     let mut it = args.iter();
@@ -85,7 +85,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--no-verify" => o.job.verify = false,
             "--nsid" => o.job.nsid = num(a, val()?)?,
             "--range" => o.job.range_blocks = num(a, val()?)?,
-            "--kato" => o.kato = num(a, val()?)?,
+            "--kato" => o.kato = Some(num(a, val()?)?),
             "--json" => o.json = true,
             "-h" | "--help" => return Err(String::new()),
             x => return Err(format!("unknown argument '{x}'")),
@@ -105,9 +105,10 @@ fn params(o: &Opts) -> ConnectParams {
         hostnqn: HOSTNQN.into(),
         hostid: *b"nvmf-perf-host01",
         subnqn: o.nqn.clone(),
-        // Linux's default unless --kato; the admin queue sends Keep Alive every half of it
-        // during a run (0: none).
-        kato: o.kato,
+        // --kato, else Linux's default of 5 s against a remote target; none embedded (its
+        // virtual time leaps ahead whenever the devices idle). The admin queue sends Keep
+        // Alive every half of it during a run.
+        kato: o.kato.unwrap_or(if o.addr.is_some() { 5000 } else { 0 }),
         disable_sqflow: false,
     }
 }

@@ -516,7 +516,11 @@ impl Guest {
             image.initrd.clone(),
             serial.to_path_buf(),
         );
-        q.timeout_secs = 180;
+        // The NVMe scenarios make and mount a file system over soft-RoCE under TCG.
+        q.timeout_secs = match mode {
+            Mode::NvmeHost { .. } | Mode::NvmeTarget { .. } => 420,
+            _ => 180,
+        };
         q.append = format!("quiet {}", mode.cmdline());
         let m = GUEST_MAC;
         q.extra = vec![

@@ -95,7 +95,7 @@ fn linux_initiator_against_our_target() {
             "--fabric",
             "eth:48060,48061",
             "--ram",
-            "32:512",
+            "16:512",
             "--nqn",
             NQN,
             "-v",
@@ -118,7 +118,7 @@ fn linux_initiator_against_our_target() {
         &serial,
     )
     .expect("boot");
-    let out = g.finish(Duration::from_secs(400));
+    let out = g.finish(Duration::from_secs(450));
     let stderr = target.stop();
     let out = out.unwrap_or_else(|e| panic!("{e}\nnvmf-target:\n{stderr}"));
     eprintln!(
@@ -151,8 +151,8 @@ fn linux_initiator_against_our_target() {
         "{out}"
     );
     let ns = marker_line(&out, "NVME namespace ");
-    // 32 MiB in 512-byte sectors, over RDMA, the NQN we serve, live
-    assert!(ns.contains("sectors=65536"), "{ns}");
+    // 16 MiB in 512-byte sectors, over RDMA, the NQN we serve, live
+    assert!(ns.contains("sectors=32768"), "{ns}");
     assert!(ns.contains("transport=rdma"), "{ns}");
     assert!(ns.contains(&format!("subsysnqn={NQN}")), "{ns}");
     assert!(ns.contains("state=live"), "{ns}");

@@ -52,7 +52,11 @@ pub fn run_listener<D: Device>(
 ) {
     std::thread::scope(|s| {
         while !stop.load(Ordering::Relaxed) {
-            target.check_keep_alive(now_ms(clock));
+            for cntlid in target.check_keep_alive(now_ms(clock)) {
+                if verbose {
+                    eprintln!("nvmf-target: controller {cntlid}: keep-alive timeout, failed");
+                }
+            }
             let conn = match listen.get_request() {
                 Ok(c) => c,
                 Err(cm::Error::TimedOut) => continue,

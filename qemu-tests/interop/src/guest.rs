@@ -222,7 +222,7 @@ nvme_host)
     umount /mnt && t "NVME unmounted again"
     disc
   fi
-  dmesg | grep -iE "nvme|rdma" | sed 's/^/NVME dmesg: /' | tail -40 ;;
+  dmesg | grep -iE "nvme|rdma" | grep -v "no usable path" | sed 's/^/NVME dmesg: /' | tail -60 ;;
 nvme_target)
   S=/sys/kernel/config/nvmet/subsystems/$nqn
   P=/sys/kernel/config/nvmet/ports/1

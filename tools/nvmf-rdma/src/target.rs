@@ -187,6 +187,12 @@ struct Pipeline<'a, D: Device> {
     deferred: VecDeque<(usize, Outcome)>,
 }
 
+/// RDMA READs a queue has outstanding at most (besides the host's responder resources).
+/// Linux's soft-RoCE in a TCG guest left some of several outstanding READs unanswered until
+/// our requester gave up (retry exceeded) while one at a time never failed; the commands
+/// without host data (reads, in-capsule writes, admin) still overlap.
+pub const READS_IN_FLIGHT: usize = 1;
+
 /// Data a queue moves at once at most (a larger single transfer goes alone). A slow peer (a
 /// guest's soft-RoCE under emulation) loses frames to bursts of many large transfers, and
 /// its retransmission timers then cost far more than the overlap gains.
@@ -389,7 +395,7 @@ pub fn serve_connection<D: Device>(
         let resp = Reg::<D>::new(&conn, slots * CQE_SIZE)?;
         let r = run_queue(
             &conn, &mut queue, req, ird, acc, depth, slot, slots, &recv, &staging, &resp, clock,
-            stats,
+            stats, verbose,
         );
         for b in [recv, staging, resp] {
             let _ = conn.dereg_mr(b.mr);
@@ -417,6 +423,7 @@ fn run_queue<D: Device>(
     resp: &Reg<D>,
     clock: &Clock,
     stats: &ListenerStats,
+    verbose: bool,
 ) -> Result<(), String> {
     let dp = conn.data_path().map_err(|e| format!("data path: {e:?}"))?;
     let post_recv = |i: u32| {
@@ -450,7 +457,7 @@ fn run_queue<D: Device>(
         fetching: (0..slots).map(|_| None).collect(),
         closing: false,
         reads: 0,
-        max_reads: usize::from(ird.max(1)),
+        max_reads: usize::from(ird.max(1)).min(READS_IN_FLIGHT),
         data: 0,
         slot_data: vec![0; slots],
         deferred: VecDeque::new(),
@@ -478,6 +485,12 @@ fn run_queue<D: Device>(
             progress = true;
             if wc.status != WcStatus::Success {
                 // Flushed: the host disconnected (or the QP failed).
+                if verbose {
+                    eprintln!(
+                        "nvmf-target: queue {qid}: receive completed with {:?}",
+                        wc.status
+                    );
+                }
                 break 'run Ok(());
             }
             let Ok(i) = u32::try_from(wc.wr_id) else {
@@ -507,6 +520,13 @@ fn run_queue<D: Device>(
             let kind = wc.wr_id & !0xFFFF_FFFF;
             if slot >= slots || !(kind == WR_READ || kind == WR_SEND) {
                 break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
+            }
+            if verbose && wc.status != WcStatus::Success {
+                eprintln!(
+                    "nvmf-target: queue {qid}: {} completed with {:?}",
+                    if kind == WR_READ { "RDMA READ" } else { "SEND" },
+                    wc.status
+                );
             }
             if wc.status == WcStatus::WrFlushErr {
                 // The host disconnected while we answered (the QP is in error).

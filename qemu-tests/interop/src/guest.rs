@@ -48,6 +48,18 @@ pub const PACKAGES: &[&str] = &[
     "libudev1",
     "zlib1g",
     "libelf1",
+    // nvme-cli (discovery) and what its libraries need
+    "nvme-cli",
+    "libnvme1",
+    "libjson-c5",
+    "libssl3",
+    "libdbus-1-3",
+    "libsystemd0",
+    "libgcrypt20",
+    "libgpg-error0",
+    "liblzma5",
+    "libzstd1",
+    "liblz4-1",
 ];
 
 /// Modules loaded in the guest (their dependencies come along).
@@ -58,6 +70,12 @@ pub const MODULES: &[&str] = &[
     "configfs",
     "rdma_ucm",
     "rdma_rxe",
+    // NVMe over Fabrics: the kernel's initiator and target, a RAM disk, ext2 (through ext4)
+    "nvme_rdma",
+    "nvmet_rdma",
+    "brd",
+    "ext4",
+    "crc32c_generic",
 ];
 
 /// Executables copied into the guest (absolute paths inside the packages' trees).
@@ -69,6 +87,7 @@ const BINARIES: &[&str] = &[
     "usr/bin/rdma_client",
     "usr/bin/ib_write_bw",
     "usr/bin/ib_send_bw",
+    "usr/sbin/nvme",
 ];
 
 /// What the guest runs after rxe is up (`mode=` on the kernel command line).
@@ -100,6 +119,43 @@ pub enum Mode {
         /// Messages of the udaddy and ucmatose steps (`-C`).
         count: u32,
     },
+    /// Linux's NVMe-oF initiator (nvme-rdma) against the target at HOST:4420: `nvme discover`,
+    /// connect to `nqn` through `/dev/nvme-fabrics`, a pattern written and read back with
+    /// O_DIRECT, mke2fs, mount, files written, unmount, disconnect, connect again, the files
+    /// checked, disconnect (markers `NVME ...`).
+    NvmeHost {
+        /// The subsystem NQN.
+        nqn: String,
+    },
+    /// Linux's NVMe-oF target (nvmet-rdma) at GUEST:4420 serving `nqn` from `/dev/ram0`
+    /// (brd, 16 MiB, 512-byte blocks) through configfs; waits until the host has written
+    /// [`HOST_DONE`] at LBA 0, then checks [`pattern`] at byte [`PATTERN_OFFSET`] (reads of the
+    /// RAM disk after dropping the page cache: brd wants 512-byte aligned buffers for O_DIRECT,
+    /// which busybox's dd does not give).
+    NvmeTarget {
+        /// The subsystem NQN.
+        nqn: String,
+    },
+}
+
+/// What a host writes at LBA 0 of the guest target's namespace when it is done.
+pub const HOST_DONE: &str = "INTEROP-HOST-DONE";
+/// Where the pattern of the target scenario lies (bytes; 64 KiB-aligned).
+pub const PATTERN_OFFSET: u64 = 1 << 20;
+/// Length of the pattern of both NVMe scenarios (bytes).
+pub const PATTERN_LEN: usize = 256 * 1024;
+
+/// The pattern both NVMe scenarios write: the start of busybox's `seq -w 0 99999` (five
+/// digits and a newline per number), [`PATTERN_LEN`] bytes.
+pub fn pattern() -> Vec<u8> {
+    let mut v = Vec::with_capacity(PATTERN_LEN + 6);
+    let mut i = 0u32;
+    while v.len() < PATTERN_LEN {
+        v.extend_from_slice(format!("{i:05}\n").as_bytes());
+        i += 1;
+    }
+    v.truncate(PATTERN_LEN);
+    v
 }
 
 /// The steps of [`Mode::Examples`], in order: (marker name, the guest runs the server).
@@ -125,6 +181,8 @@ impl Mode {
             Mode::Examples { connections, count } => {
                 format!("mode=examples conns={connections} count={count}")
             }
+            Mode::NvmeHost { nqn } => format!("mode=nvme_host nqn={nqn}"),
+            Mode::NvmeTarget { nqn } => format!("mode=nvme_target nqn={nqn}"),
         }
     }
 }
@@ -165,6 +223,65 @@ examples)
   client udaddy-client udaddy -s 10.77.0.1 -C $count
   serve ucmatose-server ucmatose -c $conns -C $count
   client ucmatose-client ucmatose -s 10.77.0.1 -c $conns -C $count ;;
+nvme_host)
+  HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6e766d66-6775-6573-7400-000000000001
+  mkdir -p /etc/nvme /mnt; echo $HOSTNQN > /etc/nvme/hostnqn
+  seq -w 0 99999 | head -c 262144 > /tmp/pat
+  nvme discover -t rdma -a 10.77.0.1 -s 4420 -q $HOSTNQN > /tmp/disc.out 2>&1; rc=$?
+  sed 's/^/NVME discover: /' /tmp/disc.out
+  t "NVME discover rc=$rc"
+  conn(){
+    printf 'transport=rdma,traddr=10.77.0.1,trsvcid=4420,nqn=%s,hostnqn=%s' $nqn $HOSTNQN > /dev/nvme-fabrics && t "NVME connect ok" || t "NVME connect failed"
+    i=0; D=; while [ -z "$D" ] && [ $i -lt 300 ]; do D=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -z "$D" ] && sleep 0.1; i=$((i+1)); done
+    C=/sys/class/nvme/$(basename $D | sed 's/n1$//')
+    t "NVME namespace $D sectors=$(cat /sys/block/$(basename $D)/size 2>/dev/null) state=$(cat $C/state) transport=$(cat $C/transport) subsysnqn=$(cat $C/subsysnqn) queues=$(cat $C/queue_count) sqsize=$(cat $C/sqsize) kato=$(cat $C/kato) cntlid=$(cat $C/cntlid)"
+  }
+  disc(){ echo 1 > $C/delete_controller && t "NVME disconnected" || t "NVME disconnect failed"; }
+  conn
+  if [ -n "$D" ]; then
+    dd if=/tmp/pat of=$D bs=4k count=16 seek=256 oflag=direct 2>/dev/null; r1=$?
+    dd if=/tmp/pat of=$D bs=64k seek=32 oflag=direct 2>/dev/null; r2=$?
+    dd if=/tmp/pat of=$D bs=256k count=1 seek=16 oflag=direct 2>/dev/null; r3=$?
+    t "NVME dd write rc=$r1,$r2,$r3"
+    dd if=$D of=/tmp/b1 bs=4k count=16 skip=256 iflag=direct 2>/dev/null
+    dd if=$D of=/tmp/b2 bs=64k count=4 skip=32 iflag=direct 2>/dev/null
+    dd if=$D of=/tmp/b3 bs=256k count=1 skip=16 iflag=direct 2>/dev/null
+    head -c 65536 /tmp/pat > /tmp/pat64
+    cmp /tmp/pat64 /tmp/b1 && cmp /tmp/pat /tmp/b2 && cmp /tmp/pat /tmp/b3 && t "NVME pattern read back ok" || t "NVME pattern mismatch"
+    mke2fs -q $D > /tmp/mkfs.out 2>&1 && t "NVME mke2fs ok" || { sed 's/^/NVME mke2fs: /' /tmp/mkfs.out; t "NVME mke2fs failed"; }
+    mount -t ext2 $D /mnt && t "NVME mounted" || t "NVME mount failed"
+    cp /tmp/pat /mnt/pattern; seq 1 5000 > /mnt/numbers; mkdir /mnt/dir; echo "nvmf interop" > /mnt/dir/hello
+    dd if=/dev/urandom of=/mnt/random bs=64k count=8 2>/dev/null
+    (cd /mnt && md5sum pattern numbers dir/hello random) > /tmp/sums
+    sed 's/^/NVME sum: /' /tmp/sums
+    umount /mnt && t "NVME unmounted" || t "NVME umount failed"
+    disc
+    i=0; while [ -e $D ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+    conn
+    mount -t ext2 $D /mnt && t "NVME mounted again" || t "NVME mount again failed"
+    (cd /mnt && md5sum -c /tmp/sums) > /tmp/check.out 2>&1 && t "NVME files intact" || { sed 's/^/NVME check: /' /tmp/check.out; t "NVME files damaged"; }
+    umount /mnt && t "NVME unmounted again"
+    disc
+  fi
+  dmesg | grep -iE "nvme|rdma" | grep -v "no usable path" | sed 's/^/NVME dmesg: /' | tail -60 ;;
+nvme_target)
+  S=/sys/kernel/config/nvmet/subsystems/$nqn
+  P=/sys/kernel/config/nvmet/ports/1
+  mkdir $S && echo 1 > $S/attr_allow_any_host
+  mkdir $S/namespaces/1 && printf /dev/ram0 > $S/namespaces/1/device_path && echo 1 > $S/namespaces/1/enable
+  mkdir $P && echo rdma > $P/addr_trtype && echo ipv4 > $P/addr_adrfam && echo 10.77.0.2 > $P/addr_traddr && echo 4420 > $P/addr_trsvcid
+  ln -s $S $P/subsystems/$nqn && t "NVMET listening" || t "NVMET setup failed"
+  i=0; while [ $i -lt 600 ]; do
+    echo 3 > /proc/sys/vm/drop_caches
+    [ "$(dd if=/dev/ram0 bs=512 count=1 2>/dev/null | head -c 17)" = INTEROP-HOST-DONE ] && break
+    sleep 0.2; i=$((i+1))
+  done
+  t "NVMET host done after $i polls"
+  seq -w 0 99999 | head -c 262144 > /tmp/pat
+  echo 3 > /proc/sys/vm/drop_caches
+  dd if=/dev/ram0 of=/tmp/back bs=64k skip=16 count=4 2>/dev/null
+  cmp /tmp/pat /tmp/back && t "NVMET pattern ok" || t "NVMET pattern mismatch"
+  dmesg | grep -iE "nvme|rdma" | sed 's/^/NVMET dmesg: /' | tail -40 ;;
 esac
 for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "INTEROP counter $(basename $c)=$(cat $c)"; done 2>/dev/null | grep -v '=0$'
 t "done"
@@ -440,7 +557,11 @@ impl Guest {
             image.initrd.clone(),
             serial.to_path_buf(),
         );
-        q.timeout_secs = 180;
+        // The NVMe scenarios make and mount a file system over soft-RoCE under TCG.
+        q.timeout_secs = match mode {
+            Mode::NvmeHost { .. } | Mode::NvmeTarget { .. } => 420,
+            _ => 180,
+        };
         q.append = format!("quiet {}", mode.cmdline());
         let m = GUEST_MAC;
         q.extra = vec![

@@ -1,5 +1,5 @@
 //! Our tools as the host side of the scenarios: [`rping_binary`] builds `tools/rping` (the
-//! binary, as a user runs it) and [`Relay`] sits on the Ethernet link between QEMU and it,
+//! binary, as a user runs it; [`tool_binary`] any other tool, `nvmf-target`) and [`Relay`] sits on the Ethernet link between QEMU and it,
 //! recording every frame, so that the tests check the wire although our NIC is in another
 //! process, and losing chosen RoCEv2 frames on purpose ([`Relay::drop_next`]) for the
 //! retransmission tests.
@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -92,15 +92,25 @@ fn target_dir() -> PathBuf {
 /// cargo never waits for the lock of the build running the tests) once per process, and
 /// returns the binary's path.
 pub fn rping_binary() -> Result<PathBuf, String> {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
+    tool_binary("rping", "rping")
+}
+
+/// Builds binary `bin` of workspace package `package` as [`rping_binary`] does (once per
+/// process and binary) and returns its path.
+pub fn tool_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
+    static BUILT: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, r)) = built.iter().find(|(b, _)| b == bin) {
+        return r.clone();
+    }
+    let r = (|| {
         let dir = target_dir().join("interop-tools");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let out = Command::new(cargo)
             .arg("build")
             .arg("--manifest-path")
             .arg(workspace().join("Cargo.toml"))
-            .args(["-p", "rping", "--bin", "rping"])
+            .args(["-p", package, "--bin", bin])
             .env("CARGO_TARGET_DIR", &dir)
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .env_remove("RUSTFLAGS")
@@ -108,18 +118,19 @@ pub fn rping_binary() -> Result<PathBuf, String> {
             .map_err(|e| format!("cargo: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "cargo build -p rping failed:\n{}",
+                "cargo build -p {package} --bin {bin} failed:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let bin = dir.join("debug").join("rping");
-        if bin.is_file() {
-            Ok(bin)
+        let path = dir.join("debug").join(bin);
+        if path.is_file() {
+            Ok(path)
         } else {
-            Err(format!("{} missing after the build", bin.display()))
+            Err(format!("{} missing after the build", path.display()))
         }
-    })
-    .clone()
+    })();
+    built.push((bin.to_string(), r.clone()));
+    r
 }
 
 /// Builds `tools/cm-examples` (librdmacm's examples ported: `rdma_server`, `rdma_client`,

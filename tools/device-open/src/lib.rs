@@ -12,10 +12,15 @@
 //!   the family's device and hands it to a [`WithDevice`], whose `run` is generic over the
 //!   device type: the hot loops inside are monomorphised, never behind `dyn`.
 //!
+//! - [`fabric`]: `--fabric udp:PORT | eth:LOCAL,REMOTE` and `--mac`, and the emulated NIC on
+//!   an Ethernet link in QEMU's socket-netdev format (rping and the storage tools share it).
+//!
 //! A crate of its own (not a module of either tool) so that both tools share it, and so that
 //! the emulator is an optional dependency here: built without `emulator`, this crate (and a
 //! tool on top of it) links the mlx5 driver and VFIO only, and an `emu` spec is a clear "not
 //! available" error instead of a build dependency.
+
+pub mod fabric;
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;

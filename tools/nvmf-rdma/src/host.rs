@@ -188,6 +188,12 @@ impl<D: Device> HostConn<D> {
         Ok(q)
     }
 
+    /// The clock of the queue's device (what the target's keep-alive timer runs on in the
+    /// embedded mode's virtual time, too).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// The queue's setup.
     pub fn config(&self) -> QueueConfig {
         self.cfg
@@ -283,9 +289,23 @@ impl<D: Device> HostConn<D> {
             sg_list: &sge,
             ..SendWr::default()
         };
-        self.dp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(XferError::Post)?;
+        // The send queue holds the SENDs of commands answered before their signalled
+        // completion came back: when it is full, reap send completions and post again.
+        let start = nic_hal::Platform::now_ns(&self.clock);
+        loop {
+            match self.dp.post_send(std::slice::from_ref(&wr)) {
+                Ok(()) => break,
+                Err(e) if e.error == verbs::Error::NoMemory => {
+                    self.reap_sends()?;
+                    if nic_hal::Platform::now_ns(&self.clock).saturating_sub(start) > STALL_LIMIT_NS
+                    {
+                        return Err(XferError::Stalled);
+                    }
+                    nic_hal::Platform::relax(&self.clock);
+                }
+                Err(e) => return Err(XferError::Post(e)),
+            }
+        }
         if signal {
             self.unsignalled = 0;
         } else {
@@ -294,14 +314,21 @@ impl<D: Device> HostConn<D> {
         Ok(())
     }
 
-    /// Responses that arrived (raw 16 bytes each, decoded), appended to `out`; send
-    /// completions are reaped on the way. Errors when a completion failed.
-    pub fn poll(&mut self, out: &mut Vec<Cqe>) -> Result<usize, XferError> {
+    /// Reaps send completions (their queue entries become free); errors when one failed.
+    fn reap_sends(&mut self) -> Result<(), XferError> {
         let mut wcs = [WorkCompletion::default(); 16];
         let n = self.dp.poll_send_cq(&mut wcs).map_err(XferError::Poll)?;
         if let Some(wc) = wcs[..n].iter().find(|w| w.status != WcStatus::Success) {
             return Err(XferError::Completion(wc.status));
         }
+        Ok(())
+    }
+
+    /// Responses that arrived (raw 16 bytes each, decoded), appended to `out`; send
+    /// completions are reaped on the way. Errors when a completion failed.
+    pub fn poll(&mut self, out: &mut Vec<Cqe>) -> Result<usize, XferError> {
+        self.reap_sends()?;
+        let mut wcs = [WorkCompletion::default(); 16];
         let n = self.dp.poll_recv_cq(&mut wcs).map_err(XferError::Poll)?;
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {

@@ -9,8 +9,12 @@
 //!   status), creates the QP with the queue sizes of the request (HSQSIZE + 1 receives), posts
 //!   one receive buffer per entry (64 bytes on the admin queue, 64 bytes plus the in-capsule
 //!   size on I/O queues) before it accepts with the accept private data, and runs each queue on
-//!   a thread of its own through [`nvmf::target::serve`]: host data named by a keyed SGL is RDMA
-//!   READ before the command runs, controller data RDMA WRITTEN ahead of the response SEND.
+//!   a thread of its own, driving [`nvmf::target::Queue`] from completions: up to
+//!   [`target::MAX_IN_FLIGHT`] commands in flight per queue (as many as the host sends, its
+//!   queue depth), each with its own staging slot and response buffer; host data named by a
+//!   keyed SGL is RDMA READ (at most the host's responder resources at once) before the
+//!   command runs, controller data RDMA WRITTEN chained ahead of the response SEND. The queue's
+//!   state is its thread's alone: no lock on the I/O path.
 //! * [`host`]: the host side. A queue registers its data buffers (remote read and write) and
 //!   puts keyed SGLs into its commands (in-capsule data for small writes on I/O queues), SENDs
 //!   capsules and receives responses; [`host::HostConn`] implements

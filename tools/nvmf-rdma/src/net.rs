@@ -1,4 +1,5 @@
-//! Connection managers on opened devices, and the embedded fixture.
+//! Connection managers on opened devices, an emulated NIC on an Ethernet link (QEMU's
+//! socket netdev, ARP), and the embedded fixture.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -71,6 +72,17 @@ impl<D: Device> Endpoint<D> {
             },
             backing,
         ))
+    }
+
+    /// An endpoint over a manager that already holds its device (an emulated NIC on an
+    /// Ethernet link, [`device_open::fabric::eth_nic`]): `clock` paces this side's waits.
+    pub fn from_cm(cm: Cm<D>, clock: Clock, ip: Ipv4Addr, label: String) -> Endpoint<D> {
+        Endpoint {
+            cm,
+            clock,
+            ip,
+            label,
+        }
     }
 
     /// A passive endpoint on `port` of this device (no QP attributes: each connection's QP is
@@ -153,4 +165,38 @@ impl Embedded {
             world,
         })
     }
+}
+
+/// The CM settings of an emulated NIC on an Ethernet link: blocking calls give up after
+/// `wait_limit_ns` (the target's listener wakes up that often).
+pub fn eth_cm_config(wait_limit_ns: u64) -> CmConfig {
+    CmConfig {
+        wait_limit_ns: Some(wait_limit_ns),
+        auto_comp_channels: false,
+        ..CmConfig::default()
+    }
+}
+
+/// An endpoint on an emulated NIC on an Ethernet link (`--fabric eth:LOCAL,REMOTE`) at `ip`
+/// on the virtual wire, with MAC `mac` (default [`device_open::mac_for`]); the NIC is handed
+/// back beside it: shut it down (or drop it) after the endpoint's ids are gone.
+pub fn eth_endpoint(
+    ip: Ipv4Addr,
+    local: u16,
+    remote: u16,
+    mac: Option<[u8; 6]>,
+    wait_limit_ns: u64,
+) -> Result<(Endpoint<nic_testbed::EthDevice>, nic_testbed::EthNic), String> {
+    let nic = device_open::fabric::eth_nic(ip, local, remote, mac, eth_cm_config(wait_limit_ns))?;
+    let label = format!(
+        "emulated mlx5 at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote} (MAC {})",
+        device_open::fabric::fmt_mac(&nic.mac())
+    );
+    let ep = Endpoint::from_cm(
+        nic.cm.clone(),
+        Clock::new(nic_testbed::eth::YieldingTime::new()),
+        ip,
+        label,
+    );
+    Ok((ep, nic))
 }

@@ -139,6 +139,11 @@ pub struct Session<D: Device> {
     pub ns: NsInfo,
     /// In-capsule data size of the I/O queues.
     pub inline: usize,
+    /// The keep-alive timeout of the controller (ms; 0: none): while a workload runs, the
+    /// admin queue sends Keep Alive every half of it.
+    pub kato_ms: u32,
+    /// Keep Alive commands sent.
+    pub keep_alives: u64,
 }
 
 fn herr<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -219,6 +224,8 @@ pub fn open_session<D: Device>(
         io,
         ns,
         inline,
+        kato_ms: params.kato,
+        keep_alives: 0,
     })
 }
 
@@ -253,6 +260,8 @@ pub struct Report {
     pub elapsed_ns: u64,
     /// Latency percentiles (ns): 50, 90, 99, 99.9, and min, mean, max.
     pub lat: Latency,
+    /// Keep Alive commands the admin queue sent during the run.
+    pub keep_alives: u64,
     /// Blocks whose data was checked.
     pub verified_blocks: u64,
     /// Blocks whose data did not match.
@@ -323,7 +332,7 @@ impl Report {
             "{{\"pattern\":\"{}\",\"bs\":{},\"depth\":{},\"queues\":{},\"ios\":{},\"bytes\":{},\
              \"elapsed_ns\":{},\"iops\":{:.1},\"mbps\":{:.3},\"lat_ns\":{{\"min\":{},\"mean\":{},\
              \"p50\":{},\"p90\":{},\"p99\":{},\"p99.9\":{},\"max\":{}}},\"verified_blocks\":{},\
-             \"mismatches\":{},\"errors\":{}}}",
+             \"mismatches\":{},\"errors\":{},\"keep_alives\":{}}}",
             self.pattern,
             self.bs,
             self.depth,
@@ -342,7 +351,8 @@ impl Report {
             l.max,
             self.verified_blocks,
             self.mismatches,
-            self.errors
+            self.errors,
+            self.keep_alives
         )
     }
 
@@ -580,7 +590,12 @@ pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
                  verify: bool,
                  only: Option<&Vec<Vec<bool>>>|
      -> Result<Vec<QueueResult>, String> {
+        let kato = s.kato_ms;
+        let admin = &mut s.admin;
+        let keep_alives = &mut s.keep_alives;
+        let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|sc| {
+            let ka = sc.spawn(|| keep_alive(admin, kato, &done, keep_alives));
             let hs: Vec<_> =
                 s.io.iter_mut()
                     .zip(&shares)
@@ -595,14 +610,23 @@ pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
                         sc.spawn(move || drive(q, ns, job, sh, write, seq, verify, only))
                     })
                     .collect();
-            hs.into_iter()
+            let r: Result<Vec<QueueResult>, String> = hs
+                .into_iter()
                 .map(|h| {
                     h.join()
                         .unwrap_or_else(|_| Err("queue thread panicked".into()))
                 })
-                .collect()
+                .collect();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            let k = ka
+                .join()
+                .unwrap_or_else(|_| Err("keep-alive thread panicked".into()));
+            let r = r?;
+            k?;
+            Ok(r)
         })
     };
+    let keep_alives = s.keep_alives;
     if !job.pattern.is_write() && job.verify {
         phase(s, Some(units_per_q), 0, true, true, false, None)?;
     }
@@ -645,7 +669,38 @@ pub fn run<D: Device>(s: &mut Session<D>, job: &Job) -> Result<Report, String> {
             r.errors += q.errors;
         }
     }
+    r.keep_alives = s.keep_alives - keep_alives;
     Ok(r)
+}
+
+/// Sends Keep Alive on `admin` every `kato_ms / 2` of its device's clock (looked at every
+/// millisecond of real time) until `done`
+/// (nothing when `kato_ms` is 0), counting them in `sent`.
+fn keep_alive<D: Device>(
+    admin: &mut RdmaHostQueue<D>,
+    kato_ms: u32,
+    done: &std::sync::atomic::AtomicBool,
+    sent: &mut u64,
+) -> Result<(), String> {
+    if kato_ms == 0 {
+        return Ok(());
+    }
+    let clock = admin.transport.clock().clone();
+    let period = u64::from(kato_ms) * 1_000_000 / 2;
+    let mut last = nic_hal::Platform::now_ns(&clock);
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = nic_hal::Platform::now_ns(&clock);
+        if t.saturating_sub(last) >= period {
+            admin
+                .keep_alive()
+                .map_err(|e| format!("Keep Alive: {e:?}"))?;
+            *sent += 1;
+            last = t;
+        }
+        // Not a spin: this thread shares the cores with the queues'.
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 /// Shared handle type for the target in the tools.

@@ -1,5 +1,6 @@
 //! The target side of the RDMA binding: a listener, and one thread per queue.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -7,13 +8,13 @@ use cm::{CmId, ConnParam, DataPath, EventParam, QpInitAttr};
 use device_open::{Clock, Device};
 use nvmf::capsule::{CQE_SIZE, SQE_SIZE};
 use nvmf::rdma::{ConnectRequest, Reject, RejectStatus};
-use nvmf::target::{RemoteBuffer, Served, Target, TargetTransport, serve};
+use nvmf::target::{Outcome, Request, Response, Target};
 use verbs::{
     Buffer, MemoryRegion, QpCap, RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcStatus,
     WorkCompletion, WrOpcode,
 };
 
-use crate::{STALL_LIMIT_NS, now_ms};
+use crate::now_ms;
 
 /// Outstanding RDMA READs the target asks for (the host's responder resources, at most).
 pub const MAX_READS: u8 = 16;
@@ -29,6 +30,11 @@ pub struct ListenerStats {
     pub commands: AtomicU64,
     /// Queues that ended with an error (their messages go to stderr).
     pub failed: AtomicU64,
+    /// Accepted queues that ended (their QP, buffers and registrations freed).
+    pub closed: AtomicU64,
+    /// The most commands one queue had in flight at once (received and not yet answered,
+    /// held Asynchronous Event Requests not counted).
+    pub max_in_flight: AtomicU64,
 }
 
 /// Serves connection requests on `listen` until `stop` is set (checked whenever the
@@ -46,7 +52,11 @@ pub fn run_listener<D: Device>(
 ) {
     std::thread::scope(|s| {
         while !stop.load(Ordering::Relaxed) {
-            target.check_keep_alive(now_ms(clock));
+            for cntlid in target.check_keep_alive(now_ms(clock)) {
+                if verbose {
+                    eprintln!("nvmf-target: controller {cntlid}: keep-alive timeout, failed");
+                }
+            }
             let conn = match listen.get_request() {
                 Ok(c) => c,
                 Err(cm::Error::TimedOut) => continue,
@@ -114,14 +124,6 @@ impl<D: Device> Reg<D> {
     }
 }
 
-/// One accepted queue's RDMA resources: what [`serve`] moves bytes through.
-struct Io<'a, D: Device> {
-    dp: &'a DataPath<D>,
-    staging: &'a Reg<D>,
-    resp: &'a Reg<D>,
-    clock: &'a Clock,
-}
-
 /// Why a target-side transfer failed.
 #[derive(Debug)]
 pub enum IoError {
@@ -131,97 +133,213 @@ pub enum IoError {
     Poll(cm::Error),
     /// A work completion with an error.
     Completion(WcStatus),
-    /// No completion within [`STALL_LIMIT_NS`].
-    Stalled,
-    /// The transfer exceeds the staging buffer (MDTS).
+    /// A completion of a work request this queue did not post.
+    Unknown(u64),
+    /// The transfer exceeds a staging slot (MDTS).
     TooLong,
     /// A DMA buffer access failed.
     Dma,
 }
 
-impl<D: Device> Io<'_, D> {
-    /// Posts `wr` (signalled) and waits for its completion (the send CQ sees nothing else
-    /// signalled: earlier unsignalled requests complete before it on RC).
-    fn post_wait(&self, wr: SendWr<'_, D::Ah>) -> Result<(), IoError> {
-        self.dp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(IoError::Post)?;
-        let start = nic_hal::Platform::now_ns(self.clock);
-        let mut wc = [WorkCompletion::default()];
-        loop {
-            match self.dp.poll_send_cq(&mut wc) {
-                Ok(0) => {}
-                Ok(_) if wc[0].status == WcStatus::Success => return Ok(()),
-                Ok(_) => return Err(IoError::Completion(wc[0].status)),
-                Err(e) => return Err(IoError::Poll(e)),
-            }
-            if nic_hal::Platform::now_ns(self.clock).saturating_sub(start) > STALL_LIMIT_NS {
-                return Err(IoError::Stalled);
-            }
-            nic_hal::Platform::relax(self.clock);
-        }
-    }
+/// Commands one queue runs at the same time at most (each holds a staging slot and a
+/// response buffer from its arrival until its response SEND completed).
+pub const MAX_IN_FLIGHT: usize = 16;
+
+/// Staging memory a queue may hold for its commands in flight (fewer slots for a large MDTS).
+const STAGING_BUDGET: usize = 8 << 20;
+
+/// Slots for a queue of `depth` entries whose largest transfer is `staging` bytes.
+fn slots_for(depth: u32, staging: usize) -> usize {
+    (STAGING_BUDGET / staging.max(1))
+        .clamp(2, MAX_IN_FLIGHT)
+        .min(depth as usize)
+        .max(1)
 }
 
-impl<D: Device> TargetTransport for Io<'_, D> {
-    type Error = IoError;
+// Work request ids: the kind in the high half, the slot in the low half.
+const WR_READ: u64 = 1 << 32;
+const WR_SEND: u64 = 2 << 32;
+const WR_WRITE: u64 = 3 << 32;
 
-    fn read_remote(&mut self, remote: RemoteBuffer, buf: &mut [u8]) -> Result<(), IoError> {
-        if buf.len() > self.staging.mem.len() {
-            return Err(IoError::TooLong);
-        }
-        let sge = [self.staging.sge(0, buf.len())];
-        self.post_wait(SendWr {
-            wr_id: 1,
-            opcode: WrOpcode::RdmaRead,
-            flags: SendFlags::SIGNALED,
-            sg_list: &sge,
-            remote: RemoteOp::Rdma {
-                remote_addr: remote.addr,
-                rkey: remote.key,
-            },
-            ..SendWr::default()
-        })?;
-        self.staging.mem.read(0, buf).map_err(|_| IoError::Dma)
+/// One queue's commands in flight: each in a slot with its own staging region (data fetched
+/// or to be written) and response buffer, driven by completions. Only the queue's thread
+/// touches it: no lock on the I/O path.
+struct Pipeline<'a, D: Device> {
+    dp: &'a DataPath<D>,
+    staging: &'a Reg<D>,
+    slot_len: usize,
+    resp: &'a Reg<D>,
+    /// Free slots.
+    free: Vec<usize>,
+    /// Commands waiting for their RDMA READ, by slot.
+    fetching: Vec<Option<Request>>,
+    /// Slots whose response closes the queue.
+    closing: bool,
+    /// RDMA READs outstanding (at most the host's responder resources).
+    reads: usize,
+    max_reads: usize,
+    /// Data bytes moving (READs outstanding, WRITEs whose response SEND has not completed),
+    /// at most [`DATA_IN_FLIGHT`] unless a single transfer is larger.
+    data: usize,
+    /// The bytes each slot holds of `data`.
+    slot_data: Vec<usize>,
+    /// Transfers waiting for `data` to fall, in arrival order.
+    deferred: VecDeque<(usize, Outcome)>,
+}
+
+/// RDMA READs a queue has outstanding at most (besides the host's responder resources).
+/// Linux's soft-RoCE in a TCG guest left some of several outstanding READs unanswered until
+/// our requester gave up (retry exceeded) while one at a time never failed; the commands
+/// without host data (reads, in-capsule writes, admin) still overlap.
+pub const READS_IN_FLIGHT: usize = 1;
+
+/// Data a queue moves at once at most (a larger single transfer goes alone). A slow peer (a
+/// guest's soft-RoCE under emulation) loses frames to bursts of many large transfers, and
+/// its retransmission timers then cost far more than the overlap gains.
+pub const DATA_IN_FLIGHT: usize = 256 * 1024;
+
+impl<D: Device> Pipeline<'_, D> {
+    fn busy(&self) -> usize {
+        self.fetching.len() - self.free.len()
     }
 
-    fn write_remote(&mut self, remote: RemoteBuffer, data: &[u8]) -> Result<(), IoError> {
-        if data.len() > self.staging.mem.len() {
+    /// Starts RDMA READ of `req`'s data into `slot`.
+    fn fetch(&mut self, slot: usize, req: Request) -> Result<(), IoError> {
+        let remote = req.remote();
+        if remote.len as usize > self.slot_len {
             return Err(IoError::TooLong);
         }
-        self.staging.mem.write(0, data).map_err(|_| IoError::Dma)?;
-        let sge = [self.staging.sge(0, data.len())];
-        // Unsignalled: the response SEND that follows completes after it.
-        let wr = SendWr {
-            wr_id: 2,
-            opcode: WrOpcode::RdmaWrite,
-            sg_list: &sge,
-            remote: RemoteOp::Rdma {
-                remote_addr: remote.addr,
-                rkey: remote.key,
-            },
-            ..SendWr::default()
-        };
+        let sge = [self.staging.sge(slot * self.slot_len, remote.len as usize)];
         self.dp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(IoError::Post)
+            .post_send(&[SendWr {
+                wr_id: WR_READ | slot as u64,
+                opcode: WrOpcode::RdmaRead,
+                flags: SendFlags::SIGNALED,
+                sg_list: &sge,
+                remote: RemoteOp::Rdma {
+                    remote_addr: remote.addr,
+                    rkey: remote.key,
+                },
+                ..SendWr::default()
+            }])
+            .map_err(IoError::Post)?;
+        self.fetching[slot] = Some(req);
+        self.reads += 1;
+        Ok(())
     }
 
-    fn send_response(
-        &mut self,
-        cqe: &[u8; CQE_SIZE],
-        _invalidate: Option<u32>,
-    ) -> Result<(), IoError> {
-        // No SEND with invalidate in the verbs layer: a plain SEND (see the crate doc).
-        self.resp.mem.write(0, cqe).map_err(|_| IoError::Dma)?;
-        let sge = [self.resp.sge(0, CQE_SIZE)];
-        self.post_wait(SendWr {
-            wr_id: 3,
+    /// Posts `r` from `slot`: the data WRITE (unsignalled) chained ahead of the response SEND
+    /// (signalled; the slot is free again when it completes).
+    fn respond(&mut self, slot: usize, r: &Response) -> Result<(), IoError> {
+        let base = slot * self.slot_len;
+        let mut wrs: Vec<SendWr<'_, D::Ah>> = Vec::with_capacity(2);
+        let data_sge;
+        if let Some(remote) = r.remote
+            && !r.data.is_empty()
+        {
+            if r.data.len() > self.slot_len {
+                return Err(IoError::TooLong);
+            }
+            self.staging
+                .mem
+                .write(base, &r.data)
+                .map_err(|_| IoError::Dma)?;
+            data_sge = [self.staging.sge(base, r.data.len())];
+            wrs.push(SendWr {
+                wr_id: WR_WRITE | slot as u64,
+                opcode: WrOpcode::RdmaWrite,
+                sg_list: &data_sge,
+                remote: RemoteOp::Rdma {
+                    remote_addr: remote.addr,
+                    rkey: remote.key,
+                },
+                ..SendWr::default()
+            });
+        }
+        // A plain SEND also when the host asked for invalidation (see the crate doc).
+        self.resp
+            .mem
+            .write(slot * CQE_SIZE, &r.cqe_bytes())
+            .map_err(|_| IoError::Dma)?;
+        let cqe_sge = [self.resp.sge(slot * CQE_SIZE, CQE_SIZE)];
+        wrs.push(SendWr {
+            wr_id: WR_SEND | slot as u64,
             opcode: WrOpcode::Send,
             flags: SendFlags::SIGNALED,
-            sg_list: &sge,
+            sg_list: &cqe_sge,
             ..SendWr::default()
-        })
+        });
+        self.dp.post_send(&wrs).map_err(IoError::Post)?;
+        if r.close {
+            self.closing = true;
+        }
+        Ok(())
+    }
+
+    /// The data bytes `o` moves.
+    fn data_of(o: &Outcome) -> usize {
+        match o {
+            Outcome::Fetch(req) => req.remote().len as usize,
+            Outcome::Respond(r) if r.remote.is_some() => r.data.len(),
+            _ => 0,
+        }
+    }
+
+    /// Acts on what the queue said of a command in `slot`: false when the queue is dead.
+    /// A transfer that does not fit [`DATA_IN_FLIGHT`] next to those moving waits.
+    fn outcome(&mut self, slot: usize, o: Outcome) -> Result<bool, IoError> {
+        let n = Self::data_of(&o);
+        if n > 0 {
+            if !self.deferred.is_empty() || (self.data > 0 && self.data + n > DATA_IN_FLIGHT) {
+                self.deferred.push_back((slot, o));
+                return Ok(true);
+            }
+            self.data += n;
+            self.slot_data[slot] += n;
+        }
+        self.start(slot, o)
+    }
+
+    /// Releases the data bytes `slot` holds.
+    fn release(&mut self, slot: usize) {
+        self.data -= std::mem::take(&mut self.slot_data[slot]);
+    }
+
+    /// Starts the deferred transfers that fit now.
+    fn resume(&mut self) -> Result<bool, IoError> {
+        while let Some((_, o)) = self.deferred.front() {
+            let n = Self::data_of(o);
+            let read = matches!(o, Outcome::Fetch(_));
+            if (self.data > 0 && self.data + n > DATA_IN_FLIGHT)
+                || (read && self.reads >= self.max_reads)
+            {
+                break;
+            }
+            let Some((slot, o)) = self.deferred.pop_front() else {
+                break;
+            };
+            self.data += n;
+            self.slot_data[slot] += n;
+            if !self.start(slot, o)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn start(&mut self, slot: usize, o: Outcome) -> Result<bool, IoError> {
+        match o {
+            Outcome::Fetch(req) => self.fetch(slot, req).map(|()| true),
+            Outcome::Respond(r) => self.respond(slot, &r).map(|()| true),
+            Outcome::Held => {
+                self.free.push(slot);
+                Ok(true)
+            }
+            Outcome::Disconnect => {
+                self.free.push(slot);
+                Ok(false)
+            }
+        }
     }
 }
 
@@ -253,10 +371,12 @@ pub fn serve_connection<D: Device>(
     };
     let depth = u32::from(req.hsqsize) + 1;
     let slot = SQE_SIZE + queue.inline_data_size();
+    let staging_len = staging.max(4096);
+    let slots = slots_for(depth, staging_len);
     let mut attr = QpInitAttr {
         cap: QpCap {
-            // Each command is answered before the next is taken: at most a WRITE and a SEND.
-            max_send_wr: 8,
+            // Per command in flight: a READ, then a WRITE and the response SEND.
+            max_send_wr: 3 * slots as u32 + 2,
             max_recv_wr: depth,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -271,10 +391,11 @@ pub fn serve_connection<D: Device>(
     }
     let r = (|| {
         let recv = Reg::<D>::new(&conn, depth as usize * slot)?;
-        let staging = Reg::<D>::new(&conn, staging.max(4096))?;
-        let resp = Reg::<D>::new(&conn, CQE_SIZE)?;
+        let staging = Reg::<D>::new(&conn, slots * staging_len)?;
+        let resp = Reg::<D>::new(&conn, slots * CQE_SIZE)?;
         let r = run_queue(
-            &conn, &mut queue, req, ird, acc, depth, slot, &recv, &staging, &resp, clock, stats,
+            &conn, &mut queue, req, ird, acc, depth, slot, slots, &recv, &staging, &resp, clock,
+            stats, verbose,
         );
         for b in [recv, staging, resp] {
             let _ = conn.dereg_mr(b.mr);
@@ -283,6 +404,7 @@ pub fn serve_connection<D: Device>(
     })();
     queue.close();
     conn.destroy_ep();
+    stats.closed.fetch_add(1, Ordering::Relaxed);
     r
 }
 
@@ -295,11 +417,13 @@ fn run_queue<D: Device>(
     acc: nvmf::rdma::Accept,
     depth: u32,
     slot: usize,
+    slots: usize,
     recv: &Reg<D>,
     staging: &Reg<D>,
     resp: &Reg<D>,
     clock: &Clock,
     stats: &ListenerStats,
+    verbose: bool,
 ) -> Result<(), String> {
     let dp = conn.data_path().map_err(|e| format!("data path: {e:?}"))?;
     let post_recv = |i: u32| {
@@ -324,60 +448,153 @@ fn run_queue<D: Device>(
     }))
     .map_err(|e| format!("queue {}: accept: {e:?}", req.qid))?;
     stats_accepted(stats);
-    let mut io = Io {
+    let mut p = Pipeline {
         dp: &dp,
         staging,
+        slot_len: staging.mem.len() / slots,
         resp,
-        clock,
+        free: (0..slots).rev().collect(),
+        fetching: (0..slots).map(|_| None).collect(),
+        closing: false,
+        reads: 0,
+        max_reads: usize::from(ird.max(1)).min(READS_IN_FLIGHT),
+        data: 0,
+        slot_data: vec![0; slots],
+        deferred: VecDeque::new(),
     };
+    let qid = req.qid;
     let mut wcs = [WorkCompletion::default(); 16];
-    let mut capsule = vec![0u8; slot];
-    let result = 'run: loop {
-        if !queue.is_live() {
+    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut events: VecDeque<Response> = VecDeque::new();
+    let io_err = |e: IoError| format!("queue {qid}: transport: {e:?}");
+    let result: Result<(), String> = 'run: loop {
+        if !queue.is_live() && p.busy() == 0 {
             break Ok(());
         }
+        if p.closing && p.busy() == 0 {
+            queue.close();
+            break Ok(());
+        }
+        let mut progress = false;
+        // New capsules: copied out, their receive re-posted at once.
         let n = match dp.poll_recv_cq(&mut wcs) {
             Ok(n) => n,
-            Err(e) => break Err(format!("queue {}: poll: {e:?}", req.qid)),
+            Err(e) => break Err(format!("queue {qid}: poll: {e:?}")),
         };
-        if n == 0 {
-            nic_hal::Platform::relax(clock);
-            continue;
-        }
         for wc in &wcs[..n] {
+            progress = true;
             if wc.status != WcStatus::Success {
                 // Flushed: the host disconnected (or the QP failed).
+                if verbose {
+                    eprintln!(
+                        "nvmf-target: queue {qid}: receive completed with {:?}",
+                        wc.status
+                    );
+                }
                 break 'run Ok(());
             }
-            let i = wc.wr_id as u32;
+            let Ok(i) = u32::try_from(wc.wr_id) else {
+                break 'run Err(format!("queue {qid}: completion of an unknown receive"));
+            };
             if i >= depth {
-                break 'run Err(format!(
-                    "queue {}: completion of an unknown receive",
-                    req.qid
-                ));
+                break 'run Err(format!("queue {qid}: completion of an unknown receive"));
             }
             let len = (wc.byte_len as usize).min(slot);
-            if recv
-                .mem
-                .read(i as usize * slot, &mut capsule[..len])
-                .is_err()
-            {
-                break 'run Err(format!("queue {}: reading a capsule", req.qid));
+            let mut capsule = vec![0u8; len];
+            if recv.mem.read(i as usize * slot, &mut capsule).is_err() {
+                break 'run Err(format!("queue {qid}: reading a capsule"));
             }
             if let Err(e) = post_recv(i) {
                 break 'run Err(e);
             }
-            stats.commands.fetch_add(1, Ordering::Relaxed);
-            match serve(queue, &mut io, &capsule[..len], now_ms(clock)) {
-                Ok(Served::Responded | Served::Held) => {}
-                Ok(Served::RespondedAndClosed | Served::Disconnect) => break 'run Ok(()),
-                Err(e) => break 'run Err(format!("queue {}: transport: {e:?}", req.qid)),
+            pending.push_back(capsule);
+        }
+        // Completions of our READs and SENDs.
+        let n = match dp.poll_send_cq(&mut wcs) {
+            Ok(n) => n,
+            Err(e) => break Err(format!("queue {qid}: poll: {e:?}")),
+        };
+        for wc in &wcs[..n] {
+            progress = true;
+            let slot = (wc.wr_id & 0xFFFF_FFFF) as usize;
+            let kind = wc.wr_id & !0xFFFF_FFFF;
+            if slot >= slots || !(kind == WR_READ || kind == WR_SEND) {
+                break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
             }
-            for r in queue.take_events() {
-                if let Err(e) = nvmf::target::send(&mut io, &r) {
-                    break 'run Err(format!("queue {}: event: {e:?}", req.qid));
+            if verbose && wc.status != WcStatus::Success {
+                eprintln!(
+                    "nvmf-target: queue {qid}: {} completed with {:?}",
+                    if kind == WR_READ { "RDMA READ" } else { "SEND" },
+                    wc.status
+                );
+            }
+            if wc.status == WcStatus::WrFlushErr {
+                // The host disconnected while we answered (the QP is in error).
+                break 'run Ok(());
+            }
+            if kind == WR_SEND {
+                if wc.status != WcStatus::Success {
+                    break 'run Err(io_err(IoError::Completion(wc.status)));
                 }
+                p.release(slot);
+                p.free.push(slot);
+                continue;
             }
+            p.reads -= 1;
+            p.release(slot);
+            let Some(mut req) = p.fetching[slot].take() else {
+                break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
+            };
+            let ok = wc.status == WcStatus::Success && {
+                let len = req.remote().len as usize;
+                p.staging
+                    .mem
+                    .read(slot * p.slot_len, &mut req.buffer_mut()[..len])
+                    .is_ok()
+            };
+            let o = queue.data_fetched(req, ok, now_ms(clock));
+            match p.outcome(slot, o) {
+                Ok(true) => {}
+                Ok(false) => break 'run Ok(()),
+                Err(e) => break 'run Err(io_err(e)),
+            }
+        }
+        match p.resume() {
+            Ok(true) => {}
+            Ok(false) => break 'run Ok(()),
+            Err(e) => break 'run Err(io_err(e)),
+        }
+        // Start what slots and read credits allow (a command may need an RDMA READ).
+        while !p.closing && p.reads < p.max_reads {
+            let Some(slot) = p.free.pop() else { break };
+            let Some(capsule) = pending.pop_front() else {
+                p.free.push(slot);
+                break;
+            };
+            progress = true;
+            stats.commands.fetch_add(1, Ordering::Relaxed);
+            let o = queue.submit(&capsule, now_ms(clock));
+            match p.outcome(slot, o) {
+                Ok(true) => {}
+                Ok(false) => break 'run Ok(()),
+                Err(e) => break 'run Err(io_err(e)),
+            }
+        }
+        // Asynchronous events for held requests.
+        events.extend(queue.take_events());
+        while !events.is_empty() && !p.closing {
+            let Some(slot) = p.free.pop() else { break };
+            let Some(r) = events.pop_front() else { break };
+            progress = true;
+            if let Err(e) = p.respond(slot, &r) {
+                break 'run Err(format!("queue {qid}: event: {e:?}"));
+            }
+        }
+        stats
+            .max_in_flight
+            .fetch_max(p.busy() as u64, Ordering::Relaxed);
+        if !progress {
+            nic_hal::Platform::relax(clock);
         }
     };
     // Answers the host's DREQ, or sends ours (Disconnect, a failed controller).

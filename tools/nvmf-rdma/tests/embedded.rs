@@ -53,9 +53,17 @@ fn params(subnqn: &str, kato: u32) -> ConnectParams {
 
 /// Runs `f` (the host) against a target listening on the embedded fixture.
 fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) -> R {
-    // The target's waits end every 5 s of virtual time (its listener checks `stop`).
+    with_target_of(target(), f)
+}
+
+/// Runs `f` (the host) against `t` listening on the embedded fixture.
+fn with_target_of<R>(
+    t: Arc<Target>,
+    f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R,
+) -> R {
+    // The target's waits end every 5 s of virtual time (its listener checks `stop` and the
+    // keep-alive deadlines).
     let e = Embedded::new(0x6e76_6d65, 5_000_000_000, 60_000_000_000).unwrap();
-    let t = target();
     let stop = AtomicBool::new(false);
     let stats = ListenerStats::default();
     let listen = e.target.listen(PORT).unwrap();
@@ -211,7 +219,7 @@ fn errors_reject_and_status() {
 
 #[test]
 fn perf_workloads_verify_their_data() {
-    with_target(|e, dst, _| {
+    with_target(|e, dst, stats| {
         let mut s = perf::open_session(&e.host, dst, &params(SUBNQN, 0), 0, 2, 8, 8192).unwrap();
         assert_eq!(s.io.len(), 2);
         assert_eq!(s.inline, 4096);
@@ -239,6 +247,210 @@ fn perf_workloads_verify_their_data() {
             assert_eq!(j["ios"], 200);
             assert_eq!(j["pattern"], pattern.name());
         }
+        // The target ran several of a queue's commands at the same time (the host keeps 8
+        // in flight per queue).
+        let most = stats.max_in_flight.load(Ordering::Relaxed);
+        assert!(
+            most > 1 && most <= 8,
+            "most commands in flight on a queue: {most}"
+        );
         s.close();
+    });
+}
+
+/// A host that stops talking (no Keep Alive within KATO) is noticed by the target's
+/// keep-alive scan: its controller fails, both its queues are disconnected by the target and
+/// their resources freed, and the host's next command fails.
+#[test]
+fn a_silent_host_is_disconnected_by_keep_alive() {
+    let t = target();
+    with_target_of(t.clone(), |e, dst, stats| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        // KATO 60 s of the devices' virtual time: it leaps ahead whenever every device is
+        // idle (up to the listener's next 5 s wake-up), so a host thread descheduled on a
+        // loaded machine must not look silent during the bring-up.
+        let kato = 60_000;
+        let cntlid = a.connect_admin(&params(SUBNQN, kato)).unwrap();
+        a.enable(100).unwrap();
+        a.keep_alive().unwrap();
+        let mut q = connect_queue(
+            &e.host,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 8,
+                slot_size: 4096,
+                inline: 4096,
+            },
+        )
+        .unwrap();
+        q.connect(&params(SUBNQN, kato), cntlid).unwrap();
+        assert_eq!(t.controller_count(), 1);
+        // Silence: the target's listener (waking every 5 s of the devices' virtual time)
+        // finds the deadline passed. Bounded in real time so that a failure cannot hang.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while t.controller_count() != 0 || stats.closed.load(Ordering::Relaxed) != 2 {
+            assert!(
+                std::time::Instant::now() < end,
+                "controllers {}, queues closed {}",
+                t.controller_count(),
+                stats.closed.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(t.controller(cntlid).is_none());
+        assert_eq!(stats.accepted.load(Ordering::Relaxed), 2);
+        // The target disconnected both queues: the host's commands fail.
+        assert!(a.keep_alive().is_err());
+        let mut buf = vec![0u8; 512];
+        assert!(q.read(1, 0, 512, &mut buf).is_err());
+        q.transport.close();
+        a.transport.close();
+    });
+}
+
+/// Bad input over RDMA gets NVMe statuses (with DNR), and the queue goes on serving.
+#[test]
+fn bad_io_commands_get_nvme_statuses() {
+    with_target(|e, dst, _| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = a.connect_admin(&params(SUBNQN, 0)).unwrap();
+        a.enable(100).unwrap();
+        let mut q = connect_queue(
+            &e.host,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 8,
+                slot_size: 8192,
+                inline: 4096,
+            },
+        )
+        .unwrap();
+        q.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        let expect = |r: Result<(), HostError<_>>, code: Status| match r {
+            Err(HostError::Status(s, _)) => {
+                assert_eq!(s.code(), code);
+                assert!(s.is_dnr(), "{s:?}");
+            }
+            other => panic!("expected {code:?}, got {other:?}"),
+        };
+        let mut buf = vec![0u8; 1024];
+        // an inactive namespace
+        expect(q.read(7, 0, 512, &mut buf), Status::INVALID_NS);
+        // past the end of the namespace (8192 blocks): a read, and a write by RDMA READ
+        expect(q.read(1, 8191, 512, &mut buf), Status::LBA_RANGE);
+        expect(q.write(1, 8190, 512, &vec![1u8; 8192]), Status::LBA_RANGE);
+        // an opcode the I/O queue does not know (0x7E), and an admin opcode on it
+        for op in [0x7E, 0x06] {
+            let mut sqe = nvmf::host::cmd::flush(1);
+            sqe.opcode = op;
+            // `execute` hands back any completion as it is
+            let c = q.execute(sqe, nvmf::host::Data::None).unwrap();
+            assert_eq!(c.status.code(), Status::INVALID_OPCODE, "opcode {op:#x}");
+            assert!(c.status.is_dnr(), "opcode {op:#x}");
+        }
+        // the queue still serves
+        q.write(1, 10, 512, &[7u8; 1024]).unwrap();
+        q.read(1, 10, 512, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 7));
+        q.transport.close();
+        a.transport.close();
+    });
+}
+
+/// A host that disconnects while several writes are in flight, connects again and reads
+/// everything back: every 8 KiB unit is wholly the old or wholly the new data, units whose
+/// completion arrived hold the new data, units never sent the old.
+#[test]
+fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
+    use nvmf::io::opcode;
+    const UNITS: u64 = 64;
+    const UNIT_BLOCKS: u64 = 16;
+    let fill = |seed: u8, unit: u64| -> Vec<u8> {
+        (0..UNIT_BLOCKS as usize * 512)
+            .map(|i| seed ^ (unit as u8).wrapping_mul(31) ^ (i as u8))
+            .collect()
+    };
+    with_target(|e, dst, stats| {
+        let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        let cntlid = a.connect_admin(&params(SUBNQN, 0)).unwrap();
+        a.enable(100).unwrap();
+        let cfg = |qid| QueueConfig {
+            qid,
+            depth: 8,
+            slot_size: 8192,
+            // no in-capsule data: every write is RDMA READ by the target
+            inline: 0,
+        };
+        let mut q = connect_queue(&e.host, dst, cfg(1)).unwrap();
+        q.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        for u in 0..UNITS {
+            q.write(1, u * UNIT_BLOCKS, 512, &fill(0xA0, u)).unwrap();
+        }
+        // New data, 8 writes in flight, cut after 20 completions.
+        let mut conn = q.transport;
+        let mut in_flight: Vec<Option<u64>> = vec![None; 8];
+        let mut completed = Vec::new();
+        let mut next = 0u64;
+        let mut out = Vec::new();
+        loop {
+            for (tag, slot) in in_flight.iter_mut().enumerate() {
+                if slot.is_none() && next < UNITS {
+                    conn.slot(tag).unwrap().write(0, &fill(0xB0, next)).unwrap();
+                    let mut sqe = nvmf::host::cmd::rw(
+                        opcode::WRITE,
+                        1,
+                        next * UNIT_BLOCKS,
+                        UNIT_BLOCKS as u32,
+                    );
+                    sqe.cid = tag as u16;
+                    conn.submit(&mut sqe, 8192, true).unwrap();
+                    *slot = Some(next);
+                    next += 1;
+                }
+            }
+            if completed.len() >= 20 {
+                break;
+            }
+            out.clear();
+            conn.wait(&mut out).unwrap();
+            for c in &out {
+                assert_eq!(c.status.code(), Status::SUCCESS);
+                let u = in_flight[usize::from(c.cid)]
+                    .take()
+                    .expect("a write in flight");
+                completed.push(u);
+            }
+        }
+        assert!(
+            in_flight.iter().any(Option::is_some),
+            "nothing in flight at the cut"
+        );
+        conn.close();
+        // Another I/O queue of the same controller (the cut one's id frees when the target
+        // has seen the disconnect).
+        let mut q2 = connect_queue(&e.host, dst, cfg(2)).unwrap();
+        q2.connect(&params(SUBNQN, 0), cntlid).unwrap();
+        let mut buf = vec![0u8; 8192];
+        for u in 0..UNITS {
+            q2.read(1, u * UNIT_BLOCKS, 512, &mut buf).unwrap();
+            let (old, new) = (fill(0xA0, u), fill(0xB0, u));
+            if completed.contains(&u) {
+                assert!(buf == new, "unit {u}: completed but not the new data");
+            } else if u >= next {
+                assert!(buf == old, "unit {u}: never sent but changed");
+            } else {
+                assert!(buf == old || buf == new, "unit {u}: torn");
+            }
+        }
+        // The cut queue's resources were freed.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while stats.closed.load(Ordering::Relaxed) < 1 {
+            assert!(std::time::Instant::now() < end, "the cut queue never ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        q2.transport.close();
+        a.transport.close();
     });
 }

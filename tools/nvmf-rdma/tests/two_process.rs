@@ -71,6 +71,11 @@ fn perf_against_a_target_process_on_the_udp_fabric() {
                 "--rw", "read", "--bs", "16384", "--qd", "4", "--queues", "1", "--count", "100",
                 "--range", "4096", "--json",
             ]),
+            // Keep-alive: KATO 1 s, a Keep Alive every 0.5 s of a 2-second run
+            run(&[
+                "--rw", "randread", "--bs", "4096", "--qd", "4", "--queues", "1", "--time", "2",
+                "--range", "4096", "--kato", "1000", "--json",
+            ]),
         ]
     } else {
         Vec::new()
@@ -79,7 +84,8 @@ fn perf_against_a_target_process_on_the_udp_fabric() {
     target.wait().ok();
     let rest = drain.join().unwrap_or_default();
     assert!(ready, "nvmf-target did not come up: {line}{rest}");
-    for (out, ios) in outs.iter().zip([300, 100]) {
+    assert_eq!(outs.len(), 3);
+    for (i, out) in outs.iter().enumerate() {
         assert!(
             out.status.success(),
             "nvmf-perf failed: {}\n{}",
@@ -88,7 +94,15 @@ fn perf_against_a_target_process_on_the_udp_fabric() {
         );
         let j: serde_json::Value =
             serde_json::from_slice(&out.stdout).expect("nvmf-perf --json prints JSON");
-        assert_eq!(j["ios"], ios);
+        match i {
+            0 => assert_eq!(j["ios"], 300),
+            1 => assert_eq!(j["ios"], 100),
+            _ => {
+                assert!(j["ios"].as_u64().unwrap() > 0);
+                let ka = j["keep_alives"].as_u64().unwrap();
+                assert!(ka >= 1, "no Keep Alive during a 2 s run with KATO 1 s");
+            }
+        }
         assert_eq!(j["errors"], 0);
         assert_eq!(j["mismatches"], 0);
         assert!(j["verified_blocks"].as_u64().unwrap() > 0);

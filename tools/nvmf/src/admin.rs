@@ -279,6 +279,10 @@ pub const fn async_event_result(kind: u8, info: u8, log_page: u8) -> u32 {
     (kind as u32 & 7) | ((info as u32) << 8) | ((log_page as u32) << 16)
 }
 
+/// CTRATT bit 6: traffic-based keep-alive (any command restarts the keep-alive timer; a
+/// Linux host then sends Keep Alive only when it saw no completion for KATO / 4).
+pub const CTRATT_TBKAS: u32 = 1 << 6;
+
 /// Identify Controller, the fields a target fills and a host reads. Offsets in the comments.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct IdentifyController {

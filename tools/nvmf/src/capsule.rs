@@ -70,8 +70,11 @@ impl Sgl {
     };
 
     /// Decodes 16 bytes. Never fails: unknown types land in [`Sgl::Other`], and so do keyed
-    /// descriptors with other subtypes and in-capsule descriptors with reserved bytes set, so
-    /// that `decode(b).encode() == b` for every `b`.
+    /// descriptors with other subtypes, so that `decode(b).encode() == b` for every `b` but
+    /// one kind: the reserved bytes 12..15 of a data-block (in-capsule) descriptor are
+    /// ignored and encode as zero. Linux's host fills only address, length and type of that
+    /// descriptor and leaves those bytes as the previous command of the same request slot
+    /// left them (often a keyed descriptor's key); Linux's target ignores them too.
     pub fn decode(b: &[u8; 16]) -> Sgl {
         match b[15] {
             SGL_KEYED_ADDRESS | SGL_KEYED_INVALIDATE => Sgl::Keyed {
@@ -80,7 +83,7 @@ impl Sgl {
                 key: get_u32(b, 11),
                 invalidate: b[15] == SGL_KEYED_INVALIDATE,
             },
-            SGL_DATA_OFFSET if b[12..15] == [0, 0, 0] => Sgl::InCapsule {
+            SGL_DATA_OFFSET => Sgl::InCapsule {
                 offset: get_u64(b, 0),
                 len: get_u32(b, 8),
             },

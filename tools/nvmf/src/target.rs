@@ -278,6 +278,10 @@ pub struct Controller {
     hostnqn: String,
     hostid: [u8; 16],
     state: AtomicU8,
+    /// When a command last arrived on any of its queues (ms): traffic-based keep-alive
+    /// (CTRATT.TBKAS) counts every command, not only Keep Alive. An atomic, so that I/O
+    /// queues never take the admin lock.
+    activity: AtomicU64,
     admin: spin::Mutex<AdminState>,
 }
 
@@ -439,14 +443,16 @@ impl Target {
     }
 
     /// Fails every controller whose keep-alive deadline lies before `now` (milliseconds of
-    /// the caller's monotonic clock): CSTS.CFS set, queues dead (their next
+    /// the caller's monotonic clock) and that saw no command for KATO either (traffic-based
+    /// keep-alive, CTRATT.TBKAS, as the Identify data says): CSTS.CFS set, queues dead (their next
     /// [`Queue::submit`] says [`Outcome::Disconnect`]). Returns the failed controller ids.
     pub fn check_keep_alive(&self, now: u64) -> Vec<u16> {
         let mut t = self.table.lock();
         let mut expired = Vec::new();
         t.ctrls.retain(|c| {
             let mut a = c.admin.lock();
-            let dead = a.deadline.is_some_and(|d| now > d);
+            let active = c.activity.load(Ordering::Relaxed).saturating_add(a.kato_ms);
+            let dead = a.deadline.is_some_and(|d| now > d && now > active);
             if dead {
                 a.csts |= Csts::CFS;
                 a.csts &= !Csts::RDY;
@@ -523,6 +529,7 @@ impl Target {
             hostnqn: data.hostnqn.clone(),
             hostid: data.hostid,
             state: AtomicU8::new(0),
+            activity: AtomicU64::new(now),
             admin: spin::Mutex::new(AdminState {
                 cc: 0,
                 csts: 0,
@@ -726,6 +733,9 @@ impl Queue {
         };
         if !self.is_live() {
             return Outcome::Disconnect;
+        }
+        if let Some(c) = &self.conn {
+            c.ctrl.activity.fetch_max(now, Ordering::Relaxed);
         }
         self.sq_head = (self.sq_head + 1) % self.sq_size.max(1);
         let icd = &capsule[SQE_SIZE..];
@@ -1432,6 +1442,8 @@ impl Queue {
             cntlid: ctrl.cntlid,
             ver: fabrics::VS_1_3,
             cntrltype: admin::CNTRLTYPE_IO,
+            // TBKAS: any command restarts the keep-alive timer
+            ctratt: admin::CTRATT_TBKAS,
             acl: 3,
             aerl: (MAX_AERS - 1) as u8,
             frmw: 0x03,

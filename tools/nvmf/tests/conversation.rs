@@ -201,6 +201,28 @@ fn bring_up_identify_and_io_on_two_queues() {
     );
 }
 
+/// Traffic-based keep-alive (CTRATT.TBKAS, as Identify says): any command on any of the
+/// controller's queues restarts the timer; silence for KATO fails the controller.
+#[test]
+fn traffic_keeps_a_controller_alive() {
+    let s = setup();
+    let (mut a, cntlid) = bring_up(&s, SUBNQN, 5000);
+    let ctrl = a.identify_controller().unwrap();
+    assert_ne!(ctrl.ctratt & nvmf::admin::CTRATT_TBKAS, 0);
+    let mut q1 = io_queue(&s, 1, cntlid);
+    let mut buf = vec![0u8; 512];
+    // Reads only, never a Keep Alive, every 4 s: alive long past the first deadline.
+    for t in [4_000, 8_000, 12_000, 16_000] {
+        s.now.set(t);
+        q1.read(1, 0, 512, &mut buf).unwrap();
+        s.now.set(t + 3_999);
+        assert!(s.target.check_keep_alive(s.now.get()).is_empty(), "at {t}");
+    }
+    // Then silence for more than KATO.
+    s.now.set(16_000 + 5_001);
+    assert_eq!(s.target.check_keep_alive(s.now.get()), vec![cntlid]);
+}
+
 #[test]
 fn keep_alive_timer_and_expiry() {
     let s = setup();

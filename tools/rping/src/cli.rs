@@ -59,14 +59,7 @@ device (server and client):
                            ConnectX function through VFIO, GID 0 = addr / src), efa (says
                            whether this build has it)";
 
-/// Where a server or client NIC lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fabric {
-    /// The UDP fabric on 127.0.0.0/8: every NIC's socket on this port.
-    Udp(u16),
-    /// An Ethernet link: our socket on 127.0.0.1:`local`, the far end's on `remote`.
-    Eth { local: u16, remote: u16 },
-}
+pub(crate) use device_open::fabric::Fabric;
 
 /// The command line.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,51 +95,15 @@ pub(crate) fn bad<T>(m: impl Into<String>) -> Result<T, CliError> {
 }
 
 pub(crate) fn parse_port(v: &str, what: &str) -> Result<u16, CliError> {
-    match v.parse::<u16>() {
-        Ok(p) if p != 0 => Ok(p),
-        _ => bad(format!("invalid {what} {v:?}")),
-    }
+    device_open::fabric::parse_port(v, what).map_err(CliError::Bad)
 }
 
 pub(crate) fn parse_fabric(v: &str) -> Result<Fabric, CliError> {
-    if let Some(p) = v.strip_prefix("udp:") {
-        return Ok(Fabric::Udp(parse_port(p, "fabric port")?));
-    }
-    if let Some(rest) = v.strip_prefix("eth:") {
-        let Some((l, r)) = rest.split_once(',') else {
-            return bad(format!(
-                "invalid fabric {v:?}: eth:LOCAL,REMOTE (two UDP ports)"
-            ));
-        };
-        let (local, remote) = (parse_port(l, "UDP port")?, parse_port(r, "UDP port")?);
-        if local == remote {
-            return bad(format!(
-                "invalid fabric {v:?}: LOCAL and REMOTE must differ"
-            ));
-        }
-        return Ok(Fabric::Eth { local, remote });
-    }
-    bad(format!(
-        "invalid fabric {v:?} (udp:PORT or eth:LOCAL,REMOTE)"
-    ))
+    device_open::fabric::parse_fabric(v).map_err(CliError::Bad)
 }
 
 pub(crate) fn parse_mac(v: &str) -> Result<[u8; 6], CliError> {
-    let parts: Vec<&str> = v.split(':').collect();
-    let mut m = [0u8; 6];
-    if parts.len() != 6 {
-        return bad(format!("invalid MAC {v:?} (xx:xx:xx:xx:xx:xx)"));
-    }
-    for (b, p) in m.iter_mut().zip(&parts) {
-        *b = match (p.len(), u8::from_str_radix(p, 16)) {
-            (1 | 2, Ok(x)) => x,
-            _ => return bad(format!("invalid MAC {v:?} (xx:xx:xx:xx:xx:xx)")),
-        };
-    }
-    if m[0] & 1 != 0 || m == [0; 6] {
-        return bad(format!("invalid MAC {v:?}: multicast or zero"));
-    }
-    Ok(m)
+    device_open::fabric::parse_mac(v).map_err(CliError::Bad)
 }
 
 pub(crate) fn parse_ip(v: &str) -> Result<Ipv4Addr, CliError> {
@@ -298,8 +255,7 @@ pub(crate) fn check(o: &Options, fabric_set: bool) -> Result<(), CliError> {
                 );
             }
             for ip in addrs {
-                if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast()
-                {
+                if !device_open::fabric::wire_address_ok(ip) {
                     return bad(format!(
                         "{ip}: not a unicast address for the virtual wire (the link itself \
                          uses 127.0.0.1)"

@@ -30,7 +30,7 @@ use nvmf_rdma::target::{ListenerStats, run_listener};
 const USAGE: &str = "usage: nvmf-perf [--addr IP [--src IP] [--fabric-port PORT] \
 [--device emu|vfio:BDF]] [--port PORT] [--nqn NQN] [--rw read|write|randread|randwrite] \
 [--bs BYTES] [--qd N] [--queues N] [--count N | --time SECONDS] [--no-verify] [--nsid N] \
-[--range BLOCKS] [--json]";
+[--range BLOCKS] [--kato MS] [--json]";
 
 const DEFAULT_NQN: &str = "nqn.2024-01.io.rdma-stack:ram0";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:6e766d66-7065-7266-0000-000000000001";
@@ -43,6 +43,7 @@ struct Opts {
     device: Family,
     nqn: String,
     job: Job,
+    kato: Option<u32>,
     json: bool,
 }
 
@@ -55,6 +56,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         device: Family::Emu,
         nqn: DEFAULT_NQN.into(),
         job: Job::default(),
+        kato: None,
         json: false,
     };
     let mut it = args.iter();
@@ -83,6 +85,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--no-verify" => o.job.verify = false,
             "--nsid" => o.job.nsid = num(a, val()?)?,
             "--range" => o.job.range_blocks = num(a, val()?)?,
+            "--kato" => o.kato = Some(num(a, val()?)?),
             "--json" => o.json = true,
             "-h" | "--help" => return Err(String::new()),
             x => return Err(format!("unknown argument '{x}'")),
@@ -102,7 +105,10 @@ fn params(o: &Opts) -> ConnectParams {
         hostnqn: HOSTNQN.into(),
         hostid: *b"nvmf-perf-host01",
         subnqn: o.nqn.clone(),
-        kato: 0,
+        // --kato, else Linux's default of 5 s against a remote target; none embedded (its
+        // virtual time leaps ahead whenever the devices idle). The admin queue sends Keep
+        // Alive every half of it during a run.
+        kato: o.kato.unwrap_or(if o.addr.is_some() { 5000 } else { 0 }),
         disable_sqflow: false,
     }
 }

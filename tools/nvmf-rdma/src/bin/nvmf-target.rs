@@ -5,7 +5,13 @@
 //! nvmf-target                                   # 127.0.0.2:4420, one 64 MiB RAM namespace
 //! nvmf-target --ram 16:4096 --file disk.img:512 --nqn nqn.2024-01.io.example:disk
 //! nvmf-target --addr 127.0.0.5 --fabric-port 4791 --device emu
+//! nvmf-target --addr 10.77.0.1 --fabric eth:48030,48031    # on a QEMU socket-netdev link
 //! ```
+//!
+//! `--fabric eth:LOCAL,REMOTE` puts the emulated NIC on an Ethernet link in QEMU's
+//! socket-netdev format (frames between 127.0.0.1:LOCAL and 127.0.0.1:REMOTE, ARP), where
+//! Linux's nvme-rdma initiator on soft-RoCE in a guest reaches it; `--addr` is then the NIC's
+//! address on that virtual wire.
 //!
 //! It serves until killed. Exit status 1 on a setup failure, 2 on a bad command line.
 
@@ -14,20 +20,22 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use device_open::fabric::{Fabric, parse_fabric, parse_mac, wire_address_ok};
 use device_open::{Device, Family, Opened, WithDevice, open_remote};
 use nvmf::namespace::{FileNamespace, Namespace, RamNamespace};
 use nvmf::target::{Port, Subsystem, Target, TargetConfig};
-use nvmf_rdma::net::Endpoint;
+use nvmf_rdma::net::{Endpoint, eth_endpoint};
 use nvmf_rdma::target::{ListenerStats, run_listener};
 
-const USAGE: &str = "usage: nvmf-target [--addr IP] [--port PORT] [--fabric-port PORT] \
-[--device emu|vfio:BDF] [--nqn NQN] [--ram MIB[:BS]]... [--file PATH[:BS]]... \
+const USAGE: &str = "usage: nvmf-target [--addr IP] [--port PORT] [--fabric-port PORT | \
+--fabric udp:PORT|eth:LOCAL,REMOTE [--mac MAC]] [--device emu|vfio:BDF] [--nqn NQN] [--ram MIB[:BS]]... [--file PATH[:BS]]... \
 [--io-queues N] [--mdts N] [-v]";
 
 struct Opts {
     addr: Ipv4Addr,
     port: u16,
-    fabric_port: u16,
+    fabric: Fabric,
+    mac: Option<[u8; 6]>,
     device: Family,
     nqn: String,
     ram: Vec<(u64, u32)>,
@@ -48,7 +56,8 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         addr: Ipv4Addr::new(127, 0, 0, 2),
         port: nvmf::rdma::DEFAULT_PORT,
-        fabric_port: 4791,
+        fabric: Fabric::Udp(4791),
+        mac: None,
         device: Family::Emu,
         nqn: "nqn.2024-01.io.rdma-stack:ram0".into(),
         ram: Vec::new(),
@@ -64,8 +73,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--addr" => o.addr = val()?.parse().map_err(|e| format!("--addr: {e}"))?,
             "--port" => o.port = val()?.parse().map_err(|e| format!("--port: {e}"))?,
             "--fabric-port" => {
-                o.fabric_port = val()?.parse().map_err(|e| format!("--fabric-port: {e}"))?
+                o.fabric = Fabric::Udp(val()?.parse().map_err(|e| format!("--fabric-port: {e}"))?)
             }
+            "--fabric" => o.fabric = parse_fabric(&val()?)?,
+            "--mac" => o.mac = Some(parse_mac(&val()?)?),
             "--device" => o.device = val()?.parse()?,
             "--nqn" => o.nqn = val()?,
             "--ram" => {
@@ -87,6 +98,22 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-h" | "--help" => return Err(String::new()),
             x => return Err(format!("unknown argument '{x}'")),
         }
+    }
+    match o.fabric {
+        Fabric::Udp(_) if o.mac.is_some() => {
+            return Err("--mac applies to the Ethernet fabric (--fabric eth:LOCAL,REMOTE)".into());
+        }
+        Fabric::Eth { .. } if o.device != Family::Emu => {
+            return Err("--fabric eth: is the emulated NIC's; not with --device".into());
+        }
+        Fabric::Eth { .. } if !wire_address_ok(o.addr) => {
+            return Err(format!(
+                "--addr {}: not a unicast address for the virtual wire (the link itself uses \
+                 127.0.0.1)",
+                o.addr
+            ));
+        }
+        _ => {}
     }
     if o.ram.is_empty() && o.files.is_empty() {
         o.ram.push((64, 512));
@@ -133,6 +160,29 @@ fn build(o: &Opts) -> Result<Arc<Target>, String> {
     Ok(Arc::new(t))
 }
 
+/// Listens on `ep` and serves until killed.
+fn serve_on<D: Device>(ep: &Endpoint<D>, o: &Opts, target: &Arc<Target>) -> Result<(), String> {
+    let listen = ep.listen(o.port)?;
+    eprintln!(
+        "nvmf-target: {} listening on {}:{} ({})",
+        o.nqn, o.addr, o.port, ep.label
+    );
+    let stop = AtomicBool::new(false);
+    let stats = ListenerStats::default();
+    let staging = 4096usize << o.mdts;
+    run_listener(
+        target, &listen, &ep.clock, staging, &stop, &stats, o.verbose,
+    );
+    eprintln!(
+        "nvmf-target: {} connections, {} rejected, {} commands",
+        stats.accepted.load(Ordering::Relaxed),
+        stats.rejected.load(Ordering::Relaxed),
+        stats.commands.load(Ordering::Relaxed)
+    );
+    listen.destroy_ep();
+    Ok(())
+}
+
 struct Serve<'a>(&'a Opts, Arc<Target>);
 
 impl WithDevice for Serve<'_> {
@@ -140,28 +190,20 @@ impl WithDevice for Serve<'_> {
     fn run<D: Device>(self, dev: Opened<D>) -> Result<(), String> {
         let Serve(o, target) = self;
         let (ep, backing) = Endpoint::new(dev, 2_000_000_000)?;
-        let listen = ep.listen(o.port)?;
-        eprintln!(
-            "nvmf-target: {} listening on {}:{} ({})",
-            o.nqn, o.addr, o.port, ep.label
-        );
-        let stop = AtomicBool::new(false);
-        let stats = ListenerStats::default();
-        let staging = 4096usize << o.mdts;
-        run_listener(
-            &target, &listen, &ep.clock, staging, &stop, &stats, o.verbose,
-        );
-        eprintln!(
-            "nvmf-target: {} connections, {} rejected, {} commands",
-            stats.accepted.load(Ordering::Relaxed),
-            stats.rejected.load(Ordering::Relaxed),
-            stats.commands.load(Ordering::Relaxed)
-        );
-        listen.destroy_ep();
+        let r = serve_on(&ep, o, &target);
         drop(ep);
         drop(backing);
-        Ok(())
+        r
     }
+}
+
+/// Serves on the emulated NIC of an Ethernet link.
+fn serve_eth(o: &Opts, target: Arc<Target>, local: u16, remote: u16) -> Result<(), String> {
+    let (ep, nic) = eth_endpoint(o.addr, local, remote, o.mac, 2_000_000_000)?;
+    let r = serve_on(&ep, o, &target);
+    drop(ep);
+    drop(nic);
+    r
 }
 
 fn main() -> ExitCode {
@@ -177,8 +219,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let r = build(&o)
-        .and_then(|t| open_remote(&o.device, o.addr, o.fabric_port, Serve(&o, t)).and_then(|r| r));
+    let r = build(&o).and_then(|t| match o.fabric {
+        Fabric::Udp(port) => open_remote(&o.device, o.addr, port, Serve(&o, t)).and_then(|r| r),
+        Fabric::Eth { local, remote } => serve_eth(&o, t, local, remote),
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -134,39 +134,10 @@ pub fn tool_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
 }
 
 /// Builds `tools/cm-examples` (librdmacm's examples ported: `rdma_server`, `rdma_client`,
-/// `udaddy`, `ucmatose`) as [`rping_binary`] builds rping, once per process, and returns
-/// the path of the binary `name`.
+/// `udaddy`, `ucmatose`) as [`rping_binary`] builds rping, and returns the path of the binary
+/// `name`.
 pub fn example_binary(name: &str) -> Result<PathBuf, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = DIR
-        .get_or_init(|| {
-            let dir = target_dir().join("interop-tools");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .arg("build")
-                .arg("--manifest-path")
-                .arg(workspace().join("Cargo.toml"))
-                .args(["-p", "cm-examples", "--bins"])
-                .env("CARGO_TARGET_DIR", &dir)
-                .env_remove("CARGO_ENCODED_RUSTFLAGS")
-                .env_remove("RUSTFLAGS")
-                .output()
-                .map_err(|e| format!("cargo: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "cargo build -p cm-examples failed:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(dir.join("debug"))
-        })
-        .clone()?;
-    let bin = dir.join(name);
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!("{} missing after the build", bin.display()))
-    }
+    tool_binary("cm-examples", name)
 }
 
 /// A relay between the two ends of an Ethernet link (QEMU's socket netdev format): frames

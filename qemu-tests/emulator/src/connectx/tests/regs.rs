@@ -12,7 +12,7 @@ use firmware_interface::{cmd, opcode as op};
 fn init_segment_reports_profile() {
     let p = Profile {
         fw_rev: (14, 32, 1010),
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut h = H::raw(p);
     assert_eq!(h.rd32(is::FW_REV), 32 << 16 | 14);
@@ -31,7 +31,7 @@ fn init_segment_reports_profile() {
 fn initializing_clears_after_the_configured_reads() {
     let p = Profile {
         init_delay_reads: 3,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut h = H::raw(p);
     let reads: Vec<bool> = (0..5)
@@ -42,7 +42,7 @@ fn initializing_clears_after_the_configured_reads() {
 
 #[test]
 fn never_ready_keeps_initializing_set_and_ignores_commands() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.dev.faults().never_ready = true;
     h.set_cmdq();
     for _ in 0..50 {
@@ -62,7 +62,7 @@ fn never_ready_keeps_initializing_set_and_ignores_commands() {
 
 #[test]
 fn health_counter_advances_on_every_read() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let a = h.rd32(is::HEALTH_COUNTER);
     let b = h.rd32(is::HEALTH_COUNTER);
     let c = h.rd32(is::HEALTH_COUNTER);
@@ -72,7 +72,7 @@ fn health_counter_advances_on_every_read() {
 
 #[test]
 fn internal_timer_runs() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let t = |h: &mut H| {
         let hi = h.rd32(is::INTERNAL_TIMER_H);
         let lo = h.rd32(is::INTERNAL_TIMER_L);
@@ -86,7 +86,7 @@ fn internal_timer_runs() {
 
 #[test]
 fn cmdq_address_latch_ignores_low_bits_and_keeps_high_half() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wr32(is::CMDQ_ADDR_H, 0x1);
     h.wr32(is::CMDQ_ADDR_L_SZ, 0x2345_6fff & !0x700);
     let l = h.rd32(is::CMDQ_ADDR_L_SZ);
@@ -105,7 +105,7 @@ fn cmdq_address_latch_ignores_low_bits_and_keeps_high_half() {
 
 #[test]
 fn doorbell_before_cmdq_is_recorded() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wait_ready();
     h.wr32(is::CMD_DBELL, 1);
     assert_eq!(h.dev.errors(), &[DeviceError::CmdqNotSet]);
@@ -114,7 +114,7 @@ fn doorbell_before_cmdq_is_recorded() {
 
 #[test]
 fn read_only_registers_and_bad_sizes_are_recorded() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wr32(is::FW_REV, 0xdead);
     h.dev.mmio_write(is::CMD_DBELL, &[1, 2]);
     h.dev.mmio_write(0x3000 + 2, &[0; 4]);
@@ -147,7 +147,7 @@ fn read_only_registers_and_bad_sizes_are_recorded() {
 fn doorbell_bits_beyond_the_queue_are_recorded() {
     let mut h = H::with(Profile {
         log_cmdq_size: 2,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.wr32(is::CMD_DBELL, 1 << 7);
     assert_eq!(
@@ -161,7 +161,7 @@ fn doorbell_bits_beyond_the_queue_are_recorded() {
 
 #[test]
 fn out_of_range_reads_give_all_ones() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let mut b = [0u8; 4];
     h.dev.mmio_read((32 << 20) - 2, &mut b);
     assert_eq!(b, [0, 0, 0xff, 0xff]);
@@ -254,7 +254,7 @@ fn untrapped() -> (H, Shared) {
     let dev = Device::with_bar(
         Profile {
             bar_size: 1 << 20,
-            ..Profile::default()
+            ..crate::connectx::tests::quiet()
         },
         mem.clone(),
         Box::new(shared.clone()),

@@ -358,6 +358,55 @@ fn untrapped_polls_write_no_driver_owned_word() {
     assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
 }
 
+/// Two command rings between two polls of an untrapped BAR leave only the second in the
+/// doorbell word (a driver rings its page slot while an ordinary command waits, before the
+/// device polled): the first command still runs, because its entry is hardware-owned. A ring
+/// that arrives after its command ran that way is not a ring for a software-owned entry.
+#[test]
+fn untrapped_rings_overwritten_before_a_poll_are_not_lost() {
+    let (mut h, view) = untrapped();
+    let q = h.mem.alloc(4096, 4096);
+    view.drv_wr(is::CMDQ_ADDR_H, (q >> 32) as u32);
+    view.drv_wr(is::CMDQ_ADDR_L_SZ, q as u32);
+    for _ in 0..5 {
+        h.dev.poll();
+    }
+    h.cmdq = q;
+    let a = h.build(0, &msg(op::NOP, 0, 16), 16);
+    let b = h.build(1, &msg(op::NOP, 0, 16), 16);
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    h.mem.wr(h.entry_addr(1), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1 << 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    h.result(&b).expect(0, 0);
+    let slots: Vec<u8> = h.dev.command_log().iter().map(|c| c.slot).collect();
+    assert_eq!(slots, [0, 1], "the lost ring first, as it was rung first");
+    // Slot 0 handed over, slot 1 rung before slot 0's ring reached the word (two driver
+    // threads): slot 0 runs with slot 1's ring, and its own ring is then no error.
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    h.mem.wr(h.entry_addr(1), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1 << 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    h.result(&b).expect(0, 0);
+    view.drv_wr(is::CMD_DBELL, 1);
+    assert!(h.dev.poll());
+    assert_eq!(h.dev.command_log().len(), 4);
+    // The next command on slot 0 runs on its ring as usual; a ring for a software-owned
+    // entry is recorded again.
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    assert_eq!(h.dev.command_log().len(), 5);
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+    view.drv_wr(is::CMD_DBELL, 1);
+    h.dev.poll();
+    assert_eq!(h.dev.errors(), &[DeviceError::CmdNotOwned { slot: 0 }]);
+}
+
 #[test]
 fn untrapped_queue_address_written_mid_poll_is_latched_whole() {
     let (mut h, view) = untrapped();

@@ -15,7 +15,10 @@
 //! * `inlen`/`outlen` above 1 MiB are absurd ⇒ `IN_LENGTH_ERR` / `OUT_LENGTH_ERR`;
 //! * the CMD EQE (`vector = 1 << slot`) is posted, after `status_own`, to every EQ that was
 //!   subscribed to CMD events when the command was handed over and still exists — also for
-//!   commands completed with a delivery error and for drivers that poll.
+//!   commands completed with a delivery error and for drivers that poll;
+//! * untrapped BAR only: a ring also runs the other hardware-owned entries that do not wait
+//!   for pages, since a second store to the doorbell word before the device polled replaces
+//!   the first (`Device::lost_rings`).
 
 use firmware_interface::cmd::{self, CmdLayout, MAILBOX_DATA, MAILBOX_SIZE};
 use firmware_interface::ctx::cmd_hca_cap;

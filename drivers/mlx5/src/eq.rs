@@ -492,6 +492,23 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         first.map_or(Ok(delivered), Err)
     }
 
+    /// Serves the firmware's page requests without taking any other event: reads the
+    /// driver's EQ (at most one ring's worth; every other event stays queued for
+    /// [`poll_events`](Self::poll_events) and `get_async_event`) and serves the page requests
+    /// queued at that point (bounded work, as in `poll_events`). The firmware asks for the
+    /// pages of destroyed objects back with such requests; they are otherwise served when
+    /// events are next processed, or while a later command waits. Returns how many requests
+    /// were served, or the first error after all of them were tried.
+    pub fn serve_page_requests_now(&self) -> Result<usize, Error> {
+        self.drain_driver_eq();
+        let budget = self.pending.lock().page_requests.len();
+        let served = self.serve_page_requests(budget);
+        if let Some(e) = self.pending.lock().error.take() {
+            return Err(e);
+        }
+        served
+    }
+
     /// Firmware page requests read from the driver's EQ and not served yet.
     pub fn page_requests_pending(&self) -> usize {
         self.pending.lock().page_requests.len()

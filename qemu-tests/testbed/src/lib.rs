@@ -352,4 +352,37 @@ impl Testbed {
     pub fn live(&self) -> nic_emulator::Live {
         self.device().live()
     }
+
+    /// The device's live-object counters once `dev`, the driver of this NIC, has served the
+    /// firmware's page requests: a destroy offers its object's pages back with a
+    /// PAGE_REQUEST event, which the driver serves only when it next looks at its events (as
+    /// Linux does from a work queue), so until then [`live`](Self::live)`().fw_pages` still
+    /// counts them. Other events stay queued for the driver's callers.
+    ///
+    /// # Panics
+    ///
+    /// If serving fails, if requests keep coming, if a create still waits for pages, or if
+    /// the driver's and the device's counts of the firmware's pages then differ.
+    pub fn live_settled(&self, dev: &EmuDevice) -> nic_emulator::Live {
+        for _ in 0..16 {
+            dev.serve_page_requests_now()
+                .expect("serving the firmware's page requests");
+            if dev.page_requests_pending() == 0 {
+                break;
+            }
+        }
+        assert_eq!(dev.page_requests_pending(), 0, "page requests keep coming");
+        let live = self.live();
+        assert_eq!(
+            self.device().waiting_for_pages(),
+            Vec::<u8>::new(),
+            "creates wait for pages"
+        );
+        assert_eq!(
+            dev.fw_pages() as u64,
+            u64::from(live.fw_pages),
+            "the driver and the device count the firmware's pages differently"
+        );
+        live
+    }
 }

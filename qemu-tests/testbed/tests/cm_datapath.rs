@@ -103,7 +103,7 @@ fn traffic(conn: usize, c: &DataPath<EmuDevice>, cb: &Buf, s: &DataPath<EmuDevic
 #[test]
 fn threads_each_with_a_connection_post_and_poll_concurrently() {
     let s = setup(23);
-    let baseline = (s.client.tb.live(), s.server.tb.live());
+    let baseline = s.live_settled();
     let listen = listener(&s);
     let mut conns = Vec::new();
     for _ in 0..THREADS {
@@ -195,6 +195,6 @@ fn threads_each_with_a_connection_post_and_poll_concurrently() {
         drop(ch);
     }
     listen.destroy_ep();
-    assert_eq!((s.client.tb.live(), s.server.tb.live()), baseline);
+    assert_eq!(s.live_settled(), baseline);
     s.teardown();
 }

@@ -14,7 +14,7 @@ use cm_support::*;
 #[test]
 fn server_and_client_in_one_thread() {
     let s = setup(1);
-    let baseline = (s.client.tb.live(), s.server.tb.live());
+    let baseline = s.live_settled();
     let listen = listener(&s);
     let client = active(&s);
     // the client goes asynchronous so that its connect returns while the server is not
@@ -139,7 +139,7 @@ fn server_and_client_in_one_thread() {
     listen.destroy_ep();
     ch.destroy();
     // the default PDs, QPs, CQs and MRs are gone: the NICs are as the CM found them
-    assert_eq!((s.client.tb.live(), s.server.tb.live()), baseline);
+    assert_eq!(s.live_settled(), baseline);
     let st = s.cm.stats();
     assert_eq!(
         (st.bad_mads, st.send_failures, st.retransmits),

@@ -516,7 +516,7 @@ fn a_req_from_a_connected_qp_is_a_stale_connection() {
 #[test]
 fn destroy_during_timewait_releases_everything() {
     let s = setup(313);
-    let base = (s.client.tb.live(), s.server.tb.live());
+    let base = s.live_settled();
     let (listen, client, conn, ch) = connect_pair(&s, None);
     client.disconnect().unwrap();
     conn.disconnect().unwrap();
@@ -533,7 +533,7 @@ fn destroy_during_timewait_releases_everything() {
     );
     drop(ch);
     assert_eq!(s.cm.live(), (0, 0));
-    assert_eq!((s.client.tb.live(), s.server.tb.live()), base);
+    assert_eq!(s.live_settled(), base);
     s.teardown();
 }
 

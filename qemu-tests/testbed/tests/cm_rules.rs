@@ -71,7 +71,7 @@ fn b2_without_attr_no_qp_is_created() {
 #[test]
 fn b3_one_default_pd_per_device_shared_and_refcounted() {
     let s = setup(13);
-    let base = s.client.tb.live();
+    let base = s.live_settled().0;
     let a = active(&s);
     let b = active(&s);
     assert_eq!(pdn(&a), pdn(&b), "one default PD for both ids");
@@ -79,7 +79,7 @@ fn b3_one_default_pd_per_device_shared_and_refcounted() {
     drop(a);
     assert_eq!(s.client.tb.live().pds, base.pds + 1, "b still holds it");
     drop(b);
-    assert_eq!(s.client.tb.live(), base, "the last id freed it");
+    assert_eq!(s.live_settled().0, base, "the last id freed it");
     let c = active(&s);
     assert_eq!(s.client.tb.live().pds, base.pds + 1, "allocated again");
     drop(c);

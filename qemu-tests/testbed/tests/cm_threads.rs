@@ -11,7 +11,7 @@ use cm_support::*;
 #[test]
 fn server_and_client_in_two_threads() {
     let s = setup(11);
-    let baseline = (s.client.tb.live(), s.server.tb.live());
+    let baseline = s.live_settled();
     let listen = listener(&s);
     let client = active(&s);
     assert!(client.is_sync());
@@ -75,6 +75,6 @@ fn server_and_client_in_two_threads() {
 
     client.destroy_ep();
     listen.destroy_ep();
-    assert_eq!((s.client.tb.live(), s.server.tb.live()), baseline);
+    assert_eq!(s.live_settled(), baseline);
     s.teardown();
 }

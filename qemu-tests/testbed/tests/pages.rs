@@ -3,9 +3,14 @@
 //! driver serves those requests on the page command slot while the create waits, without the
 //! application polling events. A page-request storm cannot keep one event call busy.
 
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
 use firmware_interface::{op_mod, opcode};
-use nic_emulator::{PageRequests, Profile};
-use nic_testbed::{EmuDevice, Testbed};
+use nic_emulator::host::{SharedMapping, ShmBar};
+use nic_emulator::{Device, PageRequests, Profile, spawn_poller};
+use nic_hal::{HeapDma, MmioBar};
+use nic_testbed::{EmuDevice, IommuView, Testbed, YieldingTime};
 use verbs::{AccessFlags, Provider, QpCap, QpInitAttr, QpType, SrqAttr};
 
 /// The slot of page commands: the last of the 32.
@@ -179,4 +184,110 @@ fn a_page_request_storm_keeps_no_event_call_busy() {
     settle(&tb, &dev);
     dev.shutdown().unwrap();
     assert_eq!(tb.live(), Default::default());
+}
+
+/// A scratch file under /dev/shm, removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The device in poll mode, as nic-emud runs it under a guest: its BAR is shared memory the
+/// driver loads from and stores to directly (untrapped), and a thread of its own polls it
+/// ([`Device::poll`]); nothing runs inline in a driver's register write. Runtime page
+/// requests with reclaim: every destroy of a charged object offers its pages back, and the
+/// driver takes them on the page slot while its next ordinary command waits, i.e. it rings
+/// the page slot right after ringing that command, usually before the device polled the
+/// first ring. Every command completes (the device does not lose the first ring), the pages
+/// come back, and teardown finds nothing alive.
+#[test]
+fn poll_mode_page_requests_lose_no_command() {
+    const BAR: u64 = 32 << 20;
+    let path = Scratch(PathBuf::from(format!(
+        "/dev/shm/nic-testbed-pages-{}",
+        std::process::id()
+    )));
+    let dma = HeapDma::new(0x1_0000_0000);
+    let dev = Arc::new(Mutex::new(Device::with_bar(
+        profile(2),
+        Arc::new(IommuView(dma.clone())),
+        Box::new(ShmBar::open(&path.0, Some(BAR)).unwrap()),
+    )));
+    let poller = spawn_poller(dev.clone());
+    let bar = SharedMapping::open(&path.0, None, false).unwrap();
+    // SAFETY: the mapping outlives the driver (dropped at the end of the test, after the
+    // driver), and no Rust reference to it is formed.
+    let regs = unsafe { MmioBar::new(bar.as_ptr(), bar.len()) };
+    let drv = mlx5::Device::probe(
+        regs,
+        dma,
+        YieldingTime::new(),
+        mlx5::Config {
+            // Generous: a lost ring would show as a timeout, a loaded machine must not.
+            cmd_timeout_ns: 20_000_000_000,
+            bar_size: BAR,
+            ..mlx5::Config::default()
+        },
+    )
+    .unwrap();
+    let boot_pages = drv.fw_pages();
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    for _ in 0..8 {
+        let pd = Provider::alloc_pd(&drv).unwrap();
+        let cq = Provider::create_cq(&drv, 4, 0, None).unwrap();
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        };
+        let (qp, _) = Provider::create_qp(&drv, &pd, &init).unwrap();
+        let buf = Provider::alloc_buf(&drv, 4096).unwrap();
+        let mr = Provider::reg_mr(&drv, &pd, buf, AccessFlags::LOCAL_WRITE).unwrap();
+        Provider::destroy_qp(&drv, qp).unwrap();
+        Provider::dereg_mr(&drv, mr).unwrap();
+        Provider::destroy_cq(&drv, cq).unwrap();
+        // Waits while the reclaim of the CQ's pages is served on the page slot.
+        Provider::dealloc_pd(&drv, pd).unwrap();
+    }
+    for _ in 0..64 {
+        drv.poll_events(|_| {}).unwrap();
+        if drv.page_requests_pending() == 0 && drv.fw_pages() == boot_pages {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        drv.fw_pages(),
+        boot_pages,
+        "the destroyed objects' pages came back"
+    );
+    {
+        let d = dev.lock().unwrap();
+        assert_eq!(d.live().fw_pages, boot_pages as u32);
+        let log = d.command_log();
+        assert!(
+            log.iter().any(|c| c.opcode == opcode::MANAGE_PAGES
+                && c.op_mod == op_mod::MANAGE_PAGES_TAKE
+                && c.status == 0
+                && c.slot == PAGE_SLOT),
+            "pages were reclaimed on the page slot"
+        );
+    }
+    drv.shutdown().unwrap();
+    poller.stop();
+    let d = dev.lock().unwrap();
+    assert!(d.errors().is_empty(), "{:?}", d.errors());
+    assert_eq!(d.live(), Default::default());
 }

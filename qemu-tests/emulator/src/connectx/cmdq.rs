@@ -15,7 +15,10 @@
 //! * `inlen`/`outlen` above 1 MiB are absurd ⇒ `IN_LENGTH_ERR` / `OUT_LENGTH_ERR`;
 //! * the CMD EQE (`vector = 1 << slot`) is posted, after `status_own`, to every EQ that was
 //!   subscribed to CMD events when the command was handed over and still exists — also for
-//!   commands completed with a delivery error and for drivers that poll.
+//!   commands completed with a delivery error and for drivers that poll;
+//! * untrapped BAR only: a ring also runs the other hardware-owned entries that do not wait
+//!   for pages, since a second store to the doorbell word before the device polled replaces
+//!   the first (`Device::lost_rings`).
 
 use firmware_interface::cmd::{self, CmdLayout, MAILBOX_DATA, MAILBOX_SIZE};
 use firmware_interface::ctx::cmd_hca_cap;
@@ -88,11 +91,66 @@ impl Device {
                 value: u64::from(value),
             });
         }
+        let lost = if self.regs.untrapped {
+            self.lost_rings(base, n, value)
+        } else {
+            0
+        };
         for slot in 0..n {
-            if value & (1 << slot) != 0 {
+            if lost & (1 << slot) != 0 {
+                self.regs.unrung |= 1 << slot;
                 self.run_slot(base, slot as u8);
             }
         }
+        for slot in 0..n {
+            if value & (1 << slot) == 0 {
+                continue;
+            }
+            if self.regs.unrung & (1 << slot) != 0 {
+                self.regs.unrung &= !(1 << slot);
+                // The ring of a command already run as a lost ring (its owner byte was seen
+                // before this store reached the word): nothing more to do for it.
+                if !self.slot_hw_owned(base, slot as u8) {
+                    continue;
+                }
+            }
+            self.run_slot(base, slot as u8);
+        }
+    }
+
+    /// Untrapped BAR: the slots (other than those in `rung`) whose entries are
+    /// hardware-owned and not waiting for pages. Two driver stores to the doorbell word
+    /// between two polls reach the device as the last of them, so a ring the driver made for
+    /// another slot just before (an ordinary command's, then the page slot's MANAGE_PAGES
+    /// while the first one waits) is lost; the entry's ownership bit still says it was handed
+    /// over. A driver sets that bit only right before it rings, so running such an entry
+    /// without its ring at most runs it a moment early.
+    fn lost_rings(&mut self, base: u64, n: u32, rung: u32) -> u32 {
+        let stride = u32::from(self.profile.log_cmdq_stride.min(12));
+        let mut q = vec![0u8; (n as usize) << stride];
+        // Quiet: a queue that cannot be read is recorded by the rung slot's own fetch.
+        if crate::mem::dma_read(&*self.mem, base, &mut q).is_err() {
+            return 0;
+        }
+        let mut lost = 0;
+        for slot in 0..n {
+            let own = q[((slot as usize) << stride) + cmd::STATUS_OWN_OFFSET];
+            if rung & (1 << slot) == 0
+                && own & cmd::OWNER_HW != 0
+                && !self.hca.rt.parked.contains_key(&(slot as u8))
+            {
+                lost |= 1 << slot;
+            }
+        }
+        lost
+    }
+
+    /// Whether the entry in `slot` is hardware-owned (false when it cannot be read).
+    fn slot_hw_owned(&mut self, base: u64, slot: u8) -> bool {
+        let stride = u32::from(self.profile.log_cmdq_stride.min(12));
+        let at = base.wrapping_add(u64::from(slot) << stride) + cmd::STATUS_OWN_OFFSET as u64;
+        let mut own = [0u8; 1];
+        crate::mem::dma_read(&*self.mem, at, &mut own).is_ok() && own[0] & cmd::OWNER_HW != 0
     }
 
     fn run_slot(&mut self, base: u64, slot: u8) {

@@ -74,7 +74,9 @@ pub struct Profile {
     /// register).
     pub pci_device_id: u16,
     /// Runtime page requests: the firmware asks for pages (and gives them back) while objects
-    /// are created and destroyed, not only at boot. Off by default.
+    /// are created and destroyed, not only at boot. On by default
+    /// ([`PageRequests::TESTS`]: every third create needs two pages, given back after
+    /// destroys), so that every test meets them; `PageRequests::default()` turns them off.
     pub page_requests: PageRequests,
     /// MSI-X vectors of the function (its MSI-X table size, default 8): an EQ context's
     /// `intr` must name one of them (CREATE_EQ fails with BAD_PARAM,
@@ -102,6 +104,14 @@ pub struct PageRequests {
 }
 
 impl PageRequests {
+    /// The default of [`Profile`]: every third create of a QP, CQ, MKEY or SRQ needs two
+    /// pages, and the pages of destroyed objects are asked back.
+    pub const TESTS: PageRequests = PageRequests {
+        every: 3,
+        pages: 2,
+        reclaim: true,
+    };
+
     /// Every create needs `pages` pages; destroyed objects' pages are asked back.
     pub fn each_create(pages: u32) -> PageRequests {
         PageRequests {
@@ -163,7 +173,7 @@ impl Default for Profile {
             rnr_timer_unit_ns: 10_000,
             atomic_host_endianness: true,
             pci_device_id: 0x1017,
-            page_requests: PageRequests::default(),
+            page_requests: PageRequests::TESTS,
             msix_vectors: 8,
         }
     }

@@ -24,7 +24,10 @@
 //! is refreshed by polls at a bounded rate (every idle poll and every [`TIMER_POLLS`]th busy
 //! one), not continuously; `cmdq_addr_l_sz` shows the geometry again only from the poll after
 //! the driver's write; and stores to one doorbell word between two polls reach the device as
-//! the last of them (see `eq.rs`).
+//! the last of them (see `eq.rs`). For the command doorbell that would lose commands (a
+//! driver rings the page slot while an ordinary command waits for pages, often before the
+//! device polled the first ring), so every command ring taken also runs the other
+//! hardware-owned entries that do not wait for pages (see `cmdq.rs`).
 
 use std::time::Instant;
 
@@ -79,6 +82,9 @@ pub(crate) struct Regs {
     pub timer_polls: u32,
     /// The last poll found nothing to do (set by [`Device::poll`]).
     pub idle: bool,
+    /// Untrapped: command slots run without their ring (a lost ring, see `cmdq.rs`); a
+    /// later ring of such a slot whose entry is software-owned again is that command's.
+    pub unrung: u32,
 }
 
 impl Regs {
@@ -97,6 +103,7 @@ impl Regs {
             shown_init: 0,
             timer_polls: 0,
             idle: true,
+            unrung: 0,
         }
     }
 }

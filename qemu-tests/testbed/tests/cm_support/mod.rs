@@ -72,6 +72,18 @@ pub fn setup_cfg(seed: u64, c: CmConfig) -> Setup {
 }
 
 impl Setup {
+    /// Both NICs' live counts (client, server) once their drivers served the firmware's page
+    /// requests (see [`Testbed::live_settled`]): a destroy's pages are asked back with an
+    /// event that the driver serves when it next looks at its events.
+    pub fn live_settled(&self) -> (Live, Live) {
+        let live = |n: &Nic| {
+            self.cm
+                .with_provider(n.dev, |p| n.tb.live_settled(p))
+                .expect("the device is the manager's")
+        };
+        (live(&self.client), live(&self.server))
+    }
+
     /// Every device removed and shut down, nothing left on the emulated NICs.
     pub fn teardown(self) {
         assert_eq!(self.cm.live(), (0, 0), "ids and channels left");

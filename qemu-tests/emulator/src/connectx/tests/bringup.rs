@@ -183,7 +183,7 @@ fn capabilities_come_from_the_profile() {
         max_wqe_sz_sq: 512,
         log_bf_reg_size: 8,
         port_type_eth: false,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut h = H::with(p);
     h.enable();
@@ -370,7 +370,7 @@ fn atomic_page_negotiates_the_response_endianness() {
     // A device without host-endian responses refuses mode 1.
     let mut h = H::with(Profile {
         atomic_host_endianness: false,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.enable();
     let max = h.query_cap(op_mod::CAP_ATOMIC, true);

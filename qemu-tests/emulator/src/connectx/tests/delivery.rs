@@ -259,7 +259,7 @@ fn sign(h: &mut H, b: &mut Built) {
 fn signatures_are_enforced_while_checksums_are_on() {
     let mut h = H::with(Profile {
         cmd_signatures: true,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     // Unsigned entry.
     let b = h.build(0, &msg(op::ENABLE_HCA, 0, 16), 16);

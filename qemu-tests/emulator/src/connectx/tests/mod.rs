@@ -22,6 +22,15 @@ use crate::{Device, Profile};
 
 pub(crate) use crate::testmem::TestMem;
 
+/// The default profile without runtime page requests: these tests drive the command interface
+/// by hand and count pages and objects exactly (the page requests have tests of their own).
+pub(crate) fn quiet() -> Profile {
+    Profile {
+        page_requests: crate::PageRequests::default(),
+        ..Profile::default()
+    }
+}
+
 /// A change made to a good input message to make it bad.
 pub(crate) type Mutation<'a> = Box<dyn Fn(&mut Vec<u8>) + 'a>;
 
@@ -115,7 +124,7 @@ impl H {
     }
 
     pub(crate) fn new() -> H {
-        H::with(Profile::default())
+        H::with(crate::connectx::tests::quiet())
     }
 
     pub(crate) fn rd32(&mut self, off: usize) -> u32 {

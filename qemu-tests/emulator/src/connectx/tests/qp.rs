@@ -374,7 +374,7 @@ fn modify_qp_checks_parameters() {
 fn ib_port_needs_an_rlid() {
     let mut h = H::with(Profile {
         port_type_eth: false,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.init_ib();
     let uar = h.alloc_uar();
@@ -426,7 +426,7 @@ fn objects_used_by_a_qp_cannot_go() {
 fn queue_sizes_are_bounded_by_log_max_qp_sz() {
     let mut h = H::with(Profile {
         log_max_qp_sz: 6,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.init();
     let uar = h.alloc_uar();

@@ -12,7 +12,7 @@ use firmware_interface::{cmd, opcode as op};
 fn init_segment_reports_profile() {
     let p = Profile {
         fw_rev: (14, 32, 1010),
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut h = H::raw(p);
     assert_eq!(h.rd32(is::FW_REV), 32 << 16 | 14);
@@ -31,7 +31,7 @@ fn init_segment_reports_profile() {
 fn initializing_clears_after_the_configured_reads() {
     let p = Profile {
         init_delay_reads: 3,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut h = H::raw(p);
     let reads: Vec<bool> = (0..5)
@@ -42,7 +42,7 @@ fn initializing_clears_after_the_configured_reads() {
 
 #[test]
 fn never_ready_keeps_initializing_set_and_ignores_commands() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.dev.faults().never_ready = true;
     h.set_cmdq();
     for _ in 0..50 {
@@ -62,7 +62,7 @@ fn never_ready_keeps_initializing_set_and_ignores_commands() {
 
 #[test]
 fn health_counter_advances_on_every_read() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let a = h.rd32(is::HEALTH_COUNTER);
     let b = h.rd32(is::HEALTH_COUNTER);
     let c = h.rd32(is::HEALTH_COUNTER);
@@ -72,7 +72,7 @@ fn health_counter_advances_on_every_read() {
 
 #[test]
 fn internal_timer_runs() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let t = |h: &mut H| {
         let hi = h.rd32(is::INTERNAL_TIMER_H);
         let lo = h.rd32(is::INTERNAL_TIMER_L);
@@ -86,7 +86,7 @@ fn internal_timer_runs() {
 
 #[test]
 fn cmdq_address_latch_ignores_low_bits_and_keeps_high_half() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wr32(is::CMDQ_ADDR_H, 0x1);
     h.wr32(is::CMDQ_ADDR_L_SZ, 0x2345_6fff & !0x700);
     let l = h.rd32(is::CMDQ_ADDR_L_SZ);
@@ -105,7 +105,7 @@ fn cmdq_address_latch_ignores_low_bits_and_keeps_high_half() {
 
 #[test]
 fn doorbell_before_cmdq_is_recorded() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wait_ready();
     h.wr32(is::CMD_DBELL, 1);
     assert_eq!(h.dev.errors(), &[DeviceError::CmdqNotSet]);
@@ -114,7 +114,7 @@ fn doorbell_before_cmdq_is_recorded() {
 
 #[test]
 fn read_only_registers_and_bad_sizes_are_recorded() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     h.wr32(is::FW_REV, 0xdead);
     h.dev.mmio_write(is::CMD_DBELL, &[1, 2]);
     h.dev.mmio_write(0x3000 + 2, &[0; 4]);
@@ -147,7 +147,7 @@ fn read_only_registers_and_bad_sizes_are_recorded() {
 fn doorbell_bits_beyond_the_queue_are_recorded() {
     let mut h = H::with(Profile {
         log_cmdq_size: 2,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.wr32(is::CMD_DBELL, 1 << 7);
     assert_eq!(
@@ -161,7 +161,7 @@ fn doorbell_bits_beyond_the_queue_are_recorded() {
 
 #[test]
 fn out_of_range_reads_give_all_ones() {
-    let mut h = H::raw(Profile::default());
+    let mut h = H::raw(crate::connectx::tests::quiet());
     let mut b = [0u8; 4];
     h.dev.mmio_read((32 << 20) - 2, &mut b);
     assert_eq!(b, [0, 0, 0xff, 0xff]);
@@ -254,7 +254,7 @@ fn untrapped() -> (H, Shared) {
     let dev = Device::with_bar(
         Profile {
             bar_size: 1 << 20,
-            ..Profile::default()
+            ..crate::connectx::tests::quiet()
         },
         mem.clone(),
         Box::new(shared.clone()),
@@ -356,6 +356,55 @@ fn untrapped_polls_write_no_driver_owned_word() {
     assert!(w.contains(&is::HEALTH_COUNTER));
     assert!(!w.contains(&is::FW_REV), "{w:x?}");
     assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+}
+
+/// Two command rings between two polls of an untrapped BAR leave only the second in the
+/// doorbell word (a driver rings its page slot while an ordinary command waits, before the
+/// device polled): the first command still runs, because its entry is hardware-owned. A ring
+/// that arrives after its command ran that way is not a ring for a software-owned entry.
+#[test]
+fn untrapped_rings_overwritten_before_a_poll_are_not_lost() {
+    let (mut h, view) = untrapped();
+    let q = h.mem.alloc(4096, 4096);
+    view.drv_wr(is::CMDQ_ADDR_H, (q >> 32) as u32);
+    view.drv_wr(is::CMDQ_ADDR_L_SZ, q as u32);
+    for _ in 0..5 {
+        h.dev.poll();
+    }
+    h.cmdq = q;
+    let a = h.build(0, &msg(op::NOP, 0, 16), 16);
+    let b = h.build(1, &msg(op::NOP, 0, 16), 16);
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    h.mem.wr(h.entry_addr(1), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1 << 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    h.result(&b).expect(0, 0);
+    let slots: Vec<u8> = h.dev.command_log().iter().map(|c| c.slot).collect();
+    assert_eq!(slots, [0, 1], "the lost ring first, as it was rung first");
+    // Slot 0 handed over, slot 1 rung before slot 0's ring reached the word (two driver
+    // threads): slot 0 runs with slot 1's ring, and its own ring is then no error.
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    h.mem.wr(h.entry_addr(1), &b.entry);
+    view.drv_wr(is::CMD_DBELL, 1 << 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    h.result(&b).expect(0, 0);
+    view.drv_wr(is::CMD_DBELL, 1);
+    assert!(h.dev.poll());
+    assert_eq!(h.dev.command_log().len(), 4);
+    // The next command on slot 0 runs on its ring as usual; a ring for a software-owned
+    // entry is recorded again.
+    h.mem.wr(h.entry_addr(0), &a.entry);
+    view.drv_wr(is::CMD_DBELL, 1);
+    assert!(h.dev.poll());
+    h.result(&a).expect(0, 0);
+    assert_eq!(h.dev.command_log().len(), 5);
+    assert!(h.dev.errors().is_empty(), "{:?}", h.dev.errors());
+    view.drv_wr(is::CMD_DBELL, 1);
+    h.dev.poll();
+    assert_eq!(h.dev.errors(), &[DeviceError::CmdNotOwned { slot: 0 }]);
 }
 
 #[test]

@@ -141,7 +141,7 @@ fn no_res_when_a_table_is_full() {
     let mut h = H::with(Profile {
         log_max_pd: 2,
         max_uars: 2,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     });
     h.init();
     let pds: Vec<u32> = (0..3).map(|_| h.alloc_pd()).collect();

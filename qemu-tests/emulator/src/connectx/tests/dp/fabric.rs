@@ -361,7 +361,7 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     let prof = Profile {
         ack_timeout_unit_ns: 100,
         rnr_timer_unit_ns: 100,
-        ..Profile::default()
+        ..crate::connectx::tests::quiet()
     };
     let mut a = Node::with([10, 0, 0, 1], prof.clone());
     let mut b = Node::with([10, 0, 0, 2], prof);
@@ -397,12 +397,12 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     let mem_a = a.h.mem.clone();
     let dev_b = Arc::new(Mutex::new(std::mem::replace(
         &mut b.h.dev,
-        crate::Device::new(Profile::default(), b.h.mem.clone()),
+        crate::Device::new(crate::connectx::tests::quiet(), b.h.mem.clone()),
     )));
     let pb = crate::spawn_poller(dev_b.clone());
     let dev_a = Arc::new(Mutex::new(std::mem::replace(
         &mut a.h.dev,
-        crate::Device::new(Profile::default(), mem_a.clone()),
+        crate::Device::new(crate::connectx::tests::quiet(), mem_a.clone()),
     )));
     let pa = crate::spawn_poller(dev_a.clone());
     for i in 0..32u64 {

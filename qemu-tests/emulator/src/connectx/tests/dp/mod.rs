@@ -296,7 +296,7 @@ pub(crate) const ASYNC_EVENTS: &[u8] = &[
 
 /// The profile of the tests: the defaults.
 pub(crate) fn profile() -> Profile {
-    Profile::default()
+    crate::connectx::tests::quiet()
 }
 
 impl Node {

@@ -549,3 +549,58 @@ fn srd_without_a_posted_receive_fails_with_rnr_and_unreachable_peers_time_out() 
     a.teardown();
     b.teardown();
 }
+
+/// Writes a 16-byte completion entry into slot `slot` of `node`'s CQ with the phase of the
+/// ring's first pass, as a misbehaving device would.
+fn forge_cqe(node: &Node, slot: u64, e: [u8; 16]) {
+    use nic_emulator::AddressSpace;
+    let view = nic_testbed::IommuView(node.tb.dma.clone());
+    let at = node.cq.ring_addr() + slot * u64::from(node.cq.entry_size());
+    view.write(at, &e).unwrap();
+}
+
+#[test]
+fn malformed_completions_are_refused_not_trusted() {
+    let (w, mut a, b) = pair(6, QpType::Srd);
+    let qpn = a.qp.qp_num() as u16;
+    let mut wc = [WorkCompletion::default(); 4];
+    // flags: phase 1, queue type, op type.
+    let entry = |req_id: u16, status: u8, q_type: u8, qpn: u16| {
+        let mut e = [0u8; 16];
+        e[0..2].copy_from_slice(&req_id.to_le_bytes());
+        e[2] = status;
+        e[3] = 1 | q_type << 1;
+        e[4..6].copy_from_slice(&qpn.to_le_bytes());
+        e
+    };
+    let cases = [
+        // A send id nothing was posted with.
+        (entry(3, 0, 1, qpn), efa::CqeFault::SendReqId(3)),
+        // A QP the CQ does not serve.
+        (entry(0, 0, 1, qpn + 7), efa::CqeFault::UnknownQp(qpn + 7)),
+        // A receive when none is outstanding.
+        (entry(0, 0, 2, qpn), efa::CqeFault::RecvReqId(0)),
+        // An undefined status.
+        (entry(0, 16, 1, qpn), efa::CqeFault::Status(16)),
+        // No queue type.
+        (entry(0, 0, 3, qpn), efa::CqeFault::QueueType(3)),
+    ];
+    for (i, (e, fault)) in cases.iter().enumerate() {
+        forge_cqe(&a, i as u64, *e);
+        assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io), "case {i}");
+        assert_eq!(a.dev.bad_cqes(), (i as u64 + 1, Some(*fault)));
+    }
+    // A receive longer than what was posted.
+    a.post_recvs(0, 16, 1);
+    let mut e = entry(0, 0, 2, qpn);
+    e[6..8].copy_from_slice(&17u16.to_le_bytes());
+    forge_cqe(&a, 5, e);
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io));
+    assert_eq!(a.dev.bad_cqes().1, Some(efa::CqeFault::Length(17)));
+    // Each refused entry was consumed once: the ring is empty again.
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Ok(0));
+    assert_eq!(a.dev.bad_cqes().0, 6);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}

@@ -164,6 +164,8 @@ struct PollState {
     qps: Vec<Attached>,
     /// The sub-CQ polled first next time (round robin).
     next: usize,
+    /// Index in `qps` of the QP the last completion named.
+    last: usize,
 }
 
 /// What a CQ shares with its QPs (attach, detach) and pollers.
@@ -192,6 +194,7 @@ impl CqShared {
                 cc: alloc::vec![0; subs.into()],
                 qps: Vec::new(),
                 next: 0,
+                last: 0,
             }),
         }))
     }
@@ -328,29 +331,29 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             return Err(fail(verbs::Error::InvalidArgument, 0));
         }
         let srd = qp.qp_type == QpType::Srd;
-        let (llq, sq_db, qkey) = (
-            qp.llq_offset as usize,
-            qp.sq_db_offset as usize,
-            qp.attr.qkey,
-        );
-        let max_sge = qp.cap.max_send_sge as usize;
-        let mtu = self.attrs.mtu;
-        let (read_ok, write_ok) = (
-            srd && self
-                .attrs
-                .has(firmware_interface::efa::feature::device_attr::CAP_RDMA_READ),
-            srd && self
-                .attrs
-                .has(firmware_interface::efa::feature::device_attr::CAP_RDMA_WRITE),
-        );
+        use firmware_interface::efa::feature::device_attr as d;
+        let ctx = PostCtx {
+            qkey: qp.attr.qkey,
+            max_sge: (qp.cap.max_send_sge as usize).min(io::TX_BUF_DESCS),
+            mtu: self.attrs.mtu,
+            read_ok: srd && self.attrs.has(d::CAP_RDMA_READ),
+            write_ok: srd && self.attrs.has(d::CAP_RDMA_WRITE),
+        };
+        let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
         let dp = &mut qp.dp;
         let mut pending = 0u16;
         let mut result = Ok(());
+        let mut w = [0u64; 8];
         for (i, wr) in wrs.iter().enumerate() {
-            match Self::build(dp, wr, max_sge, mtu, qkey, read_ok, write_ok) {
-                Ok(wqe) => {
+            match build(dp, wr, &ctx, &mut w) {
+                Ok(()) => {
                     let slot = usize::from(dp.sq_pc & dp.sq_mask) * io::TX_WQE_SIZE;
-                    bars.mem.write_block(llq + slot, &wqe);
+                    // SAFETY: `w` is 64 initialised bytes (eight little-endian words: the
+                    // WQE's byte image), borrowed for the call only.
+                    let bytes = unsafe {
+                        core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE)
+                    };
+                    bars.mem.write_block(llq + slot, bytes);
                     dp.sq_pc = dp.sq_pc.wrapping_add(1);
                     pending += 1;
                     if pending == dp.batch {
@@ -370,115 +373,6 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             bars.db.write32(sq_db, dp.sq_pc.into());
         }
         result
-    }
-
-    /// One WQE for `wr` (its send id taken from the pool).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn build(
-        dp: &mut QpDp,
-        wr: &SendWr<'_, Ah>,
-        max_sge: usize,
-        mtu: u32,
-        qkey: u32,
-        read_ok: bool,
-        write_ok: bool,
-    ) -> Result<[u8; io::TX_WQE_SIZE], verbs::Error> {
-        use verbs::Error::{InvalidArgument as Inval, NoMemory, NotSupported};
-        let dest = wr.dest.as_ref().ok_or(Inval)?;
-        let dest_qpn = u16::try_from(dest.remote_qpn).map_err(|_| Inval)?;
-        let mut w = [0u8; io::TX_WQE_SIZE];
-        let (op, wc_op, mut ctrl1) = match (wr.opcode, wr.remote) {
-            (WrOpcode::Send, RemoteOp::None) => (op_type::SEND, WcOpcode::Send, 0),
-            (WrOpcode::SendWithImm, RemoteOp::None) => {
-                w[8..12].copy_from_slice(&imm_host(wr.imm_data).to_le_bytes());
-                (op_type::SEND, WcOpcode::Send, CTRL1_HAS_IMM)
-            }
-            (WrOpcode::RdmaRead, RemoteOp::Rdma { .. }) if read_ok => {
-                (op_type::RDMA_READ, WcOpcode::RdmaRead, 0)
-            }
-            (WrOpcode::RdmaWrite, RemoteOp::Rdma { .. }) if write_ok => {
-                (op_type::RDMA_WRITE, WcOpcode::RdmaWrite, 0)
-            }
-            (
-                WrOpcode::RdmaRead
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-                | WrOpcode::AtomicCmpAndSwp
-                | WrOpcode::AtomicFetchAndAdd,
-                _,
-            ) => return Err(NotSupported),
-            _ => return Err(Inval),
-        };
-        let mut len = 0u32;
-        let mut n = 0u16;
-        if let RemoteOp::Rdma { remote_addr, rkey } = wr.remote {
-            let mut local = wr.sg_list.iter().filter(|s| s.length != 0);
-            let (Some(s), None) = (local.next(), local.next()) else {
-                return Err(Inval);
-            };
-            len = s.length;
-            put_desc(&mut w, 32, len, rkey, remote_addr);
-            put_desc(&mut w, 48, len, s.lkey & LKEY_MASK, s.addr);
-            n = 1;
-        } else if wr.flags.contains(SendFlags::INLINE) {
-            let d = wr.inline_data;
-            if d.len() > io::TX_INLINE_MAX || d.len() as u32 > dp.max_inline {
-                return Err(Inval);
-            }
-            w[32..32 + d.len()].copy_from_slice(d);
-            ctrl1 |= CTRL1_INLINE_MSG;
-            n = d.len() as u16;
-        } else {
-            for s in wr.sg_list.iter().filter(|s| s.length != 0) {
-                if usize::from(n) == max_sge.min(io::TX_BUF_DESCS) {
-                    return Err(Inval);
-                }
-                put_desc(
-                    &mut w,
-                    32 + 16 * usize::from(n),
-                    s.length,
-                    s.lkey & LKEY_MASK,
-                    s.addr,
-                );
-                len = len.checked_add(s.length).ok_or(Inval)?;
-                n += 1;
-            }
-            if len > mtu {
-                return Err(Inval);
-            }
-        }
-        // A send id from the pool.
-        let core = &*dp.core;
-        let tail = dp.free_tail;
-        if core.free_head.load(Acquire) == tail {
-            return Err(NoMemory);
-        }
-        let id = core.free[tail as usize & (core.free.len() - 1)].load(Relaxed);
-        let slot = core.sq.get(usize::from(id)).ok_or(verbs::Error::Io)?;
-        dp.free_tail = tail.wrapping_add(1);
-        slot.wr_id.store(wr.wr_id, Relaxed);
-        slot.len.store(len, Relaxed);
-        let signaled = dp.sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        slot.meta.store(
-            OUT | if signaled { SIGNALED } else { 0 } | wc_op as u32,
-            Relaxed,
-        );
-        let qk = if dest.remote_qkey & 0x8000_0000 != 0 {
-            qkey
-        } else {
-            dest.remote_qkey
-        };
-        w[0..2].copy_from_slice(&id.to_le_bytes());
-        w[2] = op | ctrl1 | CTRL1_META_DESC;
-        // The SQ phase starts at 0 and flips on every wrap.
-        let phase = ((u32::from(dp.sq_pc) >> dp.sq_shift) & 1) as u8;
-        w[3] = phase | CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ;
-        w[4..6].copy_from_slice(&dest_qpn.to_le_bytes());
-        w[6..8].copy_from_slice(&n.to_le_bytes());
-        w[12..14].copy_from_slice(&dest.ah.handle().to_le_bytes());
-        w[16..20].copy_from_slice(&qk.to_le_bytes());
-        Ok(w)
     }
 
     /// `post_recv`: one RX descriptor per SGE (at least one), then the RQ doorbell.
@@ -552,43 +446,76 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         result
     }
 
-    /// `poll_cq`: the sub-CQs round robin, each entry taken by its phase and checked.
+    /// `poll_cq`: the sub-CQs round robin, each entry taken by its phase and checked. A fast
+    /// loop takes successful send completions of the QP the last one named; anything else
+    /// goes through [`take`], which checks every kind of entry.
     pub(crate) fn poll_cq_dp(
         &self,
         cq: &Cq,
         wc: &mut [WorkCompletion],
     ) -> Result<usize, verbs::Error> {
         let sh = cq.shared();
-        let mut st = sh.state.lock();
+        let mut guard = sh.state.lock();
+        let st = &mut *guard;
         let subs = st.cc.len();
+        let (mask, shift, entry) = (sh.depth - 1, sh.depth.trailing_zeros(), sh.entry);
         let mut n = 0;
         for k in 0..subs {
-            let sub = (st.next + k) % subs;
+            let sub = if subs == 1 { 0 } else { (st.next + k) % subs };
+            let base = sub * sh.depth as usize * entry;
+            let mut cc = st.cc[sub];
             while n < wc.len() {
-                let cc = st.cc[sub];
-                let o = (sub * sh.depth as usize + (cc & (sh.depth - 1)) as usize) * sh.entry;
+                let o = base + (cc & mask) as usize * entry;
                 // SAFETY: `o + 16 <= depth * subs * entry`, the ring's size (checked by
                 // `CqShared::new`), which the CQ keeps alive; entries are 16-byte aligned.
-                let (w0, w1) = unsafe {
-                    let p = sh.ring.0.as_ptr().add(o) as *const u64;
-                    let w0 = u64::from_le(core::ptr::read_volatile(p));
-                    if (w0 >> 24) as u32 & 1 != ((cc / sh.depth) & 1) ^ 1 {
-                        break;
+                let p = unsafe { sh.ring.0.as_ptr().add(o) as *const u64 };
+                // SAFETY: as above.
+                let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+                if (w0 >> 24) as u32 & 1 == (cc >> shift) & 1 {
+                    break;
+                }
+                dma_rmb();
+                // SAFETY: as above.
+                let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+                let qpn = (w0 >> 32) as u16;
+                // The fast case: a successful send completion of the QP seen last.
+                if (w0 >> 16) as u16 & 0x06ff == u16::from(Q_TYPE_SEND) << 9
+                    && let Some(a) = st.qps.get(st.last).filter(|a| a.qpn == qpn && a.send)
+                {
+                    let q = &*a.core;
+                    let id = w0 as u16;
+                    if let Some(slot) = q.sq.get(usize::from(id)) {
+                        let meta = slot.meta.load(Relaxed);
+                        if meta & OUT != 0 {
+                            slot.meta.store(0, Relaxed);
+                            let out = &mut wc[n];
+                            out.wr_id = slot.wr_id.load(Relaxed);
+                            out.status = WcStatus::Success;
+                            out.opcode = SEND_OPS[(meta & 3) as usize];
+                            out.qp_num = qpn.into();
+                            out.vendor_err = 0;
+                            out.wc_flags = WcFlags::empty();
+                            out.byte_len = slot.len.load(Relaxed);
+                            let head = q.free_head.load(Relaxed);
+                            q.free[head as usize & (q.free.len() - 1)].store(id, Relaxed);
+                            q.free_head.store(head.wrapping_add(1), Release);
+                            cc = cc.wrapping_add(1);
+                            n += usize::from(meta & SIGNALED != 0);
+                            continue;
+                        }
                     }
-                    dma_rmb();
-                    (
-                        u64::from_le(core::ptr::read_volatile(p)),
-                        u64::from_le(core::ptr::read_volatile(p.add(1))),
-                    )
-                };
-                match take(&mut st.qps, w0, w1, &mut wc[n]) {
+                }
+                // SAFETY: as above.
+                let w1 = u64::from_le(unsafe { core::ptr::read_volatile(p.add(1)) });
+                match take(st, w0, w1, &mut wc[n]) {
                     Ok(report) => {
-                        st.cc[sub] = cc.wrapping_add(1);
+                        cc = cc.wrapping_add(1);
                         n += usize::from(report);
                     }
                     Err(f) => {
                         if n > 0 {
                             // The good completions first; the bad entry stays for the next call.
+                            st.cc[sub] = cc;
                             st.next = sub;
                             return Ok(n);
                         }
@@ -598,38 +525,226 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                     }
                 }
             }
+            st.cc[sub] = cc;
         }
-        st.next = (st.next + 1) % subs.max(1);
+        if subs > 1 {
+            st.next = (st.next + 1) % subs;
+        }
         Ok(n)
     }
 }
 
-/// Writes a 16-byte buffer descriptor (or remote address) at `at` of a WQE.
+/// Completion opcodes of send slots by their meta's low bits.
+const SEND_OPS: [WcOpcode; 4] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::Send,
+];
+
+/// What every WQE of one `post_send` call shares.
+struct PostCtx {
+    qkey: u32,
+    max_sge: usize,
+    mtu: u32,
+    read_ok: bool,
+    write_ok: bool,
+}
+
+/// A buffer descriptor (or remote address) as its two little-endian words.
 #[inline(always)]
-fn put_desc(w: &mut [u8; io::TX_WQE_SIZE], at: usize, len: u32, key: u32, addr: u64) {
-    w[at..at + 4].copy_from_slice(&len.to_le_bytes());
-    w[at + 4..at + 8].copy_from_slice(&key.to_le_bytes());
-    w[at + 8..at + 16].copy_from_slice(&addr.to_le_bytes());
+fn desc(len: u32, key: u32, addr: u64) -> [u64; 2] {
+    [
+        (u64::from(len) | u64::from(key) << 32).to_le(),
+        addr.to_le(),
+    ]
+}
+
+/// The error for an opcode the QP cannot post: EOPNOTSUPP for what EFA does not have.
+#[cold]
+fn refused(op: WrOpcode) -> verbs::Error {
+    match op {
+        WrOpcode::RdmaRead
+        | WrOpcode::RdmaWrite
+        | WrOpcode::RdmaWriteWithImm
+        | WrOpcode::AtomicCmpAndSwp
+        | WrOpcode::AtomicFetchAndAdd => verbs::Error::NotSupported,
+        _ => verbs::Error::InvalidArgument,
+    }
+}
+
+/// The data area of an RDMA WQE (remote address, one local buffer): `(words, length)`.
+#[inline(never)]
+fn rdma_area(
+    wr: &SendWr<'_, Ah>,
+    remote_addr: u64,
+    rkey: u32,
+) -> Result<([u64; 4], u32), verbs::Error> {
+    let mut local = wr.sg_list.iter().filter(|s| s.length != 0);
+    let (Some(s), None) = (local.next(), local.next()) else {
+        return Err(verbs::Error::InvalidArgument);
+    };
+    let [a, b] = desc(s.length, rkey, remote_addr);
+    let [c, d] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+    Ok(([a, b, c, d], s.length))
+}
+
+/// The data area of an inline send: `(words, length)`.
+#[inline(never)]
+fn inline_area(wr: &SendWr<'_, Ah>, max: u32) -> Result<([u64; 4], u32), verbs::Error> {
+    let d = wr.inline_data;
+    if d.len() > io::TX_INLINE_MAX || d.len() as u32 > max {
+        return Err(verbs::Error::InvalidArgument);
+    }
+    let mut b = [0u8; io::TX_INLINE_MAX];
+    b[..d.len()].copy_from_slice(d);
+    let w = core::array::from_fn(|i| {
+        u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
+    });
+    Ok((w, d.len() as u32))
+}
+
+/// One WQE for `wr` into `w` (eight little-endian words), its send id taken from the pool.
+#[inline(always)]
+fn build(
+    dp: &mut QpDp,
+    wr: &SendWr<'_, Ah>,
+    ctx: &PostCtx,
+    w: &mut [u64; 8],
+) -> Result<(), verbs::Error> {
+    use verbs::Error::{InvalidArgument as Inval, NoMemory};
+    let Some(dest) = &wr.dest else {
+        return Err(Inval);
+    };
+    if dest.remote_qpn > 0xffff {
+        return Err(Inval);
+    }
+    let mut ctrl1 = u64::from(CTRL1_META_DESC);
+    let mut imm = 0u64;
+    let (n, len, wc_op);
+    match wr.remote {
+        RemoteOp::None => {
+            match wr.opcode {
+                WrOpcode::Send => {}
+                WrOpcode::SendWithImm => {
+                    imm = u64::from(imm_host(wr.imm_data));
+                    ctrl1 |= u64::from(CTRL1_HAS_IMM);
+                }
+                op => return Err(refused(op)),
+            }
+            wc_op = WcOpcode::Send as u32;
+            if wr.flags.contains(SendFlags::INLINE) {
+                let (area, l) = inline_area(wr, dp.max_inline)?;
+                w[4..].copy_from_slice(&area);
+                ctrl1 |= u64::from(CTRL1_INLINE_MSG);
+                n = u64::from(l);
+                len = l;
+            } else if let [s] = wr.sg_list
+                && s.length != 0
+            {
+                // The common case: one buffer.
+                if s.length > ctx.mtu || ctx.max_sge == 0 {
+                    return Err(Inval);
+                }
+                [w[4], w[5]] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+                (w[6], w[7]) = (0, 0);
+                n = 1;
+                len = s.length;
+            } else {
+                let mut k = 0usize;
+                let mut total = 0u32;
+                w[4..].fill(0);
+                for s in wr.sg_list {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    if k >= ctx.max_sge {
+                        return Err(Inval);
+                    }
+                    let [a, b] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+                    if k == 0 {
+                        (w[4], w[5]) = (a, b);
+                    } else {
+                        (w[6], w[7]) = (a, b);
+                    }
+                    total = total.checked_add(s.length).ok_or(Inval)?;
+                    k += 1;
+                }
+                if total > ctx.mtu {
+                    return Err(Inval);
+                }
+                n = k as u64;
+                len = total;
+            }
+        }
+        RemoteOp::Rdma { remote_addr, rkey } => {
+            let op = match wr.opcode {
+                WrOpcode::RdmaRead if ctx.read_ok => {
+                    wc_op = WcOpcode::RdmaRead as u32;
+                    op_type::RDMA_READ
+                }
+                WrOpcode::RdmaWrite if ctx.write_ok => {
+                    wc_op = WcOpcode::RdmaWrite as u32;
+                    op_type::RDMA_WRITE
+                }
+                op => return Err(refused(op)),
+            };
+            let (area, l) = rdma_area(wr, remote_addr, rkey)?;
+            w[4..].copy_from_slice(&area);
+            ctrl1 |= u64::from(op);
+            n = 1;
+            len = l;
+        }
+        _ => return Err(refused(wr.opcode)),
+    }
+    // A send id from the pool.
+    let core = &*dp.core;
+    let tail = dp.free_tail;
+    if core.free_head.load(Acquire) == tail {
+        return Err(NoMemory);
+    }
+    let id = core.free[tail as usize & usize::from(dp.sq_mask)].load(Relaxed);
+    let Some(slot) = core.sq.get(usize::from(id)) else {
+        return Err(verbs::Error::Io);
+    };
+    dp.free_tail = tail.wrapping_add(1);
+    slot.wr_id.store(wr.wr_id, Relaxed);
+    slot.len.store(len, Relaxed);
+    let signaled = dp.sig_all || wr.flags.contains(SendFlags::SIGNALED);
+    slot.meta
+        .store(OUT | (u32::from(signaled) << 30) | wc_op, Relaxed);
+    let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+        ctx.qkey
+    } else {
+        dest.remote_qkey
+    };
+    // The SQ phase starts at 0 and flips on every wrap.
+    let phase = u64::from((u32::from(dp.sq_pc) >> dp.sq_shift) & 1);
+    let ctrl2 = phase | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ);
+    w[0] = (u64::from(id) | ctrl1 << 16 | ctrl2 << 24 | u64::from(dest.remote_qpn) << 32 | n << 48)
+        .to_le();
+    w[1] = (imm | u64::from(dest.ah.handle()) << 32).to_le();
+    w[2] = u64::from(qkey).to_le();
+    w[3] = 0;
+    Ok(())
 }
 
 /// Checks one completion entry (`w0`, `w1`: its two little-endian words) against the
 /// bookkeeping and fills `out`; `Ok(false)` for a consumed completion that is not reported.
 #[inline(always)]
-fn take(
-    qps: &mut [Attached],
-    w0: u64,
-    w1: u64,
-    out: &mut WorkCompletion,
-) -> Result<bool, CqeFault> {
+fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Result<bool, CqeFault> {
     let req_id = w0 as u16;
     let status = (w0 >> 16) as u8;
     let flags = (w0 >> 24) as u8;
     let qpn = (w0 >> 32) as u16;
     let q_type = (flags >> 1) & 3;
-    let a = qps
+    let i = st
+        .qps
         .iter()
-        .find(|a| a.qpn == qpn)
+        .position(|a| a.qpn == qpn)
         .ok_or(CqeFault::UnknownQp(qpn))?;
+    st.last = i;
+    let a = &st.qps[i];
     let wst = wc_status(status).ok_or(CqeFault::Status(status))?;
     let q = &*a.core;
     if q_type == Q_TYPE_SEND && a.send {
@@ -641,11 +756,7 @@ fn take(
             return Err(CqeFault::SendReqId(req_id));
         }
         slot.meta.store(0, Relaxed);
-        let op = match meta & 0xff {
-            1 => WcOpcode::RdmaWrite,
-            2 => WcOpcode::RdmaRead,
-            _ => WcOpcode::Send,
-        };
+        let op = SEND_OPS[(meta & 3) as usize];
         *out = WorkCompletion {
             wr_id: slot.wr_id.load(Relaxed),
             status: wst,

@@ -645,7 +645,7 @@ fn build(
     let mut ctrl1 = u64::from(CTRL1_META_DESC);
     let mut imm = 0u64;
     let (n, len, wc_op);
-    match wr.remote {
+    match &wr.remote {
         RemoteOp::None => {
             match wr.opcode {
                 WrOpcode::Send => {}
@@ -712,7 +712,7 @@ fn build(
                 }
                 op => return Err(refused(op)),
             };
-            let (area, l) = rdma_area(wr, remote_addr, rkey)?;
+            let (area, l) = rdma_area(wr, *remote_addr, *rkey)?;
             w[4..].copy_from_slice(&area);
             ctrl1 |= u64::from(op);
             n = 1;

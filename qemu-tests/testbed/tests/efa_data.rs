@@ -604,3 +604,70 @@ fn malformed_completions_are_refused_not_trusted() {
     a.teardown();
     b.teardown();
 }
+
+#[test]
+fn the_device_refuses_driver_mistakes_on_the_data_path() {
+    use nic_emulator::efa::DeviceError;
+    use nic_hal::RegisterIo;
+    let (w, a, b) = pair(7, QpType::Srd);
+    let qpn = a.qp.qp_num() as u16;
+    let (sq_db, rq_db) = a.qp.db_offsets();
+    let db = a.tb.bar(a.dev.attributes().db_bar as u8);
+    // An SQ doorbell for a WQE never written: on the first pass the zeroed slot has the
+    // expected phase (0), so the meta-descriptor check refuses it; it completes with an
+    // error for a request id the driver never handed out.
+    db.write32(sq_db as usize, 1);
+    // An RQ doorbell far beyond the ring.
+    db.write32(rq_db as usize, 0x7fff);
+    // A BAR2 write outside every LLQ.
+    a.tb.bar(nic_emulator::efa::MEM_BAR)
+        .write_block(0x7fff_0000, &[0; 64]);
+    // A doorbell naming no queue.
+    db.write32(0x8000 * 8, 1);
+    let errors = a.tb.device().errors().to_vec();
+    assert_eq!(
+        errors,
+        vec![
+            DeviceError::BadWqe {
+                qpn,
+                reason: "meta descriptor flags"
+            },
+            DeviceError::ProducerAhead {
+                qpn,
+                producer: 0x7fff,
+                consumer: 0
+            },
+            DeviceError::BadLlqWrite {
+                offset: 0x7fff_0000,
+                len: 64
+            },
+            DeviceError::BadDoorbell {
+                offset: 0x8000 * 8,
+                value: 1
+            },
+        ]
+    );
+    assert_eq!(a.tb.device().data_stats().tx_frames, 0);
+    let mut wc = [WorkCompletion::default(); 2];
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io));
+    assert_eq!(a.dev.bad_cqes(), (1, Some(efa::CqeFault::SendReqId(0))));
+    settle(&w, &[&a, &b]);
+    // Teardown checks for device errors: this test made them on purpose.
+    let Node {
+        tb,
+        dev,
+        pd,
+        cq,
+        qp,
+        mr,
+        ah,
+    } = a;
+    dev.destroy_qp(qp).unwrap();
+    dev.destroy_ah(ah.unwrap()).unwrap();
+    dev.dereg_mr(mr).unwrap();
+    dev.destroy_cq(cq).unwrap();
+    dev.dealloc_pd(pd).unwrap();
+    dev.shutdown().unwrap();
+    assert_eq!(tb.live(), Default::default());
+    b.teardown();
+}

@@ -441,7 +441,7 @@ impl Device {
             chunks: 1,
             ..Hdr::default()
         };
-        let mtu = self.profile.mtu as usize;
+        let mtu = (self.profile.mtu as usize).max(1);
         if op == op_type::SEND {
             let len = usize::from(m.length.get());
             let mut payload = Vec::new();
@@ -938,16 +938,21 @@ impl Device {
                 return;
             }
         };
-        let mtu = self.profile.mtu as usize;
+        let mtu = (self.profile.mtu as usize).max(1);
         let total = h.total as usize;
         let chunks = total.div_ceil(mtu).max(1);
-        let data = self
-            .remote_range(pd, h, PERM_REMOTE_READ, 0, total)
-            .and_then(|p| {
-                let mut v = Vec::with_capacity(total);
-                self.read_pieces(&p, &mut v).then_some(v)
-            });
-        let Some(data) = data.filter(|_| chunks == usize::from(h.chunks)) else {
+        // The request's shape is checked before any memory is touched.
+        let sane = chunks == usize::from(h.chunks) && h.total <= self.profile.max_rdma_size;
+        let data = if sane {
+            self.remote_range(pd, h, PERM_REMOTE_READ, 0, total)
+                .and_then(|p| {
+                    let mut v = Vec::with_capacity(total);
+                    self.read_pieces(&p, &mut v).then_some(v)
+                })
+        } else {
+            None
+        };
+        let Some(data) = data else {
             r.status = cs::REMOTE_ERROR_BAD_ADDRESS;
             self.send_frame(src, &r, &[]);
             return;

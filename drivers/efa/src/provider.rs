@@ -550,7 +550,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .checked_next_power_of_two()
             .ok_or(Error::InvalidArgument)?;
         let sq_ring = sq_depth.checked_mul(TX_WQE).ok_or(Error::InvalidArgument)?;
-        if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size {
+        // Request ids and the SQ counter are 16 bits wide.
+        if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size || sq_depth > 1 << 15 {
             return Err(Error::InvalidArgument);
         }
         let (rq_depth, rq_ring) = if cap.max_recv_wr == 0 {
@@ -568,7 +569,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             let ring = descs.checked_mul(RX_DESC).ok_or(Error::InvalidArgument)?;
             let limit =
                 u64::from(a.max_rq_depth) * u64::from(RX_DESC) * u64::from(a.max_wr_recv_sges);
-            if depth > a.max_rq_depth || u64::from(ring) > limit {
+            // The RQ doorbell counts descriptors in 16 bits.
+            if depth > a.max_rq_depth || u64::from(ring) > limit || descs > 1 << 15 {
                 return Err(Error::InvalidArgument);
             }
             (depth, ring)

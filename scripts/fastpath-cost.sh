@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Instruction cost of the mlx5 data path, counted by callgrind (hot-path costs are
-# counted in instructions; this machine's clocks are noisy). Builds
-# drivers/mlx5/examples/fastpath_cost.rs in release, runs it under callgrind twice, collecting
-# only inside its `post_batch` (16 RDMA writes, one doorbell) and then only inside its
+# Instruction cost of the mlx5 data path (or, with the argument `efa`, the EFA driver's),
+# counted by callgrind (hot-path costs are counted in instructions; this machine's clocks are
+# noisy). Builds drivers/mlx5/examples/fastpath_cost.rs (drivers/efa/examples/efa_fastpath_cost.rs)
+# in release, runs it under callgrind twice, collecting only inside its `post_batch` (16 RDMA
+# writes, one doorbell; EFA: 16 SRD sends through the LLQ) and then only inside its
 # `poll_batch` (16 CQEs), and divides each total by the WQEs / CQEs it handled:
 #
 #   instructions per WQE (16/doorbell): N
@@ -22,10 +23,17 @@ if ! command -v valgrind >/dev/null 2>&1; then
     fi
 fi
 
-cargo build --release --quiet -p mlx5 --features fake --example fastpath_cost
+case "${1:-mlx5}" in
+mlx5) cargo build --release --quiet -p mlx5 --features fake --example fastpath_cost
+    example=fastpath_cost ;;
+efa) cargo build --release --quiet -p efa --example efa_fastpath_cost
+    example=efa_fastpath_cost ;;
+*) echo "usage: $0 [mlx5|efa]" >&2
+    exit 2 ;;
+esac
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-exe="$target_dir/release/examples/fastpath_cost"
+exe="$target_dir/release/examples/$example"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -95,6 +95,12 @@ pub struct Device<R: RegisterIo, P: Platform> {
     stopped: bool,
     /// The last reset completed: the device uses none of the driver's memory.
     quiesced: bool,
+    /// The memory and doorbell BARs (the data path), once attached.
+    pub(crate) data: Option<crate::dp::DataBars<R>>,
+    /// Completion entries refused by `poll_cq`.
+    bad_cqes: AtomicU64,
+    /// The last refused completion entry.
+    last_bad_cqe: Mutex<Option<crate::dp::CqeFault>>,
 }
 
 impl<R: RegisterIo, P: Platform> core::fmt::Debug for Device<R, P> {
@@ -107,6 +113,29 @@ impl<R: RegisterIo, P: Platform> core::fmt::Debug for Device<R, P> {
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
+    /// Gives the driver the data path's BARs: `mem`, the memory BAR (BAR2, where each QP's
+    /// low-latency send queue is, at its CREATE_QP `llq_descriptors_offset`; map it
+    /// write-combining), and `doorbells`, the BAR `attributes().db_bar` names (SQ, RQ and CQ
+    /// doorbells; uncached). Until then `post_send`, `post_recv` and `poll_cq` answer
+    /// EOPNOTSUPP.
+    pub fn attach_data_bars(&mut self, mem: R, doorbells: R) {
+        self.data = Some(crate::dp::DataBars { mem, db: doorbells });
+    }
+
+    /// Completion entries `poll_cq` refused (malformed: see [`crate::CqeFault`]) and the last
+    /// one's fault.
+    pub fn bad_cqes(&self) -> (u64, Option<crate::dp::CqeFault>) {
+        (
+            self.bad_cqes.load(Ordering::Relaxed),
+            *self.last_bad_cqe.lock(),
+        )
+    }
+
+    pub(crate) fn note_bad_cqe(&self, f: crate::dp::CqeFault) {
+        self.bad_cqes.fetch_add(1, Ordering::Relaxed);
+        *self.last_bad_cqe.lock() = Some(f);
+    }
+
     /// Brings the device up as Linux's `efa_probe` does (`docs/efa.md#bring-up`):
     ///
     /// 1. the read-less response buffer (MMIO_RESP_HI, then LO);
@@ -152,6 +181,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             commands: AtomicU64::new(0),
             stopped: false,
             quiesced: false,
+            data: None,
+            bad_cqes: AtomicU64::new(0),
+            last_bad_cqe: Mutex::new(None),
         };
         dev.write_resp_addr();
         if let Err(e) = dev.bring_up() {

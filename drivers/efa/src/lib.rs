@@ -21,11 +21,14 @@
 //! DMA memory is freed only when the device is known not to use it (the create was refused,
 //! the destroy succeeded, the device was reset).
 //!
-//! **Not yet: the data path.** `post_send`, `post_recv`, `poll_cq`, `req_notify_cq`,
-//! completion channels and SRQs (EFA has none) return EOPNOTSUPP
-//! ([`verbs::Error::NotSupported`]). The next step is the data path: low-latency send queues
-//! in the memory BAR, receive rings, completion polling by phase on the sub-CQs, the doorbell
-//! BAR, and the completion EQs with CQ notifications.
+//! **The data path** needs the memory BAR (BAR2) and the doorbell BAR
+//! ([`Device::attach_data_bars`]): `post_send` writes each 64-byte WQE into the low-latency
+//! queue and rings the SQ doorbell, `post_recv` writes RX descriptors into the host ring and
+//! rings the RQ doorbell, `poll_cq` takes completions by phase and checks every field against
+//! the driver's bookkeeping (see the `dp` module's rules: send ids from a pool, since SRD
+//! completes out of order). Without the data BARs, post and poll answer EOPNOTSUPP. Not yet:
+//! `req_notify_cq` and completion channels (completion EQs), 128-byte WQEs; SRQs, RDMA write
+//! with immediate and atomics do not exist on EFA (EOPNOTSUPP).
 //!
 //! ```
 //! // Which PCI functions this driver binds to.
@@ -60,6 +63,7 @@
 extern crate alloc;
 
 mod device;
+mod dp;
 mod error;
 mod mem;
 mod provider;
@@ -67,6 +71,7 @@ mod provider;
 mod tests;
 
 pub use device::{AenqCounters, DEFAULT_ADMIN_TIMEOUT_NS, DEFAULT_READ_TIMEOUT_NS, Device};
+pub use dp::{CqeFault, wc_status};
 pub use error::{CompletionFault, Error};
 pub use provider::{Ah, CompChannel, Cq, Mr, Pd, Qp, Srq};
 

@@ -33,6 +33,7 @@ use verbs::{
 
 use crate::Error;
 use crate::device::{Device, release_unless_unknown};
+use crate::dp::{CqShared, QpCore, QpDp};
 use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
@@ -111,9 +112,14 @@ pub struct Cq {
     db_offset: Option<u32>,
     context: u64,
     ring: Option<Shared>,
+    shared: alloc::sync::Arc<CqShared>,
 }
 
 impl Cq {
+    pub(crate) fn shared(&self) -> &CqShared {
+        &self.shared
+    }
+
     /// Entries of each sub-CQ.
     pub fn depth(&self) -> u32 {
         self.depth
@@ -154,17 +160,18 @@ impl verbs::CompletionQueue for Cq {
 pub struct Qp {
     handle: u32,
     qpn: u16,
-    qp_type: QpType,
-    state: QpState,
-    cap: QpCap,
+    pub(crate) qp_type: QpType,
+    pub(crate) state: QpState,
+    pub(crate) cap: QpCap,
     /// Attributes as last set (what `query_qp` reports beside the device's state and PSN).
-    attr: QpAttr,
+    pub(crate) attr: QpAttr,
     send_sub_cq: u16,
     recv_sub_cq: u16,
-    sq_db_offset: u32,
-    rq_db_offset: u32,
-    llq_offset: u32,
+    pub(crate) sq_db_offset: u32,
+    pub(crate) rq_db_offset: u32,
+    pub(crate) llq_offset: u32,
     rq: Option<Shared>,
+    pub(crate) dp: QpDp,
 }
 
 impl Qp {
@@ -487,6 +494,19 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
             return Err(e);
         }
+        // `actual` ≤ `depth` (checked above): the poller walks the entries the device writes.
+        let Some(shared) =
+            CqShared::new(&ring, actual.next_power_of_two(), entry, a.sub_cqs_per_cq)
+        else {
+            if self.undo(op::DESTROY_CQ, destroy_cq_cmd::CQ_IDX, idx.into()) {
+                ring.release();
+            }
+            return Err(bad(
+                op::CREATE_CQ,
+                "create_cq_resp.cq_actual_depth",
+                actual.into(),
+            ));
+        };
         Ok(Cq {
             idx,
             depth: actual,
@@ -495,6 +515,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             db_offset: db_valid.then_some(db),
             context,
             ring: Some(ring),
+            shared,
         })
     }
 
@@ -529,7 +550,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .checked_next_power_of_two()
             .ok_or(Error::InvalidArgument)?;
         let sq_ring = sq_depth.checked_mul(TX_WQE).ok_or(Error::InvalidArgument)?;
-        if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size {
+        // Request ids and the SQ counter are 16 bits wide.
+        if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size || sq_depth > 1 << 15 {
             return Err(Error::InvalidArgument);
         }
         let (rq_depth, rq_ring) = if cap.max_recv_wr == 0 {
@@ -539,15 +561,16 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 .max_recv_wr
                 .checked_next_power_of_two()
                 .ok_or(Error::InvalidArgument)?;
-            let descs = cap
-                .max_recv_wr
+            // Room for `depth` WRs of `max_recv_sge` descriptors each.
+            let descs = depth
                 .checked_mul(cap.max_recv_sge)
                 .and_then(u32::checked_next_power_of_two)
                 .ok_or(Error::InvalidArgument)?;
             let ring = descs.checked_mul(RX_DESC).ok_or(Error::InvalidArgument)?;
             let limit =
                 u64::from(a.max_rq_depth) * u64::from(RX_DESC) * u64::from(a.max_wr_recv_sges);
-            if depth > a.max_rq_depth || u64::from(ring) > limit {
+            // The RQ doorbell counts descriptors in 16 bits.
+            if depth > a.max_rq_depth || u64::from(ring) > limit || descs > 1 << 15 {
                 return Err(Error::InvalidArgument);
             }
             (depth, ring)
@@ -611,9 +634,30 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             max_recv_sge: cap.max_recv_sge,
             max_inline_data: cap.max_inline_data,
         };
+        let qpn = o::QP_NUM.get(&out) as u16;
+        let core = QpCore::new(qpn, sq_depth, rq_depth);
+        let rq_descs = if rq_ring == 0 { 0 } else { rq_ring / RX_DESC };
+        // SAFETY: the RQ ring is kept by the QP (`rq`, leak-on-drop) as long as its `dp`.
+        let dp = unsafe {
+            QpDp::new(
+                core.clone(),
+                (attr.send_cq.shared.clone(), attr.recv_cq.shared.clone()),
+                sq_depth,
+                a.max_tx_batch,
+                rq.as_deref(),
+                rq_descs,
+                attr.sq_sig_all,
+                cap.max_inline_data.min(a.inline_buf_size),
+            )
+        };
+        let same = alloc::sync::Arc::ptr_eq(&attr.send_cq.shared, &attr.recv_cq.shared);
+        attr.send_cq.shared.attach(&core, true, same);
+        if !same {
+            attr.recv_cq.shared.attach(&core, false, true);
+        }
         let qp = Qp {
             handle,
-            qpn: o::QP_NUM.get(&out) as u16,
+            qpn,
             qp_type: attr.qp_type,
             state: QpState::Reset,
             cap: actual,
@@ -628,6 +672,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             rq_db_offset: rq_db,
             llq_offset: o::LLQ_DESCRIPTORS_OFFSET.get(&out),
             rq,
+            dp,
         };
         Ok((qp, actual))
     }
@@ -698,6 +743,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             s.qkey = 0;
             s.sq_psn = 0;
             s.rnr_retry = 0;
+            qp.dp.reset();
         }
         Ok(())
     }
@@ -897,8 +943,13 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         }
     }
 
-    fn poll_cq(&self, _cq: &Cq, _wc: &mut [WorkCompletion]) -> Result<usize, verbs::Error> {
-        Err(verbs::Error::NotSupported)
+    /// Completions by phase, every field checked (`dp` module); EIO for a malformed entry
+    /// (after the good ones before it); EOPNOTSUPP before [`Device::attach_data_bars`].
+    fn poll_cq(&self, cq: &Cq, wc: &mut [WorkCompletion]) -> Result<usize, verbs::Error> {
+        if self.data.is_none() {
+            return Err(verbs::Error::NotSupported);
+        }
+        self.poll_cq_dp(cq, wc)
     }
 
     fn req_notify_cq(&self, _cq: &Cq, _solicited_only: bool) -> Result<(), verbs::Error> {
@@ -932,6 +983,8 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         match self.exec(op::DESTROY_QP, 0, &c) {
             Ok(_) => {
                 let mut qp = qp;
+                qp.dp.cqs.0.detach(qp.qpn);
+                qp.dp.cqs.1.detach(qp.qpn);
                 if let Some(r) = qp.rq.take() {
                     r.release();
                 }
@@ -941,18 +994,18 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         }
     }
 
-    fn post_send(&self, _qp: &mut Qp, _wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
-        Err(PostError {
-            error: verbs::Error::NotSupported,
-            bad_wr: 0,
-        })
+    /// One 64-byte WQE per WR through the low-latency queue (`dp` module). The QP must be in
+    /// RTS; every WR names a destination (AH, QPN, Q_Key; bit 31 of the Q_Key: the QP's
+    /// own). SEND and SEND_WITH_IMM (up to `max_send_sge` SGEs or `max_inline_data` inline
+    /// bytes, at most the MTU); on SRD, RDMA READ and RDMA WRITE when the device has them
+    /// (one local SGE); everything else EOPNOTSUPP. ENOMEM when the SQ is full.
+    fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
+        self.post_send_dp(qp, wrs)
     }
 
-    fn post_recv(&self, _qp: &mut Qp, _wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        Err(PostError {
-            error: verbs::Error::NotSupported,
-            bad_wr: 0,
-        })
+    /// One RX descriptor per SGE (SGEs of at most 65535 bytes); ENOMEM when the RQ is full.
+    fn post_recv(&self, qp: &mut Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.post_recv_dp(qp, wrs)
     }
 
     fn create_srq(&self, _pd: &Pd, _attr: &SrqAttr) -> Result<Srq, verbs::Error> {

@@ -2,9 +2,14 @@
 //! ([`nic_emulator::efa::Device`]): the same pieces as the ConnectX testbed, applied to the
 //! other device model.
 //!
-//! - [`EfaRegs`] implements [`RegisterIo`]: a BAR0 access becomes a trapped access on the
-//!   device, which runs what it triggers (a read-less response, a reset, admin commands)
-//!   before the write returns;
+//! - [`EfaRegs`] implements [`RegisterIo`] for one BAR: a BAR0 access becomes a trapped
+//!   access on the device, which runs what it triggers (a read-less response, a reset, admin
+//!   commands) before the write returns; BAR2 (the low-latency send queues) and the doorbell
+//!   BAR likewise ([`nic_emulator::efa::Device::bar_write`]: an SQ doorbell sends before it
+//!   returns);
+//! - a device made by [`World::efa_at`] has a port on the world's in-process fabric at an
+//!   address, the IPv4-mapped GID of that address, and the fabric's clock; the world polls
+//!   it (frames in, SRD retransmissions);
 //! - DMA memory comes from a [`HeapDma`], which is also the device's IOMMU ([`IommuView`]);
 //! - the platform is [`EmuPlatform`] of a [`World`]: `relax` runs the world's devices (the
 //!   EFA model executes inline, so it has nothing left to do) and moves the virtual clock, so
@@ -29,25 +34,28 @@ use nic_hal::{DmaAllocator, HeapDma, RegisterIo};
 
 use crate::{EmuPlatform, IommuView, World, lock};
 
-/// BAR0 of the emulated EFA, as the driver's [`RegisterIo`].
+/// One BAR of the emulated EFA (0: registers, 2: low-latency queues, the profile's `db_bar`:
+/// doorbells), as the driver's [`RegisterIo`].
 #[derive(Clone)]
-pub struct EfaRegs(pub Arc<Mutex<Device>>);
+pub struct EfaRegs(pub Arc<Mutex<Device>>, pub u8);
 
 impl RegisterIo for EfaRegs {
     fn read32(&self, offset: usize) -> u32 {
-        let mut b = [0u8; 4];
-        lock(&self.0).mmio_read(offset, &mut b);
+        let mut b = [0xffu8; 4];
+        if self.1 == 0 {
+            lock(&self.0).mmio_read(offset, &mut b);
+        }
         u32::from_ne_bytes(b)
     }
     fn write32(&self, offset: usize, value: u32) {
-        lock(&self.0).mmio_write(offset, &value.to_ne_bytes());
+        lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write64(&self, offset: usize, value: u64) {
         // EFA registers are 32 bits: the device records an 8-byte access as a mistake.
-        lock(&self.0).mmio_write(offset, &value.to_ne_bytes());
+        lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write_block(&self, offset: usize, data: &[u8]) {
-        lock(&self.0).mmio_write(offset, data);
+        lock(&self.0).bar_write(self.1, offset, data);
     }
 }
 
@@ -64,8 +72,33 @@ pub struct EfaTestbed {
 }
 
 impl World {
-    /// Adds an emulated EFA built from `profile` (it shares the world's clock; it has no
-    /// fabric port: the EFA model has no data path yet).
+    /// Adds an emulated EFA with a port on the world's fabric at `ip` (a 127.0.0.0/8
+    /// address by convention), the IPv4-mapped GID of `ip` as its address and the fabric's
+    /// clock; the world polls it.
+    pub fn efa_at(self: &Arc<Self>, ip: std::net::Ipv4Addr, profile: Profile) -> EfaTestbed {
+        let tb = self.efa(Profile {
+            gid: nic_emulator::roce_wire::gid_from_ipv4(ip),
+            ..profile
+        });
+        {
+            let mut d = tb.device();
+            let fab = self.fabric().clone();
+            d.set_clock(Arc::new(move || fab.now_ns()));
+            let port = self
+                .fabric()
+                .attach_port(ip)
+                .expect("attach the EFA to the in-process fabric");
+            d.attach(Box::new(port));
+        }
+        self.efas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tb.dev.clone());
+        tb
+    }
+
+    /// Adds an emulated EFA built from `profile` with no fabric port (its sends fail with
+    /// "unreachable"; the control plane is all there is to test).
     pub fn efa(self: &Arc<Self>, profile: Profile) -> EfaTestbed {
         let dma = HeapDma::new(0x1_0000_0000);
         let dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
@@ -93,9 +126,14 @@ impl EfaTestbed {
         lock(&self.dev)
     }
 
-    /// The register backend.
+    /// The register backend (BAR0).
     pub fn regs(&self) -> EfaRegs {
-        EfaRegs(self.dev.clone())
+        EfaRegs(self.dev.clone(), 0)
+    }
+
+    /// BAR `bar` of the device.
+    pub fn bar(&self, bar: u8) -> EfaRegs {
+        EfaRegs(self.dev.clone(), bar)
     }
 
     /// The platform backend.
@@ -110,9 +148,13 @@ impl EfaTestbed {
         self.dma.clone()
     }
 
-    /// Runs the driver's bring-up against this device.
+    /// Runs the driver's bring-up against this device and gives it the data path's BARs
+    /// (BAR2 and the doorbell BAR the device reported).
     pub fn probe(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
-        efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)
+        let mut dev = efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)?;
+        let db = u8::try_from(dev.attributes().db_bar).unwrap_or(u8::MAX);
+        dev.attach_data_bars(self.bar(nic_emulator::efa::MEM_BAR), self.bar(db));
+        Ok(dev)
     }
 
     /// The device's live-object counters.

@@ -173,6 +173,8 @@ impl RegisterIo for EmuRegs {
 pub struct World {
     fabric: InProcessFabric,
     devices: Mutex<Vec<Arc<Mutex<Device>>>>,
+    /// The emulated EFAs attached to the fabric (`efa` module).
+    pub(crate) efas: Mutex<Vec<Arc<Mutex<nic_emulator::efa::Device>>>>,
 }
 
 /// How far the clock moves when nothing at all is scheduled.
@@ -184,6 +186,7 @@ impl World {
         Arc::new(World {
             fabric: InProcessFabric::new(seed),
             devices: Mutex::new(Vec::new()),
+            efas: Mutex::new(Vec::new()),
         })
     }
 
@@ -228,6 +231,11 @@ impl World {
         for d in devs.iter() {
             progress |= lock(d).poll();
         }
+        drop(devs);
+        let efas = self.efas.lock().unwrap_or_else(|e| e.into_inner());
+        for d in efas.iter() {
+            progress |= lock(d).poll();
+        }
         progress
     }
 
@@ -244,6 +252,13 @@ impl World {
             .chain(self.fabric.next_event_ns())
             .min();
         drop(devs);
+        let efas = self.efas.lock().unwrap_or_else(|e| e.into_inner());
+        let next = efas
+            .iter()
+            .filter_map(|d| lock(d).next_deadline())
+            .chain(next)
+            .min();
+        drop(efas);
         match next {
             Some(t) if t > now => {
                 self.fabric.advance_to(t);

@@ -215,6 +215,7 @@ impl Device {
                 entry_size: (words * 4) as u16,
                 eqn,
                 uar,
+                pc: vec![0; subs as usize],
             },
         );
         let mut o = resp();
@@ -306,6 +307,14 @@ impl Device {
                 qkey: 0,
                 sq_psn: 0,
                 rnr_retry: 0,
+                subs: (0, 0),
+                dp: super::dp::QpDp {
+                    sq_depth,
+                    llq: vec![0; sq_ring as usize],
+                    rq_base: m::RQ_BASE_ADDR.get64(c),
+                    rq_descs: rq_ring / 16,
+                    ..Default::default()
+                },
             },
         );
         let mut o = resp();
@@ -372,6 +381,11 @@ impl Device {
             qp.qkey = 0;
             qp.sq_psn = 0;
             qp.rnr_retry = 0;
+            // The queues start over (the driver's counters do too).
+            qp.dp.sq_cc = 0;
+            qp.dp.rq_pc = 0;
+            qp.dp.rq_cc = 0;
+            qp.dp.llq.fill(0);
         }
         if mask & m::MASK_QKEY != 0 {
             qp.qkey = m::QKEY.get(c);
@@ -381,6 +395,10 @@ impl Device {
         }
         if mask & m::MASK_RNR_RETRY != 0 {
             qp.rnr_retry = m::RNR_RETRY.get(c) as u8;
+        }
+        if new == m::QP_STATE_ERR || new == m::QP_STATE_RESET {
+            // Operations in flight end: flushed into the CQ on ERR, dropped on RESET.
+            self.drop_qp_transport(handle, new == m::QP_STATE_ERR);
         }
         Ok(resp())
     }
@@ -403,7 +421,9 @@ impl Device {
 
     fn destroy_qp(&mut self, c: &[u8]) -> Res {
         let handle = destroy_qp_cmd::QP_HANDLE.get(c);
-        self.obj.qps.remove(&handle).ok_or(st::ILLEGAL_PARAMETER)?;
+        check(self.obj.qps.contains_key(&handle))?;
+        self.drop_qp_transport(handle, false);
+        self.obj.qps.remove(&handle);
         Ok(resp())
     }
 

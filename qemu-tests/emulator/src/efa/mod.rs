@@ -1,7 +1,11 @@
 //! The emulated AWS EFA device (`docs/efa.md`): the BAR0 register file with the read-less
 //! register-read responder, the admin queues (submission, completion, async events), the
 //! admin command processor and its object tables (PD, UAR, EQ, CQ, QP for UD and SRD, AH,
-//! MR with page lists), fault knobs and live-object counters.
+//! MR with page lists), fault knobs and live-object counters; and the data path
+//! ([`Device::bar_write`], [`Device::poll`]): low-latency send queues in BAR2, receive and
+//! completion rings in host memory, doorbells in the doorbell BAR, UD and SRD (SEND with
+//! immediate, RDMA read and write) on a fabric port ([`Device::attach`]) in the emulator's
+//! own encapsulation, with SRD's retransmission and duplicate suppression in the device.
 //!
 //! Like the ConnectX model it sees only register writes and DMA through an
 //! [`AddressSpace`], shares nothing with any driver but the contract
@@ -9,8 +13,9 @@
 //! the contract's admin status, a driver mistake without a status to carry it is a
 //! [`DeviceError`], and nothing a driver writes makes it panic.
 //!
-//! Not modelled yet: the data path (LLQ send queues in BAR2, receive rings, completions, SRD
-//! transport), EQ events, GET_STATS counters other than zero, admin-queue restart.
+//! Not modelled yet: completion EQs and CQ notifications (drivers poll), 128-byte WQEs,
+//! RDMA write with immediate (unsolicited receive), GET_STATS counters other than zero,
+//! admin-queue restart.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -38,8 +43,10 @@
 
 mod admin;
 mod commands;
+mod dp;
 mod objects;
 mod regs;
+mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -49,6 +56,11 @@ use std::sync::Arc;
 
 use crate::{AddressSpace, DmaFault};
 use firmware_interface::efa::{feature, pci};
+
+pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_NS};
+
+/// BAR of the low-latency send queues.
+pub const MEM_BAR: u8 = 2;
 
 /// What the device reports about itself and the limits it enforces.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -334,6 +346,53 @@ pub enum DeviceError {
         /// The destination GID.
         dest: [u8; 16],
     },
+    /// A BAR2 write outside every QP's low-latency queue (ignored).
+    BadLlqWrite {
+        /// BAR2 offset.
+        offset: usize,
+        /// Bytes written.
+        len: usize,
+    },
+    /// A doorbell-BAR write that is not 4 bytes or names no queue (ignored).
+    BadDoorbell {
+        /// Offset in the doorbell BAR.
+        offset: usize,
+        /// The value written.
+        value: u32,
+    },
+    /// An SQ or RQ doorbell more than the queue's depth ahead of what the device consumed
+    /// (ignored).
+    ProducerAhead {
+        /// QP number.
+        qpn: u16,
+        /// The producer counter written.
+        producer: u16,
+        /// The device's consumer counter.
+        consumer: u16,
+    },
+    /// A TX WQE whose phase bit is not the expected one: the driver rang the SQ doorbell
+    /// before writing it (processing of the SQ stops there).
+    SqPhase {
+        /// QP number.
+        qpn: u16,
+        /// The SQ counter of the WQE.
+        index: u16,
+    },
+    /// A TX WQE the device cannot parse (completed with a QP internal error).
+    BadWqe {
+        /// QP number.
+        qpn: u16,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// RX descriptors that do not form a WR (first/last flags, more than the receive
+    /// SGE limit, a WR rung without its last descriptor); the message is dropped.
+    BadRxDesc {
+        /// QP number.
+        qpn: u16,
+        /// The RQ counter of the descriptor.
+        index: u16,
+    },
 }
 
 /// The emulated EFA device.
@@ -347,6 +406,7 @@ pub struct Device {
     pub(crate) log: Vec<CmdRecord>,
     pub(crate) errors: Vec<DeviceError>,
     pub(crate) irqs: BTreeSet<u16>,
+    pub(crate) net: dp::Net,
 }
 
 impl core::fmt::Debug for Device {
@@ -372,7 +432,66 @@ impl Device {
             log: Vec::new(),
             errors: Vec::new(),
             irqs: BTreeSet::new(),
+            net: dp::Net::default(),
         }
+    }
+
+    /// A write to BAR `bar`: BAR0 (registers, [`Device::mmio_write`]), [`MEM_BAR`] (the
+    /// low-latency send queues; a 64-byte WQE should come in one write) or the doorbell BAR
+    /// (`Profile::db_bar`; 4-byte doorbells). A doorbell runs what it rings before returning.
+    pub fn bar_write(&mut self, bar: u8, off: usize, data: &[u8]) {
+        if u16::from(bar) == self.profile.db_bar && bar != 0 && bar != MEM_BAR {
+            self.doorbell_write(off, data);
+        } else if bar == MEM_BAR {
+            self.llq_write(off, data);
+        } else if bar == 0 {
+            self.reg_write(off, data);
+        } else {
+            self.error(DeviceError::BadMmio {
+                offset: off,
+                len: data.len(),
+            });
+        }
+    }
+
+    /// Attaches the device's port to a fabric (replacing and returning any previous one).
+    /// The device sends to the IPv4 address in the low four bytes of a destination GID.
+    pub fn attach(
+        &mut self,
+        port: Box<dyn roce_wire::fabric::Port>,
+    ) -> Option<Box<dyn roce_wire::fabric::Port>> {
+        self.net.port.replace(port)
+    }
+
+    /// The address of the attached port.
+    pub fn port_addr(&self) -> Option<std::net::Ipv4Addr> {
+        self.net.port.as_ref().map(|p| p.addr())
+    }
+
+    /// Sets the clock of the SRD timers (default: wall time since the device was made).
+    pub fn set_clock(&mut self, clock: crate::Clock) {
+        self.net.clock = clock;
+    }
+
+    /// Takes frames in from the port and runs the SRD retransmission timers; whether
+    /// anything happened.
+    pub fn poll(&mut self) -> bool {
+        self.poll_net()
+    }
+
+    /// The earliest time (on the device clock) at which [`Device::poll`] has timer work.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.net_deadline()
+    }
+
+    /// SRD operations waiting for their acknowledgements or responses.
+    pub fn srd_in_flight(&self) -> usize {
+        self.net.pending.len()
+    }
+
+    /// The data-path counters.
+    pub fn data_stats(&self) -> DataStats {
+        self.net.stats
     }
 
     /// A BAR0 write (4 bytes, little-endian): stores it and runs whatever it triggers (a

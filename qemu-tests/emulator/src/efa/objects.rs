@@ -32,18 +32,17 @@ pub(crate) struct Eq {
 #[derive(Debug)]
 pub(crate) struct Cq {
     /// Ring DMA address.
-    #[allow(dead_code)]
     pub base: u64,
     /// Entries per sub-CQ.
-    #[allow(dead_code)]
     pub depth: u16,
     /// Entry size in bytes (16 or 32).
-    #[allow(dead_code)]
     pub entry_size: u16,
     /// EQ of completion events (interrupt mode).
     pub eqn: Option<u16>,
     /// UAR.
     pub uar: u16,
+    /// Completions written so far, per sub-CQ (the producer counters).
+    pub pc: Vec<u32>,
 }
 
 /// A queue pair.
@@ -67,6 +66,10 @@ pub(crate) struct Qp {
     pub sq_psn: u32,
     /// RNR retry count.
     pub rnr_retry: u8,
+    /// Sub-CQs of send and receive completions.
+    pub subs: (u16, u16),
+    /// Queues and transport state of the data path.
+    pub dp: super::dp::QpDp,
 }
 
 /// An address handle.
@@ -84,19 +87,14 @@ pub(crate) struct Mr {
     /// Protection domain.
     pub pd: u16,
     /// First I/O virtual address.
-    #[allow(dead_code)]
     pub iova: u64,
     /// Length in bytes.
-    #[allow(dead_code)]
     pub len: u64,
     /// log2 of the page size.
-    #[allow(dead_code)]
     pub page_shift: u8,
     /// Page DMA addresses.
-    #[allow(dead_code)]
     pub pages: Vec<u64>,
     /// `permissions` bits.
-    #[allow(dead_code)]
     pub access: u8,
 }
 

@@ -206,6 +206,9 @@ impl Device {
     fn reset_state(&mut self) {
         self.queues = Default::default();
         self.obj = Default::default();
+        // Operations in flight are forgotten; the port and clock stay.
+        self.net.pending.clear();
+        self.net.outcomes.clear();
         let resp = self.regs.resp;
         let (rip, reason) = (self.regs.reset_in_progress, self.regs.reset_reason);
         self.regs = Regs {

@@ -1,0 +1,833 @@
+//! The data path (`docs/efa.md#data-path`): posting sends through the low-latency queue
+//! (the 64-byte WQE written into the memory BAR, then the SQ doorbell), posting receives (RX
+//! descriptors in the host ring, then the RQ doorbell), and polling completions by phase.
+//!
+//! Bookkeeping lives in driver memory and every value the device wrote is checked before use
+//! ([`CqeFault`] lists the checks). SRD completes sends out of order, so a send's `req_id`
+//! is not its SQ position but an index from a pool of free ids (as rdma-core's wrid pool):
+//! `post_send` takes ids from a ring that `poll_cq` gives them back to (one producer, the
+//! send CQ's poller; one consumer, the QP's owner), so neither side takes a lock. The device
+//! takes receive WRs in order, so a receive completion must name the oldest outstanding one.
+//!
+//! Every WQE asks for a completion (EFA has no unsignalled sends); a successful completion of
+//! a WR posted without `SIGNALED` on a QP without `sq_sig_all` is consumed and not reported.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
+
+use firmware_interface::efa::io::{
+    self, CDESC_HAS_IMM, CTRL1_HAS_IMM, CTRL1_INLINE_MSG, CTRL1_META_DESC, CTRL2_COMP_REQ,
+    CTRL2_FIRST, CTRL2_LAST, LKEY_MASK, Q_TYPE_RECV, Q_TYPE_SEND, RX_FIRST, RX_LAST,
+    comp_status as cs, op_type,
+};
+use nic_hal::barrier::{dma_rmb, dma_wmb, mmio_wmb};
+use nic_hal::{DmaBuf, Platform, RegisterIo};
+use verbs::{
+    PostError, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+
+use crate::device::Device;
+use crate::provider::{Ah, Cq, Qp};
+
+/// What was wrong with a completion entry the device wrote (counted in
+/// [`Device::bad_cqes`]; `poll_cq` answers EIO).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeFault {
+    /// The queue type is neither send nor receive.
+    QueueType(u8),
+    /// No QP with this number uses the CQ in that role.
+    UnknownQp(u16),
+    /// A send completion whose request id names no outstanding WQE.
+    SendReqId(u16),
+    /// A receive completion that does not name the oldest outstanding receive WR.
+    RecvReqId(u16),
+    /// A receive length beyond the buffers posted.
+    Length(u16),
+    /// A status the contract does not define.
+    Status(u8),
+}
+
+/// The verbs status of an EFA completion status (as rdma-core's EFA provider maps them);
+/// `None` for an undefined value.
+pub fn wc_status(s: u8) -> Option<WcStatus> {
+    Some(match s {
+        cs::OK => WcStatus::Success,
+        cs::FLUSHED => WcStatus::WrFlushErr,
+        cs::LOCAL_ERROR_QP_INTERNAL_ERROR
+        | cs::LOCAL_ERROR_UNSUPPORTED_OP
+        | cs::LOCAL_ERROR_INVALID_AH => WcStatus::LocQpOpErr,
+        cs::LOCAL_ERROR_INVALID_LKEY => WcStatus::LocProtErr,
+        cs::LOCAL_ERROR_BAD_LENGTH => WcStatus::LocLenErr,
+        cs::REMOTE_ERROR_BAD_ADDRESS => WcStatus::RemAccessErr,
+        cs::REMOTE_ERROR_ABORT
+        | cs::REMOTE_ERROR_UNKNOWN_PEER
+        | cs::LOCAL_ERROR_UNREACH_REMOTE
+        | cs::REMOTE_ERROR_FEATURE_MISMATCH => WcStatus::RemAbortErr,
+        cs::REMOTE_ERROR_BAD_DEST_QPN => WcStatus::RemInvRdReqErr,
+        cs::REMOTE_ERROR_RNR => WcStatus::RnrRetryExcErr,
+        cs::REMOTE_ERROR_BAD_LENGTH => WcStatus::RemInvReqErr,
+        cs::REMOTE_ERROR_BAD_STATUS => WcStatus::BadRespErr,
+        cs::LOCAL_ERROR_UNRESP_REMOTE => WcStatus::RespTimeoutErr,
+        _ => return None,
+    })
+}
+
+/// The memory BAR (low-latency queues) and the doorbell BAR.
+pub(crate) struct DataBars<R> {
+    pub mem: R,
+    pub db: R,
+}
+
+/// Send-slot meta: outstanding.
+const OUT: u32 = 1 << 31;
+/// Send-slot meta: the WR asked for a completion.
+const SIGNALED: u32 = 1 << 30;
+
+/// A send id's bookkeeping.
+#[derive(Debug, Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    /// `OUT | SIGNALED | wc opcode`.
+    meta: AtomicU32,
+    /// Bytes of an RDMA read.
+    len: AtomicU32,
+}
+
+/// A receive WR's bookkeeping.
+#[derive(Debug, Default)]
+struct RqSlot {
+    wr_id: AtomicU64,
+    len: AtomicU32,
+}
+
+/// What a QP shares with the CQs that hold its completions.
+#[derive(Debug)]
+pub(crate) struct QpCore {
+    qpn: u16,
+    sq: Box<[SqSlot]>,
+    /// Free send ids: `poll_cq` pushes at `free_head`, `post_send` takes at its tail.
+    free: Box<[AtomicU16]>,
+    free_head: AtomicU32,
+    rq: Box<[RqSlot]>,
+    /// Receive WRs posted (written by `post_recv`) and completed (written by `poll_cq`).
+    rq_head: AtomicU32,
+    rq_tail: AtomicU32,
+}
+
+impl QpCore {
+    pub(crate) fn new(qpn: u16, sq_depth: u32, rq_depth: u32) -> Arc<QpCore> {
+        Arc::new(QpCore {
+            qpn,
+            sq: (0..sq_depth).map(|_| SqSlot::default()).collect(),
+            free: (0..sq_depth)
+                .map(|i| AtomicU16::new(i as u16))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+            free_head: AtomicU32::new(sq_depth),
+            rq: (0..rq_depth.max(1)).map(|_| RqSlot::default()).collect(),
+            rq_head: AtomicU32::new(0),
+            rq_tail: AtomicU32::new(0),
+        })
+    }
+}
+
+/// A QP attached to a CQ.
+#[derive(Debug)]
+struct Attached {
+    qpn: u16,
+    core: Arc<QpCore>,
+    send: bool,
+    recv: bool,
+}
+
+/// A CQ's ring as the poller reads it.
+#[derive(Debug)]
+struct Ring(NonNull<u8>);
+
+// SAFETY: the pointer is into the CQ's DMA ring, which the `Cq` owns (leaked, never freed,
+// if the CQ is dropped without a destroy) for at least as long as the `CqShared` is used
+// through it; every access is a volatile read under the CQ's lock.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+/// The poller's state of a CQ.
+#[derive(Debug)]
+struct PollState {
+    /// Consumer counters, one per sub-CQ.
+    cc: Vec<u32>,
+    qps: Vec<Attached>,
+    /// The sub-CQ polled first next time (round robin).
+    next: usize,
+    /// Index in `qps` of the QP the last completion named.
+    last: usize,
+}
+
+/// What a CQ shares with its QPs (attach, detach) and pollers.
+#[derive(Debug)]
+pub(crate) struct CqShared {
+    ring: Ring,
+    depth: u32,
+    entry: usize,
+    state: spin::Mutex<PollState>,
+}
+
+impl CqShared {
+    /// The poll state of the ring `buf` (`subs` sub-CQs of `depth` entries of `entry` bytes).
+    pub(crate) fn new(buf: &DmaBuf, depth: u32, entry: u32, subs: u16) -> Option<Arc<CqShared>> {
+        let need = (depth as usize)
+            .checked_mul(entry as usize)?
+            .checked_mul(subs.into())?;
+        if need > buf.len() || !depth.is_power_of_two() || entry < 16 {
+            return None;
+        }
+        Some(Arc::new(CqShared {
+            ring: Ring(NonNull::new(buf.va())?),
+            depth,
+            entry: entry as usize,
+            state: spin::Mutex::new(PollState {
+                cc: alloc::vec![0; subs.into()],
+                qps: Vec::new(),
+                next: 0,
+                last: 0,
+            }),
+        }))
+    }
+
+    /// Lets the poller find QP `core`'s completions (`send` / `recv`: in which role).
+    pub(crate) fn attach(&self, core: &Arc<QpCore>, send: bool, recv: bool) {
+        let mut st = self.state.lock();
+        match st.qps.iter_mut().find(|a| a.qpn == core.qpn) {
+            Some(a) => {
+                a.core = core.clone();
+                a.send |= send;
+                a.recv |= recv;
+            }
+            None => st.qps.push(Attached {
+                qpn: core.qpn,
+                core: core.clone(),
+                send,
+                recv,
+            }),
+        }
+    }
+
+    /// Forgets QP `qpn`.
+    pub(crate) fn detach(&self, qpn: u16) {
+        self.state.lock().qps.retain(|a| a.qpn != qpn);
+    }
+}
+
+/// The driver's side of a QP's queues.
+pub(crate) struct QpDp {
+    pub core: Arc<QpCore>,
+    pub cqs: (Arc<CqShared>, Arc<CqShared>),
+    /// SQ producer counter (what the SQ doorbell receives) and depth.
+    sq_pc: u16,
+    sq_mask: u16,
+    sq_shift: u32,
+    /// WQEs per doorbell.
+    batch: u16,
+    /// Free send ids taken.
+    free_tail: u32,
+    /// RQ: descriptors posted (what the RQ doorbell receives), descriptor ring.
+    rq_pc: u16,
+    rq_ring: Option<NonNull<u8>>,
+    rq_desc_mask: u32,
+    sig_all: bool,
+    max_inline: u32,
+}
+
+// SAFETY: `rq_ring` points into the QP's RQ DMA buffer, owned by the same `Qp` (leaked if the
+// QP is dropped without a destroy); it is written only through `&mut Qp`.
+unsafe impl Send for QpDp {}
+// SAFETY: as above: shared references never touch the ring.
+unsafe impl Sync for QpDp {}
+
+impl core::fmt::Debug for QpDp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QpDp")
+            .field("qpn", &self.core.qpn)
+            .field("sq_pc", &self.sq_pc)
+            .field("rq_pc", &self.rq_pc)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QpDp {
+    /// The data-path state of a new QP.
+    ///
+    /// # Safety
+    ///
+    /// `rq` (the RQ ring, `rq_descs` descriptors) outlives the returned value: its owner keeps
+    /// it (leak-on-drop) at least as long.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn new(
+        core: Arc<QpCore>,
+        cqs: (Arc<CqShared>, Arc<CqShared>),
+        sq_depth: u32,
+        max_tx_batch: u16,
+        rq: Option<&DmaBuf>,
+        rq_descs: u32,
+        sig_all: bool,
+        max_inline: u32,
+    ) -> QpDp {
+        // `max_tx_batch` counts 64-byte units; 0 = unlimited (one doorbell per list).
+        let batch = if max_tx_batch == 0 {
+            u16::MAX
+        } else {
+            max_tx_batch.min((sq_depth as u16).max(1))
+        };
+        QpDp {
+            core,
+            cqs,
+            sq_pc: 0,
+            sq_mask: (sq_depth - 1) as u16,
+            sq_shift: sq_depth.trailing_zeros(),
+            batch,
+            free_tail: 0,
+            rq_pc: 0,
+            rq_ring: rq.and_then(|b| NonNull::new(b.va())),
+            rq_desc_mask: rq_descs.saturating_sub(1),
+            sig_all,
+            max_inline,
+        }
+    }
+
+    /// After a transition to RESET: the device starts its queues over, so does the driver
+    /// (outstanding receive WRs are forgotten).
+    pub(crate) fn reset(&mut self) {
+        self.sq_pc = 0;
+        self.rq_pc = 0;
+        let head = self.core.rq_head.load(Relaxed);
+        self.core.rq_tail.store(head, Release);
+    }
+}
+
+/// Immediate data in the host order the WQE carries (the WR holds network order).
+#[inline(always)]
+fn imm_host(v: u32) -> u32 {
+    u32::from_be(v)
+}
+
+impl<R: RegisterIo, P: Platform> Device<R, P> {
+    /// `post_send`: one 64-byte WQE per WR through the LLQ, a doorbell every `max_tx_batch`
+    /// WQEs and at the end.
+    pub(crate) fn post_send_dp(
+        &self,
+        qp: &mut Qp,
+        wrs: &[SendWr<'_, Ah>],
+    ) -> Result<(), PostError> {
+        let fail = |error, bad_wr| PostError { error, bad_wr };
+        let Some(bars) = self.data.as_ref() else {
+            return Err(fail(verbs::Error::NotSupported, 0));
+        };
+        if qp.state != QpState::Rts {
+            return Err(fail(verbs::Error::InvalidArgument, 0));
+        }
+        let srd = qp.qp_type == QpType::Srd;
+        use firmware_interface::efa::feature::device_attr as d;
+        let ctx = PostCtx {
+            qkey: qp.attr.qkey,
+            max_sge: (qp.cap.max_send_sge as usize).min(io::TX_BUF_DESCS),
+            mtu: self.attrs.mtu,
+            read_ok: srd && self.attrs.has(d::CAP_RDMA_READ),
+            write_ok: srd && self.attrs.has(d::CAP_RDMA_WRITE),
+        };
+        let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
+        let dp = &mut qp.dp;
+        let mut pending = 0u16;
+        let mut result = Ok(());
+        let mut w = [0u64; 8];
+        for (i, wr) in wrs.iter().enumerate() {
+            match build(dp, wr, &ctx, &mut w) {
+                Ok(()) => {
+                    let slot = usize::from(dp.sq_pc & dp.sq_mask) * io::TX_WQE_SIZE;
+                    // SAFETY: `w` is 64 initialised bytes (eight little-endian words: the
+                    // WQE's byte image), borrowed for the call only.
+                    let bytes = unsafe {
+                        core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE)
+                    };
+                    bars.mem.write_block(llq + slot, bytes);
+                    dp.sq_pc = dp.sq_pc.wrapping_add(1);
+                    pending += 1;
+                    if pending == dp.batch {
+                        mmio_wmb();
+                        bars.db.write32(sq_db, dp.sq_pc.into());
+                        pending = 0;
+                    }
+                }
+                Err(e) => {
+                    result = Err(fail(e, i));
+                    break;
+                }
+            }
+        }
+        if pending > 0 {
+            mmio_wmb();
+            bars.db.write32(sq_db, dp.sq_pc.into());
+        }
+        result
+    }
+
+    /// `post_recv`: one RX descriptor per SGE (at least one), then the RQ doorbell.
+    pub(crate) fn post_recv_dp(&self, qp: &mut Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let fail = |error, bad_wr| PostError { error, bad_wr };
+        let Some(bars) = self.data.as_ref() else {
+            return Err(fail(verbs::Error::NotSupported, 0));
+        };
+        if matches!(qp.state, QpState::Reset | QpState::Err) {
+            return Err(fail(verbs::Error::InvalidArgument, 0));
+        }
+        let rq_db = qp.rq_db_offset as usize;
+        let max_sge = qp.cap.max_recv_sge as usize;
+        let dp = &mut qp.dp;
+        let core = &*dp.core;
+        let Some(ring) = dp.rq_ring else {
+            return Err(fail(verbs::Error::InvalidArgument, 0));
+        };
+        let depth = core.rq.len() as u32;
+        let mut head = core.rq_head.load(Relaxed);
+        let mut result = Ok(());
+        let start = dp.rq_pc;
+        for (i, wr) in wrs.iter().enumerate() {
+            let sges = wr.sg_list.iter().filter(|s| s.length != 0);
+            let n = sges.clone().count();
+            if n > max_sge || sges.clone().any(|s| s.length > u32::from(u16::MAX)) {
+                result = Err(fail(verbs::Error::InvalidArgument, i));
+                break;
+            }
+            if head.wrapping_sub(core.rq_tail.load(Acquire)) >= depth {
+                result = Err(fail(verbs::Error::NoMemory, i));
+                break;
+            }
+            let req_id = (head & (depth - 1)) as u16;
+            let mut total = 0u32;
+            let count = n.max(1);
+            let empty = verbs::Sge::default();
+            for (j, s) in sges.chain(core::iter::once(&empty)).take(count).enumerate() {
+                let mut ctrl = s.lkey & LKEY_MASK;
+                if j == 0 {
+                    ctrl |= RX_FIRST;
+                }
+                if j + 1 == count {
+                    ctrl |= RX_LAST;
+                }
+                total += s.length;
+                let lo = s.addr;
+                let hi = u64::from(req_id) | u64::from(s.length) << 16 | u64::from(ctrl) << 32;
+                let at = (u32::from(dp.rq_pc) & dp.rq_desc_mask) as usize * io::RX_DESC_SIZE;
+                // SAFETY: `at + 16` is inside the ring (masked by its descriptor count, which
+                // the ring holds; `QpDp::new`'s contract keeps it alive); descriptors are
+                // 16-byte aligned in a page-aligned ring; the device reads them only after the
+                // doorbell that follows the `dma_wmb` below.
+                unsafe {
+                    let p = ring.as_ptr().add(at) as *mut u64;
+                    core::ptr::write_volatile(p, lo.to_le());
+                    core::ptr::write_volatile(p.add(1), hi.to_le());
+                }
+                dp.rq_pc = dp.rq_pc.wrapping_add(1);
+            }
+            let slot = &core.rq[req_id as usize];
+            slot.wr_id.store(wr.wr_id, Relaxed);
+            slot.len.store(total, Relaxed);
+            head = head.wrapping_add(1);
+            core.rq_head.store(head, Release);
+        }
+        if dp.rq_pc != start {
+            dma_wmb();
+            bars.db.write32(rq_db, dp.rq_pc.into());
+        }
+        result
+    }
+
+    /// `poll_cq`: the sub-CQs round robin, each entry taken by its phase and checked. A fast
+    /// loop takes successful send completions of the QP the last one named; anything else
+    /// goes through [`take`], which checks every kind of entry.
+    pub(crate) fn poll_cq_dp(
+        &self,
+        cq: &Cq,
+        wc: &mut [WorkCompletion],
+    ) -> Result<usize, verbs::Error> {
+        let sh = cq.shared();
+        let mut guard = sh.state.lock();
+        let st = &mut *guard;
+        let subs = st.cc.len();
+        let (mask, shift, entry) = (sh.depth - 1, sh.depth.trailing_zeros(), sh.entry);
+        let mut n = 0;
+        for k in 0..subs {
+            let sub = if subs == 1 { 0 } else { (st.next + k) % subs };
+            let base = sub * sh.depth as usize * entry;
+            let mut cc = st.cc[sub];
+            'entries: while n < wc.len() {
+                // The fast loop: successful send completions of the QP seen last, its
+                // bookkeeping in registers.
+                if let Some(a) = st.qps.get(st.last).filter(|a| a.send) {
+                    let (q, want) = (&*a.core, a.qpn);
+                    let fmask = q.free.len() - 1;
+                    while n < wc.len() {
+                        let o = base + (cc & mask) as usize * entry;
+                        // SAFETY: `o + 16 <= depth * subs * entry`, the ring's size (checked
+                        // by `CqShared::new`), which the CQ keeps alive; entries are 16-byte
+                        // aligned.
+                        let p = unsafe { sh.ring.0.as_ptr().add(o) as *const u64 };
+                        // SAFETY: as above.
+                        let w0 = unsafe { core::ptr::read_volatile(p) };
+                        if (u64::from_le(w0) >> 24) as u32 & 1 == (cc >> shift) & 1 {
+                            break 'entries;
+                        }
+                        dma_rmb();
+                        // SAFETY: as above.
+                        let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+                        if (w0 >> 16) as u16 & 0x06ff != u16::from(Q_TYPE_SEND) << 9
+                            || (w0 >> 32) as u16 != want
+                        {
+                            break;
+                        }
+                        let id = w0 as u16;
+                        let Some(slot) = q.sq.get(usize::from(id)) else {
+                            break;
+                        };
+                        let meta = slot.meta.load(Relaxed);
+                        if meta & OUT == 0 {
+                            break;
+                        }
+                        slot.meta.store(0, Relaxed);
+                        let out = &mut wc[n];
+                        out.wr_id = slot.wr_id.load(Relaxed);
+                        out.status = WcStatus::Success;
+                        out.opcode = SEND_OPS[(meta & 3) as usize];
+                        out.qp_num = want.into();
+                        out.vendor_err = 0;
+                        out.wc_flags = WcFlags::empty();
+                        out.byte_len = slot.len.load(Relaxed);
+                        let head = q.free_head.load(Relaxed);
+                        q.free[head as usize & fmask].store(id, Relaxed);
+                        q.free_head.store(head.wrapping_add(1), Release);
+                        cc = cc.wrapping_add(1);
+                        n += usize::from(meta & SIGNALED != 0);
+                    }
+                    if n == wc.len() {
+                        break;
+                    }
+                }
+                // Any other entry: every check, one field at a time.
+                let o = base + (cc & mask) as usize * entry;
+                // SAFETY: as above.
+                let p = unsafe { sh.ring.0.as_ptr().add(o) as *const u64 };
+                // SAFETY: as above.
+                let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+                if (w0 >> 24) as u32 & 1 == (cc >> shift) & 1 {
+                    break;
+                }
+                dma_rmb();
+                // SAFETY: as above.
+                let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+                // SAFETY: as above.
+                let w1 = u64::from_le(unsafe { core::ptr::read_volatile(p.add(1)) });
+                match take(st, w0, w1, &mut wc[n]) {
+                    Ok(report) => {
+                        cc = cc.wrapping_add(1);
+                        n += usize::from(report);
+                    }
+                    Err(f) => {
+                        if n > 0 {
+                            // The good completions first; the bad entry stays for the next call.
+                            st.cc[sub] = cc;
+                            st.next = sub;
+                            return Ok(n);
+                        }
+                        st.cc[sub] = cc.wrapping_add(1);
+                        self.note_bad_cqe(f);
+                        return Err(verbs::Error::Io);
+                    }
+                }
+            }
+            st.cc[sub] = cc;
+        }
+        if subs > 1 {
+            st.next = (st.next + 1) % subs;
+        }
+        Ok(n)
+    }
+}
+
+/// Completion opcodes of send slots by their meta's low bits.
+const SEND_OPS: [WcOpcode; 4] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::Send,
+];
+
+/// What every WQE of one `post_send` call shares.
+struct PostCtx {
+    qkey: u32,
+    max_sge: usize,
+    mtu: u32,
+    read_ok: bool,
+    write_ok: bool,
+}
+
+/// A buffer descriptor (or remote address) as its two little-endian words.
+#[inline(always)]
+fn desc(len: u32, key: u32, addr: u64) -> [u64; 2] {
+    [
+        (u64::from(len) | u64::from(key) << 32).to_le(),
+        addr.to_le(),
+    ]
+}
+
+/// The error for an opcode the QP cannot post: EOPNOTSUPP for what EFA does not have.
+#[cold]
+fn refused(op: WrOpcode) -> verbs::Error {
+    match op {
+        WrOpcode::RdmaRead
+        | WrOpcode::RdmaWrite
+        | WrOpcode::RdmaWriteWithImm
+        | WrOpcode::AtomicCmpAndSwp
+        | WrOpcode::AtomicFetchAndAdd => verbs::Error::NotSupported,
+        _ => verbs::Error::InvalidArgument,
+    }
+}
+
+/// The data area of an RDMA WQE (remote address, one local buffer): `(words, length)`.
+#[inline(never)]
+fn rdma_area(
+    wr: &SendWr<'_, Ah>,
+    remote_addr: u64,
+    rkey: u32,
+) -> Result<([u64; 4], u32), verbs::Error> {
+    let mut local = wr.sg_list.iter().filter(|s| s.length != 0);
+    let (Some(s), None) = (local.next(), local.next()) else {
+        return Err(verbs::Error::InvalidArgument);
+    };
+    let [a, b] = desc(s.length, rkey, remote_addr);
+    let [c, d] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+    Ok(([a, b, c, d], s.length))
+}
+
+/// The data area of an inline send: `(words, length)`.
+#[inline(never)]
+fn inline_area(wr: &SendWr<'_, Ah>, max: u32) -> Result<([u64; 4], u32), verbs::Error> {
+    let d = wr.inline_data;
+    if d.len() > io::TX_INLINE_MAX || d.len() as u32 > max {
+        return Err(verbs::Error::InvalidArgument);
+    }
+    let mut b = [0u8; io::TX_INLINE_MAX];
+    b[..d.len()].copy_from_slice(d);
+    let w = core::array::from_fn(|i| {
+        u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
+    });
+    Ok((w, d.len() as u32))
+}
+
+/// One WQE for `wr` into `w` (eight little-endian words), its send id taken from the pool.
+#[inline(always)]
+fn build(
+    dp: &mut QpDp,
+    wr: &SendWr<'_, Ah>,
+    ctx: &PostCtx,
+    w: &mut [u64; 8],
+) -> Result<(), verbs::Error> {
+    use verbs::Error::{InvalidArgument as Inval, NoMemory};
+    let Some(dest) = &wr.dest else {
+        return Err(Inval);
+    };
+    if dest.remote_qpn > 0xffff {
+        return Err(Inval);
+    }
+    let mut ctrl1 = u64::from(CTRL1_META_DESC);
+    let mut imm = 0u64;
+    let (n, len, wc_op);
+    match &wr.remote {
+        RemoteOp::None => {
+            match wr.opcode {
+                WrOpcode::Send => {}
+                WrOpcode::SendWithImm => {
+                    imm = u64::from(imm_host(wr.imm_data));
+                    ctrl1 |= u64::from(CTRL1_HAS_IMM);
+                }
+                op => return Err(refused(op)),
+            }
+            wc_op = WcOpcode::Send as u32;
+            if wr.flags.contains(SendFlags::INLINE) {
+                let (area, l) = inline_area(wr, dp.max_inline)?;
+                w[4..].copy_from_slice(&area);
+                ctrl1 |= u64::from(CTRL1_INLINE_MSG);
+                n = u64::from(l);
+                len = l;
+            } else if let [s] = wr.sg_list
+                && s.length != 0
+            {
+                // The common case: one buffer.
+                if s.length > ctx.mtu || ctx.max_sge == 0 {
+                    return Err(Inval);
+                }
+                [w[4], w[5]] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+                (w[6], w[7]) = (0, 0);
+                n = 1;
+                len = s.length;
+            } else {
+                let mut k = 0usize;
+                let mut total = 0u32;
+                w[4..].fill(0);
+                for s in wr.sg_list {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    if k >= ctx.max_sge {
+                        return Err(Inval);
+                    }
+                    let [a, b] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+                    if k == 0 {
+                        (w[4], w[5]) = (a, b);
+                    } else {
+                        (w[6], w[7]) = (a, b);
+                    }
+                    total = total.checked_add(s.length).ok_or(Inval)?;
+                    k += 1;
+                }
+                if total > ctx.mtu {
+                    return Err(Inval);
+                }
+                n = k as u64;
+                len = total;
+            }
+        }
+        RemoteOp::Rdma { remote_addr, rkey } => {
+            let op = match wr.opcode {
+                WrOpcode::RdmaRead if ctx.read_ok => {
+                    wc_op = WcOpcode::RdmaRead as u32;
+                    op_type::RDMA_READ
+                }
+                WrOpcode::RdmaWrite if ctx.write_ok => {
+                    wc_op = WcOpcode::RdmaWrite as u32;
+                    op_type::RDMA_WRITE
+                }
+                op => return Err(refused(op)),
+            };
+            let (area, l) = rdma_area(wr, *remote_addr, *rkey)?;
+            w[4..].copy_from_slice(&area);
+            ctrl1 |= u64::from(op);
+            n = 1;
+            len = l;
+        }
+        _ => return Err(refused(wr.opcode)),
+    }
+    // A send id from the pool.
+    let core = &*dp.core;
+    let tail = dp.free_tail;
+    if core.free_head.load(Acquire) == tail {
+        return Err(NoMemory);
+    }
+    let id = core.free[tail as usize & usize::from(dp.sq_mask)].load(Relaxed);
+    let Some(slot) = core.sq.get(usize::from(id)) else {
+        return Err(verbs::Error::Io);
+    };
+    dp.free_tail = tail.wrapping_add(1);
+    slot.wr_id.store(wr.wr_id, Relaxed);
+    slot.len.store(len, Relaxed);
+    let signaled = dp.sig_all || wr.flags.contains(SendFlags::SIGNALED);
+    slot.meta
+        .store(OUT | (u32::from(signaled) << 30) | wc_op, Relaxed);
+    let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+        ctx.qkey
+    } else {
+        dest.remote_qkey
+    };
+    // The SQ phase starts at 0 and flips on every wrap.
+    let phase = u64::from((u32::from(dp.sq_pc) >> dp.sq_shift) & 1);
+    let ctrl2 = phase | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ);
+    w[0] = (u64::from(id) | ctrl1 << 16 | ctrl2 << 24 | u64::from(dest.remote_qpn) << 32 | n << 48)
+        .to_le();
+    w[1] = (imm | u64::from(dest.ah.handle()) << 32).to_le();
+    w[2] = u64::from(qkey).to_le();
+    w[3] = 0;
+    Ok(())
+}
+
+/// Checks one completion entry (`w0`, `w1`: its two little-endian words) against the
+/// bookkeeping and fills `out`; `Ok(false)` for a consumed completion that is not reported.
+#[inline(always)]
+fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Result<bool, CqeFault> {
+    let req_id = w0 as u16;
+    let status = (w0 >> 16) as u8;
+    let flags = (w0 >> 24) as u8;
+    let qpn = (w0 >> 32) as u16;
+    let q_type = (flags >> 1) & 3;
+    let i = st
+        .qps
+        .iter()
+        .position(|a| a.qpn == qpn)
+        .ok_or(CqeFault::UnknownQp(qpn))?;
+    st.last = i;
+    let a = &st.qps[i];
+    let wst = wc_status(status).ok_or(CqeFault::Status(status))?;
+    let q = &*a.core;
+    if q_type == Q_TYPE_SEND && a.send {
+        let slot =
+            q.sq.get(usize::from(req_id))
+                .ok_or(CqeFault::SendReqId(req_id))?;
+        let meta = slot.meta.load(Relaxed);
+        if meta & OUT == 0 {
+            return Err(CqeFault::SendReqId(req_id));
+        }
+        slot.meta.store(0, Relaxed);
+        let op = SEND_OPS[(meta & 3) as usize];
+        *out = WorkCompletion {
+            wr_id: slot.wr_id.load(Relaxed),
+            status: wst,
+            opcode: op,
+            qp_num: qpn.into(),
+            vendor_err: status.into(),
+            byte_len: slot.len.load(Relaxed),
+            ..WorkCompletion::default()
+        };
+        // The id goes back to the pool (this poller is its only producer).
+        let head = q.free_head.load(Relaxed);
+        q.free[head as usize & (q.free.len() - 1)].store(req_id, Relaxed);
+        q.free_head.store(head.wrapping_add(1), Release);
+        return Ok(meta & SIGNALED != 0 || wst != WcStatus::Success);
+    }
+    if q_type == Q_TYPE_RECV && a.recv {
+        let tail = q.rq_tail.load(Relaxed);
+        let depth = q.rq.len() as u32;
+        if tail == q.rq_head.load(Acquire) || u32::from(req_id) != tail & (depth - 1) {
+            return Err(CqeFault::RecvReqId(req_id));
+        }
+        let slot = &q.rq[usize::from(req_id)];
+        let length = (w0 >> 48) as u16;
+        if u32::from(length) > slot.len.load(Relaxed) {
+            return Err(CqeFault::Length(length));
+        }
+        let imm = flags & CDESC_HAS_IMM != 0;
+        *out = WorkCompletion {
+            wr_id: slot.wr_id.load(Relaxed),
+            status: wst,
+            opcode: WcOpcode::Recv,
+            qp_num: qpn.into(),
+            vendor_err: status.into(),
+            byte_len: length.into(),
+            imm_data: if imm { (w1 >> 32) as u32 } else { 0 }.to_be(),
+            wc_flags: if imm {
+                WcFlags::WITH_IMM
+            } else {
+                WcFlags::empty()
+            },
+            src_qp: ((w1 >> 16) as u16).into(),
+            ..WorkCompletion::default()
+        };
+        q.rq_tail.store(tail.wrapping_add(1), Release);
+        return Ok(true);
+    }
+    if q_type == Q_TYPE_SEND || q_type == Q_TYPE_RECV {
+        return Err(CqeFault::UnknownQp(qpn));
+    }
+    Err(CqeFault::QueueType(q_type))
+}

@@ -1,0 +1,673 @@
+//! The EFA data path, driver against emulated device, two devices on the in-process fabric:
+//! UD send/receive with the Q_Key check, SRD send/receive (with immediate), RDMA read and
+//! write of every size class, SRD's exactly-once delivery over a lossy, duplicating and
+//! reordering fabric, and the operations EFA does not have.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use nic_emulator::efa::Profile;
+use nic_emulator::roce_wire::fabric::FaultConfig;
+use nic_testbed::World;
+use nic_testbed::efa::{EfaDevice, EfaTestbed};
+use verbs::{
+    AccessFlags, AhAttr, Error, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
+    QpInitAttr, QpState, QpType, QueuePair, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+
+const QKEY: u32 = 0x1111;
+const BUF: usize = 2 << 20;
+
+/// One device with a PD, a CQ, a QP in RTS and a registered buffer.
+struct Node {
+    tb: EfaTestbed,
+    dev: EfaDevice,
+    pd: efa::Pd,
+    cq: efa::Cq,
+    qp: efa::Qp,
+    mr: efa::Mr,
+    ah: Option<efa::Ah>,
+}
+
+impl Node {
+    fn new(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType) -> Node {
+        let tb = world.efa_at(ip, Profile::default());
+        let dev = tb
+            .probe(efa::Config {
+                device_id: 0xefa1,
+                ..Default::default()
+            })
+            .expect("bring-up");
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(1024, 0, None).unwrap();
+        let (mut qp, _) = dev
+            .create_qp(
+                &pd,
+                &QpInitAttr {
+                    qp_type,
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 512,
+                        max_recv_wr: 512,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 32,
+                    },
+                    sq_sig_all: true,
+                },
+            )
+            .unwrap();
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qkey: QKEY,
+            ..Default::default()
+        };
+        dev.modify_qp(&mut qp, &a, M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY)
+            .unwrap();
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            ..Default::default()
+        };
+        dev.modify_qp(&mut qp, &a, M::STATE).unwrap();
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: 0,
+            ..Default::default()
+        };
+        dev.modify_qp(&mut qp, &a, M::STATE | M::SQ_PSN).unwrap();
+        let buf = dev.alloc_buf(BUF).unwrap();
+        let mr = dev
+            .reg_mr(
+                &pd,
+                buf,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            )
+            .unwrap();
+        Node {
+            tb,
+            dev,
+            pd,
+            cq,
+            qp,
+            mr,
+            ah: None,
+        }
+    }
+
+    fn gid(&self) -> Gid {
+        self.dev.query_gid(1, 0).unwrap()
+    }
+
+    /// An AH to `peer`.
+    fn connect(&mut self, peer: &Node) {
+        let ah = self
+            .dev
+            .create_ah(
+                &self.pd,
+                &AhAttr {
+                    dgid: peer.gid(),
+                    port_num: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        self.ah = Some(ah);
+    }
+
+    fn buf(&self) -> &verbs::Buffer {
+        self.mr.buffer().unwrap()
+    }
+
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.mr.addr() + off,
+            length: len,
+            lkey: self.mr.lkey(),
+        }
+    }
+
+    /// Posts `n` receives of `len` bytes at `off + i * len`.
+    fn post_recvs(&mut self, off: u64, len: u32, n: u64) {
+        for i in 0..n {
+            let sge = [self.sge(off + i * u64::from(len), len)];
+            self.dev
+                .post_recv(
+                    &mut self.qp,
+                    &[RecvWr {
+                        wr_id: 1000 + i,
+                        sg_list: &sge,
+                    }],
+                )
+                .unwrap();
+        }
+    }
+
+    fn teardown(self) {
+        let Node {
+            tb,
+            dev,
+            pd,
+            cq,
+            qp,
+            mr,
+            ah,
+        } = self;
+        dev.destroy_qp(qp).unwrap();
+        if let Some(ah) = ah {
+            dev.destroy_ah(ah).unwrap();
+        }
+        dev.dereg_mr(mr).unwrap();
+        dev.destroy_cq(cq).unwrap();
+        dev.dealloc_pd(pd).unwrap();
+        dev.shutdown().unwrap();
+        assert_eq!(tb.live(), Default::default());
+        assert_eq!(tb.device().errors(), &[]);
+    }
+}
+
+/// The destination `$b` as seen from `$a` (a macro: it borrows only `$a.ah`, so that
+/// `$a.qp` can be posted to meanwhile).
+macro_rules! dest {
+    ($a:expr, $b:expr, $qkey:expr) => {
+        UdDest {
+            ah: $a.ah.as_ref().unwrap(),
+            remote_qpn: $b.qp.qp_num(),
+            remote_qkey: $qkey,
+        }
+    };
+}
+
+fn pair(seed: u64, qp_type: QpType) -> (Arc<World>, Node, Node) {
+    let w = World::new(seed);
+    let mut a = Node::new(&w, Ipv4Addr::new(127, 0, 1, 1), qp_type);
+    let mut b = Node::new(&w, Ipv4Addr::new(127, 0, 1, 2), qp_type);
+    a.connect(&b);
+    b.connect(&a);
+    (w, a, b)
+}
+
+/// Polls `node`'s CQ, running the world, until `n` completions came (panics after a bound).
+fn wait(w: &World, node: &Node, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [WorkCompletion::default(); 32];
+    for _ in 0..2_000_000 {
+        let k = node.dev.poll_cq(&node.cq, &mut wc).unwrap();
+        out.extend_from_slice(&wc[..k]);
+        if out.len() >= n {
+            assert_eq!(out.len(), n, "more completions than expected");
+            return out;
+        }
+        w.relax();
+    }
+    panic!("{} of {n} completions", out.len());
+}
+
+/// Runs the world until nothing is in flight, then checks no completion is left.
+fn settle(w: &World, nodes: &[&Node]) {
+    for _ in 0..100_000 {
+        if nodes.iter().all(|n| n.tb.device().srd_in_flight() == 0) && w.fabric().in_flight() == 0 {
+            break;
+        }
+        w.relax();
+    }
+    let mut wc = [WorkCompletion::default(); 4];
+    for n in nodes {
+        assert_eq!(n.dev.poll_cq(&n.cq, &mut wc).unwrap(), 0);
+    }
+}
+
+#[test]
+fn ud_send_recv_and_qkey_mismatch_is_dropped() {
+    let (w, mut a, mut b) = pair(1, QpType::Ud);
+    b.post_recvs(0, 256, 4);
+    a.buf().write(0, b"hello over UD").unwrap();
+    let sge = [a.sge(0, 13)];
+    // The wrong Q_Key: sent, completed at the sender, dropped by the receiver.
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, 0x2222)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    let c = wait(&w, &a, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode),
+        (1, WcStatus::Success, WcOpcode::Send)
+    );
+    settle(&w, &[&a, &b]);
+    assert_eq!(b.tb.device().data_stats().rx_qkey_mismatch, 1);
+
+    // The right one (and immediate data): delivered.
+    let wr = SendWr {
+        wr_id: 2,
+        opcode: WrOpcode::SendWithImm,
+        imm_data: 0x1234_5678u32.to_be(),
+        sg_list: &sge,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(&w, &a, 1)[0].status, WcStatus::Success);
+    let r = wait(&w, &b, 1);
+    assert_eq!(r[0].wr_id, 1000);
+    assert_eq!(r[0].status, WcStatus::Success);
+    assert_eq!(r[0].opcode, WcOpcode::Recv);
+    assert_eq!(r[0].byte_len, 13);
+    assert_eq!(r[0].src_qp, a.qp.qp_num());
+    assert!(r[0].wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(r[0].imm_data, 0x1234_5678u32.to_be());
+    let mut got = [0u8; 13];
+    b.buf().read(0, &mut got).unwrap();
+    assert_eq!(&got, b"hello over UD");
+
+    // Inline, with the QP's own Q_Key (bit 31).
+    let wr = SendWr {
+        wr_id: 3,
+        flags: SendFlags::INLINE,
+        inline_data: b"inline!",
+        dest: Some(dest!(a, b, 0x8000_0000)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    wait(&w, &a, 1);
+    let r = wait(&w, &b, 1);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (1001, 7));
+    let mut got = [0u8; 7];
+    b.buf().read(256, &mut got).unwrap();
+    assert_eq!(&got, b"inline!");
+
+    // RDMA on UD, atomics: not on EFA.
+    let rd = SendWr {
+        wr_id: 4,
+        opcode: WrOpcode::RdmaRead,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    let e = a.dev.post_send(&mut a.qp, &[rd]).unwrap_err();
+    assert_eq!((e.error, e.bad_wr), (Error::NotSupported, 0));
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+#[test]
+fn srd_send_recv_with_immediate() {
+    let (w, mut a, mut b) = pair(2, QpType::Srd);
+    b.post_recvs(0, 8928, 8);
+    let sizes = [0u32, 1, 32, 4096, 8928];
+    for (i, &n) in sizes.iter().enumerate() {
+        let data: Vec<u8> = (0..n).map(|j| (j as u8) ^ (i as u8 * 31)).collect();
+        a.buf().write(0, &data).unwrap();
+        let sge = [a.sge(0, n)];
+        let wr = SendWr {
+            wr_id: i as u64,
+            opcode: WrOpcode::SendWithImm,
+            imm_data: (i as u32).to_be(),
+            sg_list: if n == 0 { &[] } else { &sge },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!((c[0].wr_id, c[0].status), (i as u64, WcStatus::Success));
+        let r = wait(&w, &b, 1);
+        assert_eq!(r[0].wr_id, 1000 + i as u64);
+        assert_eq!(r[0].byte_len, n);
+        assert_eq!(r[0].imm_data, (i as u32).to_be());
+        let mut got = vec![0u8; n as usize];
+        b.buf().read(i * 8928, &mut got).unwrap();
+        assert_eq!(got, data, "size {n}");
+    }
+    // Larger than the MTU: refused by the driver.
+    let sge = [a.sge(0, 8929)];
+    let wr = SendWr {
+        sg_list: &sge,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    assert_eq!(
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap_err().error,
+        Error::InvalidArgument
+    );
+    // Write with immediate and atomics do not exist on EFA.
+    for op in [WrOpcode::RdmaWriteWithImm, WrOpcode::AtomicFetchAndAdd] {
+        let wr = SendWr {
+            opcode: op,
+            sg_list: &sge,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr(),
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        assert_eq!(
+            a.dev.post_send(&mut a.qp, &[wr]).unwrap_err().error,
+            Error::NotSupported
+        );
+    }
+    // A wrong Q_Key on SRD: the sender learns it (bad destination QPN), nothing delivered.
+    let sge = [a.sge(0, 4)];
+    let wr = SendWr {
+        wr_id: 77,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, 0x9999)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    let c = wait(&w, &a, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (77, WcStatus::RemInvRdReqErr));
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+/// A read of `len` bytes from `b` into `a` at offset `off`, checked byte for byte.
+fn read_and_check(w: &World, a: &mut Node, b: &Node, len: u32, seed: u8) {
+    let data: Vec<u8> = (0..len).map(|j| (j as u8).wrapping_mul(7) ^ seed).collect();
+    b.buf().write(4096, &data).unwrap();
+    a.buf().fill(0, len as usize, 0xee).unwrap();
+    let sge = [a.sge(0, len)];
+    let wr = SendWr {
+        wr_id: u64::from(len),
+        opcode: WrOpcode::RdmaRead,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: b.mr.addr() + 4096,
+            rkey: b.mr.rkey(),
+        },
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    let c = wait(w, a, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode, c[0].byte_len),
+        (u64::from(len), WcStatus::Success, WcOpcode::RdmaRead, len)
+    );
+    let mut got = vec![0u8; len as usize];
+    a.buf().read(0, &mut got).unwrap();
+    assert!(got == data, "read of {len} bytes differs");
+}
+
+const SIZES: [u32; 9] = [1, 63, 64, 4095, 4096, 8928, 8929, 65536, 1 << 20];
+
+#[test]
+fn srd_rdma_read_and_write_of_every_size_class() {
+    let (w, mut a, b) = pair(3, QpType::Srd);
+    for (i, &len) in SIZES.iter().enumerate() {
+        read_and_check(&w, &mut a, &b, len, i as u8);
+    }
+    // Writes: a → b.
+    for (i, &len) in SIZES.iter().enumerate() {
+        let data: Vec<u8> = (0..len).map(|j| (j as u8) ^ (i as u8 + 1)).collect();
+        a.buf().write(0, &data).unwrap();
+        let sge = [a.sge(0, len)];
+        let wr = SendWr {
+            wr_id: 5000 + i as u64,
+            opcode: WrOpcode::RdmaWrite,
+            sg_list: &sge,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + 8192,
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status, c[0].opcode),
+            (5000 + i as u64, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let mut got = vec![0u8; len as usize];
+        b.buf().read(8192, &mut got).unwrap();
+        assert!(got == data, "write of {len} bytes differs");
+    }
+    // A read beyond the remote region: a remote access error.
+    let sge = [a.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: 9,
+        opcode: WrOpcode::RdmaRead,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: b.mr.addr() + BUF as u64 - 32,
+            rkey: b.mr.rkey(),
+        },
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(&w, &a, 1)[0].status, WcStatus::RemAccessErr);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+#[test]
+fn srd_delivers_every_message_exactly_once_over_a_lossy_fabric() {
+    let (w, mut a, mut b) = pair(4, QpType::Srd);
+    w.fabric().set_faults(FaultConfig {
+        loss: 0.1,
+        duplicate: 0.1,
+        reorder: 0.1,
+        ..FaultConfig::NONE
+    });
+    const N: u64 = 400;
+    b.post_recvs(0, 64, 500);
+    // Post in batches the SQ can hold; each message carries its number.
+    let mut sent = 0;
+    let mut done = Vec::new();
+    while sent < N {
+        let k = (N - sent).min(100);
+        for i in sent..sent + k {
+            a.buf().write_u64((i * 64) as usize, i).unwrap();
+        }
+        let sges: Vec<[Sge; 1]> = (sent..sent + k)
+            .map(|i| [a.sge(i * 64, 8 + (i % 50) as u32)])
+            .collect();
+        let wrs: Vec<SendWr<'_, efa::Ah>> = (0..k as usize)
+            .map(|j| SendWr {
+                wr_id: sent + j as u64,
+                sg_list: &sges[j],
+                dest: Some(dest!(a, b, QKEY)),
+                ..Default::default()
+            })
+            .collect();
+        a.dev.post_send(&mut a.qp, &wrs).unwrap();
+        done.extend(wait(&w, &a, k as usize));
+        sent += k;
+    }
+    // Every send completed once, successfully (in whatever order SRD reports them).
+    let mut ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert!(done.iter().all(|c| c.status == WcStatus::Success));
+    ids.sort_unstable();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>());
+    // Every message arrived exactly once.
+    let got = wait(&w, &b, N as usize);
+    let mut seen: Vec<u64> = got
+        .iter()
+        .map(|c| {
+            assert_eq!(c.status, WcStatus::Success);
+            let slot = c.wr_id - 1000;
+            let v = b.buf().read_u64((slot * 64) as usize).unwrap();
+            assert_eq!(u64::from(c.byte_len), 8 + v % 50);
+            v
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..N).collect::<Vec<_>>());
+    let stats = w.fabric().stats();
+    assert!(stats.dropped_loss > 0 && stats.duplicated > 0 && stats.reordered > 0);
+    assert!(a.tb.device().data_stats().retransmits > 0);
+    // Reads too, through the same faults.
+    for (i, &len) in [64u32, 8929, 65536].iter().enumerate() {
+        read_and_check(&w, &mut a, &b, len, 0x40 + i as u8);
+    }
+    w.fabric().set_faults(FaultConfig::NONE);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+#[test]
+fn srd_without_a_posted_receive_fails_with_rnr_and_unreachable_peers_time_out() {
+    let (w, mut a, b) = pair(5, QpType::Srd);
+    let sge = [a.sge(0, 16)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(&w, &a, 1)[0].status, WcStatus::RnrRetryExcErr);
+    // A cut link: the device retransmits, then gives up.
+    w.fabric().cut_link(
+        a.tb.device().port_addr().unwrap(),
+        b.tb.device().port_addr().unwrap(),
+    );
+    let wr = SendWr {
+        wr_id: 2,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(&w, &a, 1)[0].status, WcStatus::RespTimeoutErr);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+/// Writes a 16-byte completion entry into slot `slot` of `node`'s CQ with the phase of the
+/// ring's first pass, as a misbehaving device would.
+fn forge_cqe(node: &Node, slot: u64, e: [u8; 16]) {
+    use nic_emulator::AddressSpace;
+    let view = nic_testbed::IommuView(node.tb.dma.clone());
+    let at = node.cq.ring_addr() + slot * u64::from(node.cq.entry_size());
+    view.write(at, &e).unwrap();
+}
+
+#[test]
+fn malformed_completions_are_refused_not_trusted() {
+    let (w, mut a, b) = pair(6, QpType::Srd);
+    let qpn = a.qp.qp_num() as u16;
+    let mut wc = [WorkCompletion::default(); 4];
+    // flags: phase 1, queue type, op type.
+    let entry = |req_id: u16, status: u8, q_type: u8, qpn: u16| {
+        let mut e = [0u8; 16];
+        e[0..2].copy_from_slice(&req_id.to_le_bytes());
+        e[2] = status;
+        e[3] = 1 | q_type << 1;
+        e[4..6].copy_from_slice(&qpn.to_le_bytes());
+        e
+    };
+    let cases = [
+        // A send id nothing was posted with.
+        (entry(3, 0, 1, qpn), efa::CqeFault::SendReqId(3)),
+        // A QP the CQ does not serve.
+        (entry(0, 0, 1, qpn + 7), efa::CqeFault::UnknownQp(qpn + 7)),
+        // A receive when none is outstanding.
+        (entry(0, 0, 2, qpn), efa::CqeFault::RecvReqId(0)),
+        // An undefined status.
+        (entry(0, 16, 1, qpn), efa::CqeFault::Status(16)),
+        // No queue type.
+        (entry(0, 0, 3, qpn), efa::CqeFault::QueueType(3)),
+    ];
+    for (i, (e, fault)) in cases.iter().enumerate() {
+        forge_cqe(&a, i as u64, *e);
+        assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io), "case {i}");
+        assert_eq!(a.dev.bad_cqes(), (i as u64 + 1, Some(*fault)));
+    }
+    // A receive longer than what was posted.
+    a.post_recvs(0, 16, 1);
+    let mut e = entry(0, 0, 2, qpn);
+    e[6..8].copy_from_slice(&17u16.to_le_bytes());
+    forge_cqe(&a, 5, e);
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io));
+    assert_eq!(a.dev.bad_cqes().1, Some(efa::CqeFault::Length(17)));
+    // Each refused entry was consumed once: the ring is empty again.
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Ok(0));
+    assert_eq!(a.dev.bad_cqes().0, 6);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+#[test]
+fn the_device_refuses_driver_mistakes_on_the_data_path() {
+    use nic_emulator::efa::DeviceError;
+    use nic_hal::RegisterIo;
+    let (w, a, b) = pair(7, QpType::Srd);
+    let qpn = a.qp.qp_num() as u16;
+    let (sq_db, rq_db) = a.qp.db_offsets();
+    let db = a.tb.bar(a.dev.attributes().db_bar as u8);
+    // An SQ doorbell for a WQE never written: on the first pass the zeroed slot has the
+    // expected phase (0), so the meta-descriptor check refuses it; it completes with an
+    // error for a request id the driver never handed out.
+    db.write32(sq_db as usize, 1);
+    // An RQ doorbell far beyond the ring.
+    db.write32(rq_db as usize, 0x7fff);
+    // A BAR2 write outside every LLQ.
+    a.tb.bar(nic_emulator::efa::MEM_BAR)
+        .write_block(0x7fff_0000, &[0; 64]);
+    // A doorbell naming no queue.
+    db.write32(0x8000 * 8, 1);
+    let errors = a.tb.device().errors().to_vec();
+    assert_eq!(
+        errors,
+        vec![
+            DeviceError::BadWqe {
+                qpn,
+                reason: "meta descriptor flags"
+            },
+            DeviceError::ProducerAhead {
+                qpn,
+                producer: 0x7fff,
+                consumer: 0
+            },
+            DeviceError::BadLlqWrite {
+                offset: 0x7fff_0000,
+                len: 64
+            },
+            DeviceError::BadDoorbell {
+                offset: 0x8000 * 8,
+                value: 1
+            },
+        ]
+    );
+    assert_eq!(a.tb.device().data_stats().tx_frames, 0);
+    let mut wc = [WorkCompletion::default(); 2];
+    assert_eq!(a.dev.poll_cq(&a.cq, &mut wc), Err(Error::Io));
+    assert_eq!(a.dev.bad_cqes(), (1, Some(efa::CqeFault::SendReqId(0))));
+    settle(&w, &[&a, &b]);
+    // Teardown checks for device errors: this test made them on purpose.
+    let Node {
+        tb,
+        dev,
+        pd,
+        cq,
+        qp,
+        mr,
+        ah,
+    } = a;
+    dev.destroy_qp(qp).unwrap();
+    dev.destroy_ah(ah.unwrap()).unwrap();
+    dev.dereg_mr(mr).unwrap();
+    dev.destroy_cq(cq).unwrap();
+    dev.dealloc_pd(pd).unwrap();
+    dev.shutdown().unwrap();
+    assert_eq!(tb.live(), Default::default());
+    b.teardown();
+}

@@ -2,12 +2,11 @@
 //! fabric, or one end per process on the UDP fabric or on an Ethernet link in QEMU's
 //! socket-netdev format (with ARP), and serving or connecting through the CM there.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use cm::{AddrInfo, Cm, CmConfig, Neighbor, RaiFlags, getaddrinfo};
 use nic_emulator::Profile;
-use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
 use nic_hal::{Platform, RegisterIo};
 use nic_testbed::{EmuDevice, EthNic, UdpDevice, UdpNic, World};
 use verbs::Gid;
@@ -20,10 +19,6 @@ use crate::exchange::{Pinged, Served, client, qp_attr, server};
 
 pub(crate) const SERVER_IP: &str = "127.0.0.2";
 pub(crate) const CLIENT_IP: &str = "127.0.0.1";
-
-/// Delay before our ARP replies on the Ethernet fabric: Linux's rdma_cm can miss a reply
-/// that comes back before its resolve request is queued, and then waits 2 s.
-pub(crate) const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
 
 /// One emulated NIC probed, given its RoCE GID and added to the connection manager.
 pub(crate) fn add_nic(cm: &Cm<EmuDevice>, tb: &nic_testbed::Testbed) -> Result<(), String> {
@@ -227,7 +222,8 @@ fn on_device(o: &Options, ip: Ipv4Addr, dst: Option<Ipv4Addr>) -> Option<Result<
     })
 }
 
-/// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire.
+/// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire (ARP
+/// answered after Linux's rdma_cm is ready for it: `nic_testbed::eth::loopback_link`).
 pub(crate) fn eth_end(
     ip: Ipv4Addr,
     local: u16,
@@ -235,12 +231,7 @@ pub(crate) fn eth_end(
     o: &Options,
 ) -> Result<EthNic, String> {
     let mac = o.mac.unwrap_or_else(|| mac_for(ip));
-    let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
-    let mut link = EthLink::new(sa(local), sa(remote), mac);
-    link.arp = ArpConfig {
-        reply_delay: ARP_REPLY_DELAY,
-        ..ArpConfig::default()
-    };
+    let link = nic_testbed::eth::loopback_link(local, remote, mac);
     EthNic::start(link, ip, cm_config(o)).map_err(|e| {
         format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
     })

@@ -85,12 +85,27 @@ pub enum Mode {
         /// `-p`.
         port: u16,
     },
+    /// Both directions in one boot: `rping -s -a GUEST -v -V -C count` (the host's client
+    /// connects), then, once `peer` (a second host process on the wire) answers a ping,
+    /// `rping -c -a peer -v -V -C count` (default size 64, port 7174) against the host's
+    /// server; a run the host's server rejected or could not be reached in is tried again
+    /// (up to 5 runs, a second apart: the server may answer pings a moment before it
+    /// listens).
+    ServerThenClient {
+        /// `-C` of both runs.
+        count: u32,
+        /// The host's server, on the wire.
+        peer: Ipv4Addr,
+    },
 }
 
 impl Mode {
     fn cmdline(&self) -> String {
         match self {
             Mode::Server { count } => format!("mode=server count={count}"),
+            Mode::ServerThenClient { count, peer } => {
+                format!("mode=both count={count} peer={peer}")
+            }
             Mode::Client { count, size, port } => {
                 format!("mode=client count={count} size={size} port={port}")
             }
@@ -122,6 +137,25 @@ server)
 client)
   t "rping client start"
   timeout 60 rping -c -a 10.77.0.1 -v -V -C $count -S $size -p $port > /tmp/rping.out 2> /tmp/rping.err; rc=$?
+  cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
+  t "rping client rc=$rc" ;;
+both)
+  rping -s -a 10.77.0.2 -v -V -C $count > /tmp/rping.out 2> /tmp/rping.err &
+  P=$!
+  sleep 1
+  t "rping server listening"
+  wait $P; rc=$?
+  cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
+  t "rping server rc=$rc"
+  i=0; until ping -c 1 -W 1 $peer >/dev/null 2>&1 || [ $i -ge 90 ]; do i=$((i+1)); done
+  t "peer $peer answers after $i pings"
+  n=1; while :; do
+    t "rping client run $n"
+    timeout 60 rping -c -a $peer -v -V -C $count > /tmp/rping.out 2> /tmp/rping.err; rc=$?
+    [ $rc = 0 ] || [ $n -ge 5 ] && break
+    grep -q -e REJECTED -e UNREACHABLE -e ADDR_ERROR /tmp/rping.err || break
+    sed 's/^/rping retry after: /' /tmp/rping.err; n=$((n+1)); sleep 1
+  done
   cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
   t "rping client rc=$rc" ;;
 esac
@@ -399,7 +433,11 @@ impl Guest {
             image.initrd.clone(),
             serial.to_path_buf(),
         );
-        q.timeout_secs = 180;
+        // both directions in one boot take longer
+        q.timeout_secs = match mode {
+            Mode::ServerThenClient { .. } => 300,
+            _ => 180,
+        };
         q.append = format!("quiet {}", mode.cmdline());
         let m = GUEST_MAC;
         q.extra = vec![

@@ -15,7 +15,7 @@ mod support;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use interop::guest::{self, GUEST_IP, Guest, HOST_IP, Mode};
 use interop::tools::ping_text;
@@ -133,6 +133,7 @@ fn debian_rping_on_our_libraries_against_the_guests_rping_both_ways() {
 
     // 1. the host's client (no source address: the stack's one NIC; the guest's MAC by ARP)
     let guest_ip = GUEST_IP.to_string();
+    let t0 = Instant::now();
     let co = rping(
         &bin,
         &lib,
@@ -141,6 +142,7 @@ fn debian_rping_on_our_libraries_against_the_guests_rping_both_ways() {
     )
     .output()
     .expect("run the host's rping -c");
+    let client_took = t0.elapsed();
     let (cout, _) = host_ok("host rping -c", &co, &g.output());
     assert_eq!(
         lines_with(&cout, "ping data: "),
@@ -152,6 +154,7 @@ fn debian_rping_on_our_libraries_against_the_guests_rping_both_ways() {
 
     // 2. the host's server, a new process on the link; the guest's client finds it by ping
     let srv_ip = HOST_SERVER_IP.to_string();
+    let t1 = Instant::now();
     let server = rping(
         &bin,
         &lib,
@@ -170,6 +173,7 @@ fn debian_rping_on_our_libraries_against_the_guests_rping_both_ways() {
         }
     };
     let so = server.wait_with_output().expect("host rping -s output");
+    let server_took = t1.elapsed();
     let (sout, serr) = host_ok("host rping -s", &so, &out_g);
 
     // the guest's server: the host client's ten pings, then its disconnect
@@ -213,5 +217,9 @@ fn debian_rping_on_our_libraries_against_the_guests_rping_both_ways() {
         .into_iter()
         .filter(|l| l.contains("rping client run"))
         .count();
-    eprintln!("interop: guest rping -c needed {runs} run(s) against the host's rping -s");
+    eprintln!(
+        "interop figures: host rping -c (10 pings) start to exit {client_took:?}; host \
+         rping -s start to exit {server_took:?} (includes the guest's wait for it and its \
+         client: {runs} run(s))"
+    );
 }

@@ -27,6 +27,18 @@ pub enum Spec {
     /// `emu-udp:IP` or `emu-udp:IP:PORT`: an emulated mlx5 NIC on the UDP fabric (port
     /// [`DEFAULT_FABRIC_PORT`] unless given), reaching other processes' NICs.
     Udp(Ipv4Addr, u16),
+    /// `emu-eth:IP:LOCAL,PEER`: an emulated mlx5 NIC at `IP` on an Ethernet link in QEMU's
+    /// socket-netdev format (frames from UDP 127.0.0.1:LOCAL to 127.0.0.1:PEER, as
+    /// `-netdev socket,udp=127.0.0.1:LOCAL,localaddr=127.0.0.1:PEER` has them), peers found
+    /// by ARP; `IP` is an address on that virtual wire.
+    Eth {
+        /// The NIC's address on the wire.
+        ip: Ipv4Addr,
+        /// The link's local UDP port.
+        local: u16,
+        /// The peer's UDP port.
+        peer: u16,
+    },
     /// `vfio:BDF@IP`: a ConnectX function through VFIO, GID 0 set to `IP`.
     Vfio(String, Ipv4Addr),
 }
@@ -61,6 +73,35 @@ impl Spec {
             };
             return Ok(Spec::Udp(ip(a)?, port));
         }
+        if let Some(rest) = s.strip_prefix("emu-eth:") {
+            let form = "emu-eth:IP:LOCAL,PEER (this NIC's address on the virtual wire, then \
+                        the link's two UDP ports on 127.0.0.1: ours and the peer's)";
+            let (a, ports) = rest
+                .split_once(':')
+                .ok_or_else(|| format!("{DEVICE_ENV}={s}: {form}"))?;
+            let (l, p) = ports
+                .split_once(',')
+                .ok_or_else(|| format!("{DEVICE_ENV}={s}: {form}"))?;
+            let port = |t: &str| {
+                t.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| format!("{DEVICE_ENV}={s}: '{t}' is not a UDP port; {form}"))
+            };
+            let (ip, local, peer) = (ip(a)?, port(l)?, port(p)?);
+            if local == peer {
+                return Err(format!(
+                    "{DEVICE_ENV}={s}: the local and the peer's UDP port must differ"
+                ));
+            }
+            if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() {
+                return Err(format!(
+                    "{DEVICE_ENV}={s}: {ip} is not a unicast address for the virtual wire \
+                     (the link itself uses 127.0.0.1)"
+                ));
+            }
+            return Ok(Spec::Eth { ip, local, peer });
+        }
         if let Some(rest) = s.strip_prefix("vfio:") {
             let (bdf, a) = rest
                 .split_once('@')
@@ -71,7 +112,8 @@ impl Spec {
             return Ok(Spec::Vfio(bdf.to_string(), ip(a)?));
         }
         Err(format!(
-            "{DEVICE_ENV}={s}: one of emu[:IP], emu-udp:IP[:PORT], vfio:BDF@IP"
+            "{DEVICE_ENV}={s}: one of emu[:IP], emu-udp:IP[:PORT], emu-eth:IP:LOCAL,PEER, \
+             vfio:BDF@IP"
         ))
     }
 }
@@ -94,14 +136,26 @@ fn open(spec: &Spec) -> Result<Arc<dyn Backend>, String> {
             std::mem::forget(world);
             Ok(Stack::start(o, None)?)
         }
-        Spec::Udp(ip, port) => Ok(Stack::start(
-            device_open::UdpEmu {
+        Spec::Udp(ip, port) => {
+            let o = device_open::UdpEmu {
                 ip: *ip,
                 fabric_port: *port,
             }
-            .open()?,
-            Some(Arc::new(nic_testbed::udp::UdpResolver)),
-        )?),
+            .open()?;
+            let resolver = o.backing.neighbor_resolver();
+            Ok(Stack::start(o, resolver)?)
+        }
+        Spec::Eth { ip, local, peer } => {
+            let o = device_open::EthEmu {
+                ip: *ip,
+                local: *local,
+                remote: *peer,
+                mac: None,
+            }
+            .open()?;
+            let resolver = o.backing.neighbor_resolver();
+            Ok(Stack::start(o, resolver)?)
+        }
         Spec::Vfio(bdf, ip) => Ok(Stack::start(
             device_open::VfioNic { bdf, ip: *ip }.open()?,
             None,
@@ -148,6 +202,14 @@ mod tests {
             Ok(Spec::Udp(Ipv4Addr::new(127, 0, 0, 2), 5000))
         );
         assert_eq!(
+            Spec::parse(Some("emu-eth:10.77.0.1:48030,48031")),
+            Ok(Spec::Eth {
+                ip: Ipv4Addr::new(10, 77, 0, 1),
+                local: 48030,
+                peer: 48031
+            })
+        );
+        assert_eq!(
             Spec::parse(Some("vfio:0000:01:00.0@10.0.0.1")),
             Ok(Spec::Vfio(
                 "0000:01:00.0".into(),
@@ -165,5 +227,27 @@ mod tests {
         ] {
             assert!(Spec::parse(Some(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_ethernet_link_spec_says_what_is_wrong() {
+        let err = |s: &str| Spec::parse(Some(s)).unwrap_err();
+        // the form, for a value missing a part
+        for bad in ["emu-eth:", "emu-eth:10.77.0.1", "emu-eth:10.77.0.1:48030"] {
+            let e = err(bad);
+            assert!(e.starts_with(&format!("{DEVICE_ENV}={bad}: ")), "{e}");
+            assert!(e.contains("emu-eth:IP:LOCAL,PEER"), "{e}");
+        }
+        assert!(err("emu-eth:x:1,2").contains("'x' is not an IPv4 address"));
+        let e = err("emu-eth:10.77.0.1:0,48031");
+        assert!(e.contains("'0' is not a UDP port"), "{e}");
+        let e = err("emu-eth:10.77.0.1:48030,70000");
+        assert!(e.contains("'70000' is not a UDP port"), "{e}");
+        assert!(err("emu-eth:10.77.0.1:48030,48030").contains("must differ"));
+        for ip in ["127.0.0.1", "0.0.0.0", "224.0.0.1", "255.255.255.255"] {
+            let e = err(&format!("emu-eth:{ip}:48030,48031"));
+            assert!(e.contains("not a unicast address"), "{e}");
+        }
+        assert!(err("emu-ethx").contains("emu-eth:IP:LOCAL,PEER"));
     }
 }

@@ -3,8 +3,9 @@
 //! layouts ([`capi_abi::ibv`]), served by this stack's providers.
 //!
 //! The device is the one `RDMA_STACK_DEVICE` names ([`backend::Spec`]: an emulated mlx5 NIC
-//! in this process by default, `emu-udp:IP[:PORT]` on the UDP fabric, `vfio:BDF@IP` a real
-//! ConnectX); `ibv_get_device_list` lists it as `mlx5_0`, and every context opened on it
+//! in this process by default, `emu-udp:IP[:PORT]` on the UDP fabric, `emu-eth:IP:LOCAL,PEER`
+//! on an Ethernet link in QEMU's socket-netdev format (a guest's NIC at the other end),
+//! `vfio:BDF@IP` a real ConnectX); `ibv_get_device_list` lists it as `mlx5_0`, and every context opened on it
 //! shares one probed device, opened on first use and kept until the process exits.
 //!
 //! The library holds the process's one stack ([`stack`]): the device, a connection

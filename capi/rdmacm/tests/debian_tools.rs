@@ -120,19 +120,25 @@ fn net(n: u8) -> (String, String, u16) {
     )
 }
 
-/// rping's server and client; `extra` options on both sides.
+/// rping's server and client on the UDP fabric; `extra` options on both sides.
 fn rping(tag: &str, n: u8, extra: &[&str]) {
-    let (bin, lib) = (tools(), libs(tag));
     let (s, c, port) = net(n);
     let (sd, cd) = (format!("emu-udp:{s}:{port}"), format!("emu-udp:{c}:{port}"));
-    let mut sargs = vec!["-s", "-a", &s, "-p", "7174", "-v", "-V"];
-    sargs.extend(extra);
-    let mut cargs = vec![
-        "-c", "-a", &s, "-I", &c, "-p", "7174", "-v", "-V", "-C", "10",
-    ];
+    let mut cargs = vec!["-I", c.as_str()];
     cargs.extend(extra);
-    let server = tool(&bin, &lib, &sd, "rping", &sargs);
-    let client = tool(&bin, &lib, &cd, "rping", &cargs);
+    rping_on(tag, (&s, &sd), &cd, extra, &cargs);
+}
+
+/// rping's server at `s` on device `sd` and its client on device `cd`; `extra` options on
+/// the server, `cextra` on the client.
+fn rping_on(tag: &str, (s, sd): (&str, &str), cd: &str, extra: &[&str], cextra: &[&str]) {
+    let (bin, lib) = (tools(), libs(tag));
+    let mut sargs = vec!["-s", "-a", s, "-p", "7174", "-v", "-V"];
+    sargs.extend(extra);
+    let mut cargs = vec!["-c", "-a", s, "-p", "7174", "-v", "-V", "-C", "10"];
+    cargs.extend(cextra);
+    let server = tool(&bin, &lib, sd, "rping", &sargs);
+    let client = tool(&bin, &lib, cd, "rping", &cargs);
     let (so, co) = pair(server, client);
     // The ten pings (64-byte buffers): "rdma-ping-N: " and 50 characters from 'A' + N on,
     // cycling through 'A'..='z'.
@@ -158,6 +164,21 @@ fn rping(tag: &str, n: u8, extra: &[&str]) {
 #[test]
 fn rping_pings_ten_times_with_rdma_read_and_write() {
     rping("rping", 1, &[]);
+}
+
+/// Each process's NIC on an Ethernet link in QEMU's socket-netdev format
+/// (`RDMA_STACK_DEVICE=emu-eth:IP:LOCAL,PEER`, the two ends' UDP ports crossed), on a
+/// virtual wire whose addresses are not the host's: the client names no source address and
+/// finds the server's MAC by ARP, the server finds the client's from the ARP request it
+/// answered.
+#[test]
+fn rping_on_an_ethernet_link_with_arp() {
+    let (s, sd, cd) = (
+        "10.78.7.1",
+        "emu-eth:10.78.7.1:47180,47181",
+        "emu-eth:10.78.7.2:47181,47180",
+    );
+    rping_on("rping-eth", (s, sd), cd, &[], &[]);
 }
 
 /// `-q`: rping creates its QPs itself (`ibv_create_qp`) and moves them with

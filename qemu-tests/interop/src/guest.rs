@@ -136,6 +136,18 @@ pub enum Mode {
         /// The subsystem NQN.
         nqn: String,
     },
+    /// Both directions in one boot: `rping -s -a GUEST -v -V -C count` (the host's client
+    /// connects), then, once `peer` (a second host process on the wire) answers a ping,
+    /// `rping -c -a peer -v -V -C count` (default size 64, port 7174) against the host's
+    /// server; a run the host's server rejected or could not be reached in is tried again
+    /// (up to 5 runs, a second apart: the server may answer pings a moment before it
+    /// listens).
+    ServerThenClient {
+        /// `-C` of both runs.
+        count: u32,
+        /// The host's server, on the wire.
+        peer: Ipv4Addr,
+    },
 }
 
 /// What a host writes at LBA 0 of the guest target's namespace when it is done.
@@ -175,6 +187,9 @@ impl Mode {
     fn cmdline(&self) -> String {
         match self {
             Mode::Server { count } => format!("mode=server count={count}"),
+            Mode::ServerThenClient { count, peer } => {
+                format!("mode=both count={count} peer={peer}")
+            }
             Mode::Client { count, size, port } => {
                 format!("mode=client count={count} size={size} port={port}")
             }
@@ -282,6 +297,25 @@ nvme_target)
   dd if=/dev/ram0 of=/tmp/back bs=64k skip=16 count=4 2>/dev/null
   cmp /tmp/pat /tmp/back && t "NVMET pattern ok" || t "NVMET pattern mismatch"
   dmesg | grep -iE "nvme|rdma" | sed 's/^/NVMET dmesg: /' | tail -40 ;;
+both)
+  rping -s -a 10.77.0.2 -v -V -C $count > /tmp/rping.out 2> /tmp/rping.err &
+  P=$!
+  sleep 1
+  t "rping server listening"
+  wait $P; rc=$?
+  cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
+  t "rping server rc=$rc"
+  i=0; until ping -c 1 -W 1 $peer >/dev/null 2>&1 || [ $i -ge 90 ]; do i=$((i+1)); done
+  t "peer $peer answers after $i pings"
+  n=1; while :; do
+    t "rping client run $n"
+    timeout 60 rping -c -a $peer -v -V -C $count > /tmp/rping.out 2> /tmp/rping.err; rc=$?
+    [ $rc = 0 ] || [ $n -ge 5 ] && break
+    grep -q -e REJECTED -e UNREACHABLE -e ADDR_ERROR /tmp/rping.err || break
+    sed 's/^/rping retry after: /' /tmp/rping.err; n=$((n+1)); sleep 1
+  done
+  cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
+  t "rping client rc=$rc" ;;
 esac
 for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "INTEROP counter $(basename $c)=$(cat $c)"; done 2>/dev/null | grep -v '=0$'
 t "done"
@@ -557,9 +591,11 @@ impl Guest {
             image.initrd.clone(),
             serial.to_path_buf(),
         );
-        // The NVMe scenarios make and mount a file system over soft-RoCE under TCG.
+        // The NVMe scenarios make and mount a file system over soft-RoCE under TCG; both
+        // rping directions in one boot take longer too.
         q.timeout_secs = match mode {
             Mode::NvmeHost { .. } | Mode::NvmeTarget { .. } => 420,
+            Mode::ServerThenClient { .. } => 300,
             _ => 180,
         };
         q.append = format!("quiet {}", mode.cmdline());

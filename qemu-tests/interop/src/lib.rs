@@ -7,6 +7,8 @@
 //!   QEMU's `-netdev socket,udp=` format) driven by the mlx5 driver, in our connection
 //!   manager, with real ARP feeding the CM's neighbour table (it lives in `nic_testbed::eth`,
 //!   shared with `tools/rping`).
+//! * Or Debian's compiled `rping` on this project's C libraries (`tests/debian_rping.rs`:
+//!   `RDMA_STACK_DEVICE=emu-eth:IP:LOCAL,PEER`).
 //! * [`guest`]: the Debian guest with soft-RoCE and rdma-core's tools, built at test time.
 //! * [`tools`]: builds our `rping` binary for the tests, and a relay between QEMU and it that
 //!   records the frames and loses chosen ones on purpose.

@@ -19,7 +19,7 @@ use cm::CmConfig;
 use interop::EthNic;
 use interop::guest::{self, GUEST_IP, GUEST_MAC, Guest, HOST_IP, HOST_MAC, Image, Mode};
 use interop::tools::{self, Relay, ToolProcess};
-use nic_emulator::roce_wire::fabric::{ArpConfig, Captured, EthLink};
+use nic_emulator::roce_wire::fabric::Captured;
 use nic_emulator::roce_wire::packet::{Opcode, Packet, Transport};
 use nic_emulator::roce_wire::transport::{psn_cmp, qp_source_port};
 use std::collections::BTreeSet;
@@ -37,12 +37,9 @@ fn sa(p: u16) -> SocketAddrV4 {
 
 /// Our end of the link at 127.0.0.1:`port`, QEMU's at `port + 1`.
 fn host_nic(port: u16) -> EthNic {
-    let mut link = EthLink::new(sa(port), sa(port + 1), HOST_MAC);
-    // rdma_cm in the guest may miss an instant reply (notes, pitfall 1)
-    link.arp = ArpConfig {
-        reply_delay: Duration::from_millis(20),
-        ..ArpConfig::default()
-    };
+    // rdma_cm in the guest may miss an instant reply (notes, pitfall 1): the link's ARP
+    // answers after a moment
+    let link = nic_testbed::eth::loopback_link(port, port + 1, HOST_MAC);
     EthNic::start(
         link,
         HOST_IP,

@@ -12,7 +12,9 @@
 //! and starts a thread that copies the neighbours the port learns by ARP into the CM's
 //! neighbour table (a passive side needs the requester's entry before the REQ arrives) and
 //! drives the CM's progress engine, so that a REQ to a port nobody listens on is rejected even while no CM call is
-//! blocking.
+//! blocking. [`EthLinkNic`] is the NIC without the driver and the CM (for a caller with a
+//! connection manager of its own, which takes [`EthResolver`] as its address resolution);
+//! [`loopback_link`] is the host end of a link to a QEMU guest.
 //!
 //! ```
 //! use std::net::{Ipv4Addr, SocketAddrV4};
@@ -32,15 +34,15 @@
 //! assert_eq!(b.shutdown().unwrap(), Default::default());
 //! ```
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cm::{Cm, CmConfig, DeviceId, Neighbor};
 use nic_emulator::roce_wire::eth::Mac;
-use nic_emulator::roce_wire::fabric::{EthHandle, EthLink, FabricError};
+use nic_emulator::roce_wire::fabric::{ArpConfig, EthHandle, EthLink, FabricError};
 use nic_emulator::{Device, Poller, Profile, spawn_poller};
 use nic_hal::{DmaAllocator, HeapDma, Platform};
 use verbs::Gid;
@@ -92,9 +94,28 @@ impl cm::Platform for YieldingTime {
     }
 }
 
-/// The port's ARP as the CM's address resolution: the cached MAC, else an ARP request (the
-/// port retries it) and "not yet".
-struct EthResolver(EthHandle);
+/// How long our ARP replies wait on a link to a Linux host: Linux's rdma_cm can miss a reply
+/// that comes back before its resolve request is queued, and then waits 2 s.
+pub const LINUX_ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
+
+/// The host end of a link in QEMU's socket-netdev format: frames from 127.0.0.1:`local` to
+/// 127.0.0.1:`remote` (QEMU: `-netdev socket,udp=127.0.0.1:local,localaddr=127.0.0.1:remote`),
+/// MAC `mac`, ARP answered after [`LINUX_ARP_REPLY_DELAY`].
+pub fn loopback_link(local: u16, remote: u16, mac: Mac) -> EthLink {
+    let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+    let mut link = EthLink::new(sa(local), sa(remote), mac);
+    link.arp = ArpConfig {
+        reply_delay: LINUX_ARP_REPLY_DELAY,
+        ..ArpConfig::default()
+    };
+    link
+}
+
+/// The port's ARP as a connection manager's address resolution
+/// ([`cm::NeighborResolver`]): the cached MAC, else an ARP request (the port retries it) and
+/// "not yet".
+#[derive(Clone)]
+pub struct EthResolver(pub EthHandle);
 
 impl cm::NeighborResolver for EthResolver {
     fn resolve_neighbor(&self, ip: Ipv4Addr) -> Result<Option<Neighbor>, cm::Error> {
@@ -102,7 +123,7 @@ impl cm::NeighborResolver for EthResolver {
     }
 }
 
-/// The driver type of an [`EthNic`].
+/// The driver type of an [`EthNic`] (and of an [`EthLinkNic`]).
 pub type EthDevice = mlx5::Device<EmuRegs, YieldingTime>;
 
 /// Why an [`EthNic`] could not be set up.
@@ -128,34 +149,31 @@ impl std::fmt::Display for EthNicError {
 
 impl std::error::Error for EthNicError {}
 
-/// An emulated NIC on an Ethernet link, driven by the mlx5 driver, in a [`Cm`].
+/// An emulated NIC on an Ethernet link, with its host memory and its device on a poller
+/// thread, before any driver: what [`EthNic::start`] builds on, and what a caller with a
+/// connection manager of its own opens (the C libraries' stack, through `device-open`).
+/// The counterpart of [`UdpNic`](crate::UdpNic) on the Ethernet fabric.
 ///
-/// Dropping it stops the neighbour thread and the poller; call [`shutdown`](Self::shutdown)
-/// first for an orderly driver teardown.
-pub struct EthNic {
+/// Dropping it stops the poller: shut the driver down first.
+pub struct EthLinkNic {
     /// The device model.
     pub dev: Arc<Mutex<Device>>,
-    /// The connection manager the device was added to.
-    pub cm: Cm<EthDevice>,
-    /// The device's id in `cm`.
-    pub dev_id: DeviceId,
-    /// The driver's DMA allocator.
-    pub dma: Arc<dyn DmaAllocator>,
+    /// The NIC's host memory, which is also its IOMMU.
+    pub dma: Arc<HeapDma>,
     eth: EthHandle,
     ip: Ipv4Addr,
+    clock: YieldingTime,
     poller: Option<Poller>,
-    sync_stop: Arc<AtomicBool>,
-    sync: Option<JoinHandle<()>>,
 }
 
-impl EthNic {
-    /// Binds `link` at `ip`, builds a device with MAC `link.mac`, probes the driver, sets GID
-    /// 0 to `ip` and adds the device to a new [`Cm`] configured by `cfg`.
+impl EthLinkNic {
+    /// Binds `link` at `ip` and builds a device with MAC `link.mac` whose port is the link,
+    /// polled on a thread of its own.
     ///
-    /// Errors: [`EthNicError::Fabric`] when the link's sockets are not on 127.0.0.0/8, the
-    /// MAC is multicast or zero, or the local socket is taken; driver and CM failures.
-    pub fn start(link: EthLink, ip: Ipv4Addr, cfg: CmConfig) -> Result<EthNic, EthNicError> {
-        let port = link.bind(ip).map_err(EthNicError::Fabric)?;
+    /// Errors: the link's sockets are not on 127.0.0.0/8, the MAC is multicast or zero, or
+    /// the local socket is taken.
+    pub fn new(link: EthLink, ip: Ipv4Addr) -> Result<EthLinkNic, FabricError> {
+        let port = link.bind(ip)?;
         let eth = port.handle();
         let dma = HeapDma::new(0x1_0000_0000);
         let clock = YieldingTime::new();
@@ -170,25 +188,92 @@ impl EthNic {
         dev.set_clock(Arc::new(move || clock.now_ns()));
         dev.attach(Box::new(port));
         let dev = Arc::new(Mutex::new(dev));
-        let mut poller = Some(spawn_poller(dev.clone()));
-        let stop_poller = |p: &mut Option<Poller>| {
-            if let Some(p) = p.take() {
-                p.stop();
-            }
-        };
-        let allocator: Arc<dyn DmaAllocator> = dma;
-        let driver = match mlx5::Device::probe(
-            EmuRegs(dev.clone()),
-            allocator,
+        let poller = Some(spawn_poller(dev.clone()));
+        Ok(EthLinkNic {
+            dev,
+            dma,
+            eth,
+            ip,
             clock,
-            mlx5::Config::default(),
-        ) {
-            Ok(d) => d,
-            Err(e) => {
-                stop_poller(&mut poller);
-                return Err(EthNicError::Driver(format!("probe: {e:?}")));
-            }
-        };
+            poller,
+        })
+    }
+
+    /// Attaches the mlx5 driver (the device's clock is the driver's).
+    pub fn probe(&self, config: mlx5::Config) -> Result<EthDevice, mlx5::Error> {
+        let allocator: Arc<dyn DmaAllocator> = self.dma.clone();
+        mlx5::Device::probe(EmuRegs(self.dev.clone()), allocator, self.clock, config)
+    }
+
+    /// The clock and relax hook of waits on this NIC (the driver's, a connection manager's).
+    pub fn platform(&self) -> YieldingTime {
+        self.clock
+    }
+
+    /// The port's IPv4 address on the virtual wire.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// The Ethernet port (neighbour cache, ARP, counters, capture).
+    pub fn eth(&self) -> &EthHandle {
+        &self.eth
+    }
+
+    /// The port's ARP as a connection manager's address resolution.
+    pub fn resolver(&self) -> EthResolver {
+        EthResolver(self.eth.clone())
+    }
+
+    /// The device model, locked.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the device's poller (after the driver's shutdown; dropping does it too).
+    pub fn stop_poller(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for EthLinkNic {
+    fn drop(&mut self) {
+        self.stop_poller();
+    }
+}
+
+/// An emulated NIC on an Ethernet link, driven by the mlx5 driver, in a [`Cm`].
+///
+/// Dropping it stops the neighbour thread and the poller; call [`shutdown`](Self::shutdown)
+/// first for an orderly driver teardown.
+pub struct EthNic {
+    /// The device model.
+    pub dev: Arc<Mutex<Device>>,
+    /// The connection manager the device was added to.
+    pub cm: Cm<EthDevice>,
+    /// The device's id in `cm`.
+    pub dev_id: DeviceId,
+    /// The driver's DMA allocator.
+    pub dma: Arc<dyn DmaAllocator>,
+    nic: EthLinkNic,
+    sync_stop: Arc<AtomicBool>,
+    sync: Option<JoinHandle<()>>,
+}
+
+impl EthNic {
+    /// Binds `link` at `ip`, builds a device with MAC `link.mac`, probes the driver, sets GID
+    /// 0 to `ip` and adds the device to a new [`Cm`] configured by `cfg`.
+    ///
+    /// Errors: [`EthNicError::Fabric`] when the link's sockets are not on 127.0.0.0/8, the
+    /// MAC is multicast or zero, or the local socket is taken; driver and CM failures.
+    pub fn start(link: EthLink, ip: Ipv4Addr, cfg: CmConfig) -> Result<EthNic, EthNicError> {
+        // dropping `nic` on an error stops its poller
+        let nic = EthLinkNic::new(link, ip).map_err(EthNicError::Fabric)?;
+        let driver = nic
+            .probe(mlx5::Config::default())
+            .map_err(|e| EthNicError::Driver(format!("probe: {e:?}")))?;
         let gid = driver
             .mac()
             .map_err(|e| format!("mac: {e:?}"))
@@ -202,32 +287,28 @@ impl EthNic {
             Ok(m) => m,
             Err(e) => {
                 let _ = driver.shutdown();
-                stop_poller(&mut poller);
                 return Err(EthNicError::Driver(e));
             }
         };
         let dma = driver.dma().clone();
-        let cm = Cm::new(clock, cfg);
+        let cm = Cm::new(nic.platform(), cfg);
         let dev_id = match cm.add_device(driver, mac) {
             Ok(id) => id,
             Err((e, driver)) => {
                 let _ = driver.shutdown();
-                stop_poller(&mut poller);
                 return Err(EthNicError::Cm(e));
             }
         };
         let mut nic = EthNic {
-            dev,
+            dev: nic.dev.clone(),
             cm,
             dev_id,
             dma,
-            eth,
-            ip,
-            poller,
+            nic,
             sync_stop: Arc::new(AtomicBool::new(false)),
             sync: None,
         };
-        let resolver: Arc<dyn cm::NeighborResolver> = Arc::new(EthResolver(nic.eth.clone()));
+        let resolver: Arc<dyn cm::NeighborResolver> = Arc::new(nic.nic.resolver());
         nic.cm
             .set_neighbor_resolver(nic.dev_id, Some(resolver))
             .map_err(EthNicError::Cm)?;
@@ -239,10 +320,10 @@ impl EthNic {
     /// progress engine (so that MADs are answered while no CM call is blocking), every
     /// millisecond.
     fn start_neighbor_sync(&mut self) {
-        let eth = self.eth.clone();
+        let eth = self.nic.eth.clone();
         let cm = self.cm.clone();
         let stop = self.sync_stop.clone();
-        let me = self.ip;
+        let me = self.nic.ip;
         self.sync = std::thread::Builder::new()
             .name("eth-nic-neighbors".into())
             .spawn(move || {
@@ -264,23 +345,23 @@ impl EthNic {
 
     /// The port's IPv4 address on the virtual wire.
     pub fn ip(&self) -> Ipv4Addr {
-        self.ip
+        self.nic.ip
     }
 
     /// The port's MAC.
     pub fn mac(&self) -> Mac {
-        self.eth.mac()
+        self.nic.eth.mac()
     }
 
     /// The Ethernet port (neighbour cache, ARP, counters, capture).
     pub fn eth(&self) -> &EthHandle {
-        &self.eth
+        &self.nic.eth
     }
 
     /// Resolves `ip` by ARP (up to `timeout`) and gives the CM the entry; `None` when nobody
     /// answered.
     pub fn resolve(&self, ip: Ipv4Addr, timeout: Duration) -> Result<Option<Mac>, FabricError> {
-        let mac = self.eth.resolve(ip, timeout)?;
+        let mac = self.nic.eth.resolve(ip, timeout)?;
         if let Some(mac) = mac {
             self.cm.add_neighbor(ip, Neighbor { mac });
         }
@@ -319,8 +400,7 @@ impl Drop for EthNic {
         if let Some(h) = self.sync.take() {
             let _ = h.join();
         }
-        if let Some(p) = self.poller.take() {
-            p.stop();
-        }
+        // before the manager (and the driver in it) drops: the poller goes last
+        self.nic.stop_poller();
     }
 }

@@ -61,7 +61,7 @@ pub fn os_entropy() -> u64 {
         .build_hasher()
         .finish()
 }
-pub use eth::{EthDevice, EthNic, EthNicError, YieldingTime};
+pub use eth::{EthDevice, EthLinkNic, EthNic, EthNicError, EthResolver, YieldingTime};
 
 /// The device's view of host memory: only what the driver's allocator has mapped.
 pub struct IommuView(pub Arc<HeapDma>);

@@ -35,12 +35,11 @@
 //! assert_eq!(opts, vec![('s', "10.0.0.2".to_string()), ('C', "5".to_string())]);
 //! ```
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cm::{Cm, CmConfig, CmId, CmPd, DeviceId};
-use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
 pub use nic_testbed::{EthDevice, EthNic};
 use verbs::{AccessFlags, Buffer, MemoryRegion, Provider, WorkCompletion};
 
@@ -60,28 +59,13 @@ pub struct Common {
 /// The text of the common options, for usage messages.
 pub const COMMON_USAGE: &str = "\t--fabric eth:LOCAL,REMOTE (required)\n\t[--ip address] (default: -b)\n\t[--mac MAC]\n\t[--timeout seconds] (default 60)";
 
-fn parse_mac(v: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = v.split(':').collect();
-    let mut m = [0u8; 6];
-    if parts.len() != 6 {
-        return Err(format!("invalid MAC {v:?}"));
-    }
-    for (b, p) in m.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16).map_err(|_| format!("invalid MAC {v:?}"))?;
-    }
-    Ok(m)
-}
-
 fn parse_fabric(v: &str) -> Result<(u16, u16), String> {
-    let bad = || format!("invalid fabric {v:?}: eth:LOCAL,REMOTE (two UDP ports)");
-    let ports = v.strip_prefix("eth:").ok_or_else(bad)?;
-    let (l, r) = ports.split_once(',').ok_or_else(bad)?;
-    let l: u16 = l.parse().map_err(|_| bad())?;
-    let r: u16 = r.parse().map_err(|_| bad())?;
-    if l == 0 || r == 0 || l == r {
-        return Err(bad());
+    match device_open::fabric::parse_fabric(v)? {
+        device_open::fabric::Fabric::Eth { local, remote } => Ok((local, remote)),
+        _ => Err(format!(
+            "invalid fabric {v:?}: eth:LOCAL,REMOTE (these programs run on an Ethernet link)"
+        )),
     }
-    Ok((l, r))
 }
 
 /// Takes the common options out of `args`; the rest, in order, is the program's.
@@ -110,7 +94,7 @@ pub fn split_common(args: Vec<String>) -> Result<(Common, Vec<String>), String> 
         match name.as_str() {
             "--fabric" => c.fabric = Some(parse_fabric(&v)?),
             "--ip" => c.ip = Some(v.parse().map_err(|_| format!("invalid address {v:?}"))?),
-            "--mac" => c.mac = Some(parse_mac(&v)?),
+            "--mac" => c.mac = Some(device_open::fabric::parse_mac(&v)?),
             _ => {
                 c.timeout_s = v
                     .parse()
@@ -179,14 +163,9 @@ pub fn atoi(s: &str) -> i32 {
     (if neg { -n } else { n }) as i32
 }
 
-/// Delay before the port's ARP replies: Linux's rdma_cm can miss a reply that comes back
-/// before its resolve request is queued, and then waits its whole 2 s timeout.
-pub const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
-
 /// The MAC of a NIC at `ip` unless `--mac` says otherwise: 02:00 and the address.
 pub fn default_mac(ip: Ipv4Addr) -> [u8; 6] {
-    let o = ip.octets();
-    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+    device_open::mac_for(ip)
 }
 
 /// Starts this process's NIC at `ip` on the link of `--fabric`, in a connection manager
@@ -195,19 +174,11 @@ pub fn start_nic(c: &Common, ip: Ipv4Addr) -> Result<EthNic, String> {
     let (local, remote) = c
         .fabric
         .ok_or("--fabric eth:LOCAL,REMOTE is required (the NIC's Ethernet link)")?;
-    let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
-    let mut link = EthLink::new(sa(local), sa(remote), c.mac.unwrap_or(default_mac(ip)));
-    link.arp = ArpConfig {
-        reply_delay: ARP_REPLY_DELAY,
-        ..ArpConfig::default()
-    };
     let cfg = CmConfig {
         wait_limit_ns: Some(c.timeout_s.saturating_mul(1_000_000_000)),
         ..CmConfig::default()
     };
-    EthNic::start(link, ip, cfg).map_err(|e| {
-        format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
-    })
+    device_open::fabric::eth_nic(ip, local, remote, c.mac, cfg)
 }
 
 /// Shuts the NIC down; reports on stderr what the device still held (nothing, normally).

@@ -94,11 +94,6 @@ pub fn wire_address_ok(ip: Ipv4Addr) -> bool {
     !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast())
 }
 
-/// Delay before our ARP replies on the Ethernet fabric: Linux's rdma_cm can miss a reply
-/// that comes back before its resolve request is queued, and then waits 2 s.
-#[cfg(feature = "emulator")]
-pub const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
-
 /// The emulated NIC at `ip` on the Ethernet link from 127.0.0.1:`local` to 127.0.0.1:`remote`,
 /// with MAC `mac` (default [`crate::mac_for`]`(ip)`), in a connection manager configured by
 /// `cfg` (ARP as its address resolution, see [`nic_testbed::EthNic`]).
@@ -110,14 +105,8 @@ pub fn eth_nic(
     mac: Option<[u8; 6]>,
     cfg: cm::CmConfig,
 ) -> Result<nic_testbed::EthNic, String> {
-    use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
     let mac = mac.unwrap_or_else(|| crate::mac_for(ip));
-    let sa = |p| std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
-    let mut link = EthLink::new(sa(local), sa(remote), mac);
-    link.arp = ArpConfig {
-        reply_delay: ARP_REPLY_DELAY,
-        ..ArpConfig::default()
-    };
+    let link = nic_testbed::eth::loopback_link(local, remote, mac);
     nic_testbed::EthNic::start(link, ip, cfg).map_err(|e| {
         format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
     })

@@ -6,7 +6,8 @@
 //!   driver over any register backend; another family (EFA) implements it for its own driver.
 //! - [`Open`]: one way to get a device, ready for RoCE (probed, GID 0 set to its IPv4 address):
 //!   [`VfioNic`] (a real ConnectX function through Linux VFIO), and with the `emulator` feature
-//!   [`UdpEmu`] (an emulated NIC on the UDP fabric, real time, its own poller thread) and
+//!   [`UdpEmu`] (an emulated NIC on the UDP fabric, real time, its own poller thread),
+//!   [`EthEmu`] (the same on an Ethernet link in QEMU's socket-netdev format, with ARP) and
 //!   [`InProcess`] (an emulated NIC in a `nic_testbed::World`, the embedded modes).
 //! - [`Family`] parses `--device` (`emu`, `vfio:BDF`, `efa[:NAME]`) and [`open_remote`] opens
 //!   the family's device and hands it to a [`WithDevice`], whose `run` is generic over the
@@ -186,6 +187,9 @@ enum Inner {
     /// An emulated NIC in a world.
     #[cfg(feature = "emulator")]
     InProcess(nic_testbed::Testbed),
+    /// An emulated NIC on an Ethernet link.
+    #[cfg(feature = "emulator")]
+    Eth(nic_testbed::EthLinkNic),
 }
 
 impl Backing {
@@ -199,6 +203,8 @@ impl Backing {
             Inner::Udp(nic) => emu_check(&nic.device(), &nic.dma, nic.ip()),
             #[cfg(feature = "emulator")]
             Inner::InProcess(tb) => emu_check(&tb.device(), &tb.dma, tb.ip()),
+            #[cfg(feature = "emulator")]
+            Inner::Eth(nic) => emu_check(&nic.device(), &nic.dma, nic.ip()),
         }
     }
 
@@ -210,6 +216,19 @@ impl Backing {
             Inner::Vfio(_) => None,
             Inner::Udp(nic) => Some(&nic.dma),
             Inner::InProcess(tb) => Some(&tb.dma),
+            Inner::Eth(nic) => Some(&nic.dma),
+        }
+    }
+
+    /// How a connection manager on this device finds a neighbour's MAC: the UDP fabric's
+    /// rule (`02:00` and the address, 127.0.0.0/8 only), ARP on an Ethernet link; `None`
+    /// where the caller fills the neighbour table (an in-process world, a real NIC).
+    #[cfg(feature = "emulator")]
+    pub fn neighbor_resolver(&self) -> Option<Arc<dyn cm::NeighborResolver>> {
+        match &self.0 {
+            Inner::Udp(_) => Some(Arc::new(nic_testbed::udp::UdpResolver)),
+            Inner::Eth(nic) => Some(Arc::new(nic.resolver())),
+            Inner::Vfio(_) | Inner::InProcess(_) => None,
         }
     }
 
@@ -381,6 +400,47 @@ impl Open for UdpEmu {
     }
 }
 
+/// An emulated mlx5 NIC on an Ethernet link in QEMU's socket-netdev format (frames from
+/// 127.0.0.1:`local` to 127.0.0.1:`remote`, see `nic_testbed::eth::loopback_link`): `ip` is
+/// its address on the virtual wire, `mac` its MAC ([`mac_for`]`(ip)` unless given); peers are
+/// found by ARP ([`Backing::neighbor_resolver`]). Its device runs on a poller thread.
+#[cfg(feature = "emulator")]
+#[derive(Clone, Copy, Debug)]
+pub struct EthEmu {
+    /// The NIC's address on the wire.
+    pub ip: Ipv4Addr,
+    /// The link's local UDP port.
+    pub local: u16,
+    /// The link's peer UDP port (QEMU's `localaddr`).
+    pub remote: u16,
+    /// The MAC, when not [`mac_for`]`(ip)`.
+    pub mac: Option<[u8; 6]>,
+}
+
+#[cfg(feature = "emulator")]
+impl Open for EthEmu {
+    type Device = nic_testbed::EthDevice;
+
+    fn open(self) -> Result<Opened<nic_testbed::EthDevice>, String> {
+        let EthEmu {
+            ip,
+            local,
+            remote,
+            mac,
+        } = self;
+        let what = format!(
+            "emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> 127.0.0.1:{remote}"
+        );
+        let link = nic_testbed::eth::loopback_link(local, remote, mac.unwrap_or(mac_for(ip)));
+        let nic = nic_testbed::EthLinkNic::new(link, ip).map_err(|e| format!("{what}: {e}"))?;
+        let dev = nic
+            .probe(mlx5::Config::default())
+            .map_err(|e| format!("{what}: probe: {e:?}"))?;
+        let clock = Clock::new(nic.platform());
+        ready(dev, ip, what, clock, Backing(Inner::Eth(nic)))
+    }
+}
+
 /// An emulated mlx5 NIC at `ip` in `world` (the embedded modes: the world's fabric joins it
 /// to the others; waits on it run the world).
 #[cfg(feature = "emulator")]
@@ -515,6 +575,39 @@ mod tests {
         assert!(efa.available().unwrap_err().contains("not available"));
         assert_eq!(Family::Vfio("x".into()).available(), Ok(()));
         assert_eq!(Family::Emu.available().is_ok(), cfg!(feature = "emulator"));
+    }
+
+    #[cfg(feature = "emulator")]
+    #[test]
+    fn a_nic_on_an_ethernet_link_opens_with_arp_and_closes_clean() {
+        let ip = Ipv4Addr::new(10, 79, 0, 1);
+        let spec = EthEmu {
+            ip,
+            local: 48170,
+            remote: 48171,
+            mac: None,
+        };
+        let o = spec.open().unwrap();
+        assert_eq!(o.dev.query_gid(1, 0).unwrap(), Gid::from_ipv4(ip.octets()));
+        assert_eq!(o.mac, mac_for(ip));
+        assert!(
+            o.label.contains("127.0.0.1:48170 -> 127.0.0.1:48171"),
+            "{}",
+            o.label
+        );
+        // the local socket is taken now
+        let e = spec.open().map(|_| ()).unwrap_err();
+        assert!(e.contains("Ethernet link"), "{e}");
+        // the resolver asks by ARP: nobody is at the far end, so "not yet"
+        let r = o.backing.neighbor_resolver().expect("ARP");
+        assert!(matches!(
+            r.resolve_neighbor(Ipv4Addr::new(10, 79, 0, 2)),
+            Ok(None)
+        ));
+        assert!(o.backing.heap_dma().is_some());
+        let Opened { dev, backing, .. } = o;
+        Device::shutdown(dev).unwrap();
+        backing.check().unwrap();
     }
 
     #[cfg(feature = "emulator")]

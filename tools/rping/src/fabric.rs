@@ -217,7 +217,8 @@ fn on_device(o: &Options, ip: Ipv4Addr, dst: Option<Ipv4Addr>) -> Option<Result<
     })
 }
 
-/// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire.
+/// One end on an Ethernet link: the emulated NIC at `ip` with its MAC on the wire (ARP
+/// answered after Linux's rdma_cm is ready for it: `nic_testbed::eth::loopback_link`).
 pub(crate) fn eth_end(
     ip: Ipv4Addr,
     local: u16,

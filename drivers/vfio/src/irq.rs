@@ -65,7 +65,8 @@ impl std::error::Error for MsixError {}
 /// The MSI-X vectors of a VFIO device as [`Interrupts`]: all of them enabled with an eventfd
 /// each from creation until drop (which disables MSI-X again).
 pub struct VfioInterrupts {
-    device: Arc<VfioDevice>,
+    /// The device whose MSI-X is on (`None` only in unit tests over bare eventfds).
+    device: Option<Arc<VfioDevice>>,
     fds: Vec<OwnedFd>,
     counts: Vec<AtomicU64>,
 }
@@ -150,7 +151,7 @@ impl VfioInterrupts {
             errno,
         })?;
         Ok(VfioInterrupts {
-            device,
+            device: Some(device),
             counts: (0..n).map(|_| AtomicU64::new(0)).collect(),
             fds,
         })
@@ -172,7 +173,9 @@ impl Drop for VfioInterrupts {
     fn drop(&mut self) {
         // MSI-X off before the eventfds close. A failure leaves vfio-pci signalling eventfds
         // nobody reads, which is harmless; it releases them with the device.
-        let _ = set_msix(self.device.as_raw_fd(), &[]);
+        if let Some(d) = &self.device {
+            let _ = set_msix(d.as_raw_fd(), &[]);
+        }
     }
 }
 
@@ -232,5 +235,78 @@ impl Interrupts for VfioInterrupts {
                 return Err(IrqError::Backend);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` vectors over bare eventfds (what vfio-pci would signal).
+    fn bare(n: usize) -> VfioInterrupts {
+        let fds = (0..n)
+            .map(|_| {
+                // SAFETY: eventfd takes no pointers; checked below.
+                let e = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+                assert!(e >= 0);
+                // SAFETY: a fresh descriptor nothing else owns.
+                unsafe { OwnedFd::from_raw_fd(e) }
+            })
+            .collect();
+        VfioInterrupts {
+            device: None,
+            counts: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            fds,
+        }
+    }
+
+    fn signal(i: &VfioInterrupts, v: usize, times: u64) {
+        let b = times.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an eventfd the value owns.
+        let n = unsafe { libc::write(i.fds[v].as_raw_fd(), b.as_ptr().cast(), 8) };
+        assert_eq!(n, 8);
+    }
+
+    #[test]
+    fn counts_add_up_what_the_eventfds_counted() {
+        let i = bare(3);
+        assert_eq!(i.vectors(), 3);
+        assert_eq!(i.enable(2), Ok(()));
+        assert_eq!(i.enable(3), Err(IrqError::NoSuchVector));
+        assert_eq!(i.count(1), 0);
+        signal(&i, 1, 2);
+        signal(&i, 1, 1);
+        assert_eq!(i.count(1), 3);
+        assert_eq!(i.count(1), 3, "a read drains the eventfd once");
+        assert_eq!((i.count(0), i.count(7)), (0, 0));
+        // nothing new on 0 and 2: the wait times out; a stale `seen` returns at once
+        let w = [
+            IrqWatch { vector: 0, seen: 0 },
+            IrqWatch { vector: 2, seen: 0 },
+        ];
+        assert_eq!(i.wait(&w, 20_000_000), Ok(false));
+        assert_eq!(i.wait(&[IrqWatch { vector: 1, seen: 0 }], 0), Ok(true));
+        assert_eq!(
+            i.wait(&[IrqWatch { vector: 3, seen: 0 }], 0),
+            Err(IrqError::NoSuchVector)
+        );
+    }
+
+    #[test]
+    fn a_signal_from_another_thread_ends_the_wait() {
+        let i = Arc::new(bare(2));
+        let seen = i.count(1);
+        let other = i.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            signal(&other, 1, 1);
+        });
+        // A minute: only the signal ends this wait within the test's lifetime.
+        assert_eq!(
+            i.wait(&[IrqWatch { vector: 1, seen }], 60_000_000_000),
+            Ok(true)
+        );
+        t.join().unwrap();
+        assert_eq!(i.count(1), seen + 1);
     }
 }

@@ -18,6 +18,7 @@ use vfio_ioctls::{VfioContainer, VfioDevice, VfioRegionInfoCap, VfioRegionSparse
 
 use crate::dma::{DmaMapper, DmaOptions, VfioDma, VfioDmaError};
 use crate::error::{AttachError, Context, Stage, from_errno, from_vfio_error};
+use crate::irq::{MsixError, VfioInterrupts};
 use crate::pci::{
     PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PCI_DEVICE_ID, PCI_VENDOR_ID, PciAddress,
 };
@@ -557,6 +558,15 @@ impl Attached {
     /// The `vfio-ioctls` device (interrupts: `enable_msix` and friends).
     pub fn device(&self) -> &Arc<VfioDevice> {
         &self.device
+    }
+
+    /// Enables the function's MSI-X vectors, each signalling an eventfd of its own, as the
+    /// hal's [`Interrupts`](nic_hal::Interrupts) (hand them to the driver through
+    /// [`Platform::interrupts`](nic_hal::Platform::interrupts)). MSI-X stays on until the
+    /// returned value drops. Bus mastering must be on ([`AttachOptions::bus_master`]): the
+    /// function's messages are memory writes.
+    pub fn interrupts(&self) -> Result<VfioInterrupts, MsixError> {
+        VfioInterrupts::new(self.device.clone())
     }
 
     /// The `vfio-ioctls` container.

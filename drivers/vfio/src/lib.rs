@@ -9,6 +9,10 @@
 //!   sub-allocated, with an [`IovaPolicy`]: our own IOVA ranges for a real IOMMU, or
 //!   IOVA = physical address for an emulated device behind a virtual IOMMU.
 //!
+//! - [`VfioInterrupts`] ([`Attached::interrupts`]) is the hal's
+//!   [`Interrupts`](nic_hal::Interrupts): every MSI-X vector with an eventfd of its own
+//!   (`VFIO_DEVICE_SET_IRQS`), a waiter sleeping in `poll(2)` until one fires or its timeout.
+//!
 //! Each failure is an [`AttachError`] or [`VfioDmaError`] whose message says what to fix
 //! (load vfio-pci, enable the IOMMU, rebind the device, raise the memlock limit, ...).
 //!
@@ -39,6 +43,7 @@ mod attach;
 mod dma;
 mod error;
 mod iova;
+mod irq;
 pub mod pagemap;
 mod pci;
 mod sys;
@@ -50,6 +55,7 @@ pub use dma::{
 };
 pub use error::{AttachError, Stage};
 pub use iova::{RangeAllocator, RangeError};
+pub use irq::{MsixError, VfioInterrupts};
 pub use pci::{
     PCI_COMMAND, PCI_COMMAND_MASTER, PCI_COMMAND_MEMORY, PCI_DEVICE_ID, PCI_VENDOR_ID, PciAddress,
     PciAddressError,

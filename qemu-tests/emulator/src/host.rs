@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::mem::{AddressSpace, BarMemory, DmaFault};
 
@@ -287,6 +287,29 @@ impl BarMemory for ShmBar {
                 )
                 .is_ok(),
             None => false,
+        }
+    }
+
+    fn swap64(&mut self, off: usize, new: [u8; 8]) -> [u8; 8] {
+        let word = self
+            .map
+            .range(off, 8)
+            .filter(|p| (*p as usize).is_multiple_of(8));
+        match word {
+            Some(p) => {
+                // SAFETY: in range and 8-aligned in shared memory that stays mapped while
+                // `self` lives; the driver's stores to the word are single aligned 64-bit
+                // stores, so nothing tears.
+                let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+                a.swap(u64::from_ne_bytes(new), Ordering::SeqCst)
+                    .to_ne_bytes()
+            }
+            None => {
+                let mut old = [0u8; 8];
+                self.read(off, &mut old);
+                self.write(off, &new);
+                old
+            }
         }
     }
 

@@ -6,7 +6,8 @@
 //! * [`efa`] — the AWS EFA device (`docs/efa.md`): register file, read-less register reads,
 //!   admin queues and commands, objects; no data path yet;
 //! * shared by both: the DMA view of host memory ([`AddressSpace`], [`DmaFault`]), BAR
-//!   backing stores ([`BarMemory`], [`VecBar`]) and the QEMU host glue ([`host`]).
+//!   backing stores ([`BarMemory`], [`VecBar`]) and the QEMU host glue ([`host`], and
+//!   [`ivshmem`] for MSI-X through an `ivshmem-doorbell` function).
 //!
 //! # The ConnectX model
 //!
@@ -100,6 +101,7 @@
 pub mod connectx;
 pub mod efa;
 pub mod host;
+pub mod ivshmem;
 mod mem;
 
 #[cfg(test)]

@@ -136,6 +136,14 @@ pub trait BarMemory: Send {
         self.write(off, &new);
         old
     }
+    /// [`swap32`](Self::swap32) for an 8-byte word (a 64-bit doorbell the driver writes with
+    /// one store). The default (read, then write) is right for memory nobody else writes.
+    fn swap64(&mut self, off: usize, new: [u8; 8]) -> [u8; 8] {
+        let mut old = [0u8; 8];
+        self.read(off, &mut old);
+        self.write(off, &new);
+        old
+    }
     /// Writes `new` at `off` if the 4 bytes there are `current`; returns whether it did. An
     /// untrapped BAR must do this atomically against the driver's stores (the device uses it
     /// to complete a word the driver wrote without erasing a newer store). The default

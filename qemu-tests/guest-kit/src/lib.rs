@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub use modules::ModulesDep;
-pub use qemu::{Ivshmem, Qemu, ram_file_offset};
+pub use qemu::{Ivshmem, IvshmemDoorbell, Qemu, ram_file_offset};
 
 /// The kernel metapackage whose dependency names the current image.
 pub const KERNEL_META: &str = "linux-image-amd64";

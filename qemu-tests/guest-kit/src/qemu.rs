@@ -29,6 +29,18 @@ pub struct Ivshmem {
     pub size: u64,
 }
 
+/// An `ivshmem-doorbell` PCI function: its shared memory (BAR2) and its MSI-X vectors'
+/// eventfds come from an ivshmem server listening on a UNIX socket (`nic-emud
+/// --ivshmem-server`), which must be listening before QEMU starts. BAR1 holds the MSI-X
+/// table.
+#[derive(Clone, Debug)]
+pub struct IvshmemDoorbell {
+    /// The server's socket.
+    pub socket: PathBuf,
+    /// MSI-X vectors (QEMU's `vectors=`; the server's count).
+    pub vectors: u16,
+}
+
 /// Everything [`command`](Qemu::command) puts on the QEMU command line.
 ///
 /// Defaults: TCG, 1 vCPU, 512 MiB, q35, no vIOMMU, no NIC (`-nic none`), no display, serial
@@ -55,6 +67,8 @@ pub struct Qemu {
     pub intel_iommu: bool,
     /// ivshmem-plain functions, in this order on the bus.
     pub ivshmem: Vec<Ivshmem>,
+    /// ivshmem-doorbell functions, after the ivshmem-plain ones.
+    pub ivshmem_doorbell: Vec<IvshmemDoorbell>,
     /// The guest's serial console goes to this file.
     pub serial_log: PathBuf,
     /// Seconds before `timeout` kills QEMU.
@@ -75,6 +89,7 @@ impl Qemu {
             ram_file: None,
             intel_iommu: false,
             ivshmem: Vec::new(),
+            ivshmem_doorbell: Vec::new(),
             serial_log,
             timeout_secs: 120,
             extra: Vec::new(),
@@ -119,6 +134,16 @@ impl Qemu {
                 ),
             ]);
             push(&["-device", &format!("ivshmem-plain,memdev=ivshmem{i}")]);
+        }
+        for (i, d) in self.ivshmem_doorbell.iter().enumerate() {
+            push(&[
+                "-chardev",
+                &format!("socket,path={},id=ivshsock{i}", d.socket.display()),
+            ]);
+            push(&[
+                "-device",
+                &format!("ivshmem-doorbell,chardev=ivshsock{i},vectors={}", d.vectors),
+            ]);
         }
         push(&["-nic", "none", "-display", "none", "-no-reboot"]);
         push(&["-serial", &format!("file:{}", self.serial_log.display())]);
@@ -197,6 +222,15 @@ mod tests {
         let ivsh = a.find("ivshmem-plain").unwrap();
         assert!(iommu < ivsh, "the vIOMMU must come before the device");
         assert!(a.contains("size=33554432,mem-path=/dev/shm/bar-1"));
+        q.ivshmem_doorbell.push(IvshmemDoorbell {
+            socket: "/tmp/nic.sock".into(),
+            vectors: 8,
+        });
+        let d = q.args().join(" ");
+        assert!(d.contains(
+            "-chardev socket,path=/tmp/nic.sock,id=ivshsock0 \
+             -device ivshmem-doorbell,chardev=ivshsock0,vectors=8"
+        ));
         assert!(
             a.ends_with("-append console=ttyS0 panic=-1 intel_iommu=on no_timer_check hugepages=8")
         );

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use cm::{AddrInfo, Cm, CmConfig, ConnParam, Neighbor, getaddrinfo};
 use nic_emulator::host::SharedMapping;
 use nic_hal::{DmaAllocator, DmaError, DmaRegion, MmioBar};
+use nic_testbed::irq::IrqLines;
 use nic_testbed::udp::{RealTime, UdpNic};
 use verbs::{Gid, MemoryRegion, SendFlags, WcOpcode, WcStatus};
 
@@ -48,6 +49,8 @@ use verbs::{Gid, MemoryRegion, SendFlags, WcOpcode, WcStatus};
 const RAM_MB: u64 = 128;
 /// The NIC's BAR (the ivshmem memdev).
 const BAR_SIZE: u64 = 32 << 20;
+/// MSI-X vectors of the ivshmem-doorbell function (the emulated NIC's default).
+const VECTORS: u16 = 8;
 /// How long one QEMU run may take before it is killed (the guest's own waits are 30-60 s).
 const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
 /// QEMU exit statuses of isa-debug-exit (value << 1 | 1).
@@ -154,6 +157,8 @@ fn report_image_size(p: &Path) {
 struct Shm {
     bar: PathBuf,
     ram: PathBuf,
+    /// nic-emud's ivshmem-doorbell socket (for a guest with MSI-X).
+    sock: PathBuf,
 }
 
 impl Shm {
@@ -163,6 +168,7 @@ impl Shm {
         Shm {
             bar: PathBuf::from(format!("{base}-bar")),
             ram: PathBuf::from(format!("{base}-ram")),
+            sock: std::env::temp_dir().join(format!("uk-{}-{n}-{tag}.sock", std::process::id())),
         }
     }
 }
@@ -171,6 +177,7 @@ impl Drop for Shm {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.bar);
         let _ = std::fs::remove_file(&self.ram);
+        let _ = std::fs::remove_file(&self.sock);
     }
 }
 
@@ -320,6 +327,12 @@ impl Ended {
 
 impl Vm {
     fn boot(shm: Option<&Shm>, append: &str) -> Vm {
+        Vm::boot_on(shm, append, false)
+    }
+
+    /// [`Vm::boot`]; with `doorbell` the NIC is an `ivshmem-doorbell` function served by
+    /// nic-emud on `shm.sock` (MSI-X, BAR1 the MSI-X table) instead of an `ivshmem-plain`.
+    fn boot_on(shm: Option<&Shm>, append: &str, doorbell: bool) -> Vm {
         let mut cmd = Command::new("timeout");
         cmd.args(["-k", "5", &QEMU_TIMEOUT.as_secs().to_string()])
             .arg("qemu-system-x86_64")
@@ -335,6 +348,19 @@ impl Vm {
             .args(["-serial", "stdio"])
             .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
         match shm {
+            Some(shm) if doorbell => {
+                cmd.args(["-machine", "q35,memory-backend=ram0"]).args([
+                    "-object",
+                    &format!(
+                        "memory-backend-file,id=ram0,size={RAM_MB}M,mem-path={},share=on",
+                        shm.ram.display()
+                    ),
+                    "-chardev",
+                    &format!("socket,path={},id=nicsock", shm.sock.display()),
+                    "-device",
+                    &format!("ivshmem-doorbell,chardev=nicsock,vectors={VECTORS}"),
+                ]);
+            }
             Some(shm) => {
                 cmd.args(["-machine", "q35,memory-backend=ram0"]).args([
                     "-object",
@@ -513,6 +539,246 @@ fn nic_emud_serves_a_driver_through_the_shared_files() {
     assert!(err.contains("commands"), "{err}");
 }
 
+/// One message of the ivshmem protocol as a client receives it: the value and the file
+/// descriptor that came with it.
+fn recv_ivshmem(sock: &std::os::unix::net::UnixStream) -> (i64, Option<std::os::fd::OwnedFd>) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut bytes = [0u8; 8];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: 8,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `msg` points at live buffers of the sizes it states.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    assert_eq!(n, 8, "one whole message");
+    let mut fd = None;
+    // SAFETY: the kernel filled `control` as msg_controllen says; the header macros stay
+    // inside it, and a passed descriptor is ours to own.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if !c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS {
+            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
+            fd = Some(std::os::fd::OwnedFd::from_raw_fd(raw));
+        }
+    }
+    (i64::from_le_bytes(bytes), fd)
+}
+
+/// nic-emud as an ivshmem-doorbell server, this test as its QEMU: the setup messages (version,
+/// peer ID, the BAR file, an eventfd per vector), and a relay thread that turns each eventfd
+/// signal into a delivery of its vector. A driver over the shared files arms a CQ on a
+/// completion channel (its first arm: a doorbell word of 0, which only the UAR page shows)
+/// and sends to itself; `wait_cq_event`, which only an interrupt can wake, returns the
+/// event after the channel's vector fired.
+#[test]
+fn nic_emud_signals_an_armed_eq_through_the_ivshmem_eventfd() {
+    use std::os::fd::AsRawFd;
+    use verbs::rc::RcParams;
+    use verbs::{
+        AccessFlags, AhAttr, Buffer, Mtu, Provider, QpCap, QpInitAttr, QpType, RecvWr, RemoteOp,
+        SendWr, Sge, WrOpcode,
+    };
+    let shm = Shm::new("door");
+    let ip = Ipv4Addr::new(127, 0, 5, 43);
+    let sock_path = shm.sock.to_string_lossy().into_owned();
+    let emud = Emud::start(&shm, ip, 45043, &["--ivshmem-server", &sock_path]);
+    let sock = std::os::unix::net::UnixStream::connect(&shm.sock).expect("connect");
+    assert_eq!(recv_ivshmem(&sock).0, 0, "protocol version");
+    let (id, none) = recv_ivshmem(&sock);
+    assert!(none.is_none() && id >= 0, "peer id {id}");
+    let (m, shm_fd) = recv_ivshmem(&sock);
+    assert_eq!(m, -1);
+    let shm_file = std::fs::File::from(shm_fd.expect("the BAR file's descriptor"));
+    assert_eq!(shm_file.metadata().unwrap().len(), BAR_SIZE);
+    let vectors: Vec<std::os::fd::OwnedFd> = (0..VECTORS)
+        .map(|v| {
+            let (m, fd) = recv_ivshmem(&sock);
+            assert_eq!(m, id, "interrupt setup of vector {v}");
+            fd.expect("an eventfd")
+        })
+        .collect();
+
+    // QEMU's part: each eventfd signal becomes a delivery of that vector.
+    let irq = IrqLines::new(VECTORS);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let relay = {
+        let (irq, stop) = (irq.clone(), stop.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut pfds: Vec<libc::pollfd> = vectors
+                    .iter()
+                    .map(|f| libc::pollfd {
+                        fd: f.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                // SAFETY: a live array of pollfds of the stated length.
+                unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 50) };
+                for (v, p) in pfds.iter().enumerate() {
+                    if p.revents & libc::POLLIN != 0 {
+                        let mut b = [0u8; 8];
+                        // SAFETY: reads 8 bytes into a live buffer from a readable eventfd.
+                        unsafe { libc::read(p.fd, b.as_mut_ptr().cast(), 8) };
+                        irq.raise(v as u16);
+                    }
+                }
+            }
+        })
+    };
+    let bar = SharedMapping::open(&shm.bar, None, false).unwrap();
+    let ram = SharedMapping::open(&shm.ram, None, false).unwrap();
+    // SAFETY: the BAR mapping outlives the driver; no Rust reference to it is formed.
+    let regs = unsafe { MmioBar::new(bar.as_ptr(), bar.len()) };
+    let dma: Arc<dyn DmaAllocator> = Arc::new(RamDma {
+        map: ram,
+        next: Mutex::new(1 << 20),
+    });
+    let dev = mlx5::Device::probe(
+        regs,
+        dma,
+        RealTime::new().with_interrupts(irq.clone()),
+        mlx5::Config {
+            init_timeout_ns: 10_000_000_000,
+            cmd_timeout_ns: 10_000_000_000,
+            bar_size: BAR_SIZE,
+            // only an interrupt (or the timeout) ends the wait's sleep
+            irq_recheck_ns: u64::MAX,
+            ..mlx5::Config::default()
+        },
+    )
+    .expect("bring-up through the shared files");
+    let mac = dev.mac().unwrap();
+    dev.set_roce_gid(0, Gid::from_ipv4(ip.octets()).0, mac)
+        .unwrap();
+    let mut ch = Provider::create_comp_channel(&dev).unwrap();
+    let vector = ch.vector();
+    assert_eq!(vector, 1, "the first completion vector");
+    let pd = Provider::alloc_pd(&dev).unwrap();
+    let cq = Provider::create_cq(&dev, 15, 0x51, Some(&ch)).unwrap();
+    let mem: Buffer = Provider::alloc_buf(&dev, 512).unwrap();
+    let mr = Provider::reg_mr(&dev, &pd, mem.clone(), AccessFlags::LOCAL_WRITE).unwrap();
+    let qp = || {
+        Provider::create_qp(
+            &dev,
+            &pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap()
+        .0
+    };
+    let (mut qa, mut qb) = (qp(), qp());
+    let params = |qpn| RcParams {
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4(ip.octets()),
+            sgid_index: 0,
+            hop_limit: 64,
+            is_global: true,
+            port_num: 1,
+            dmac: mac,
+            ..AhAttr::default()
+        },
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: qpn,
+        ..RcParams::default()
+    };
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    verbs::rc::connect(&dev, &mut qa, &params(nb)).unwrap();
+    verbs::rc::connect(&dev, &mut qb, &params(na)).unwrap();
+    let sg_b = [Sge {
+        addr: mr.addr() + 256,
+        length: 256,
+        lkey: mr.lkey(),
+    }];
+    Provider::post_recv(
+        &dev,
+        &mut qb,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: &sg_b,
+        }],
+    )
+    .unwrap();
+    Provider::req_notify_cq(&dev, &cq, false).unwrap();
+    let before = nic_hal::Interrupts::count(&*irq, vector);
+    let sg_a = [Sge {
+        addr: mr.addr(),
+        length: 64,
+        lkey: mr.lkey(),
+    }];
+    Provider::post_send(
+        &dev,
+        &mut qa,
+        &[SendWr {
+            wr_id: 2,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            sg_list: &sg_a,
+            remote: RemoteOp::None,
+            ..SendWr::default()
+        }],
+    )
+    .unwrap();
+    let ev = dev
+        .wait_cq_event(&mut ch, 30_000_000_000)
+        .unwrap()
+        .expect("the completion event (no interrupt woke the wait)");
+    assert!(
+        nic_hal::Interrupts::count(&*irq, vector) > before,
+        "vector {vector} never fired"
+    );
+    assert_eq!((ev.cqn, ev.cq_context), (cq.cqn(), 0x51));
+    let t = Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let mut wc = [verbs::WorkCompletion::default(); 2];
+        let n = Provider::poll_cq(&dev, &cq, &mut wc).unwrap();
+        seen.extend(wc[..n].iter().map(|w| (w.wr_id, w.status)));
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "completions: {seen:?}"
+        );
+    }
+    seen.sort_unstable_by_key(|w| w.0);
+    assert_eq!(seen, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    Provider::destroy_qp(&dev, qa).unwrap();
+    Provider::destroy_qp(&dev, qb).unwrap();
+    Provider::dereg_mr(&dev, mr).unwrap();
+    drop(mem);
+    Provider::destroy_cq(&dev, cq).unwrap();
+    Provider::destroy_comp_channel(&dev, ch).unwrap();
+    Provider::dealloc_pd(&dev, pd).unwrap();
+    dev.shutdown().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    relay.join().unwrap();
+    drop(sock);
+    let err = emud.finish_clean();
+    assert!(
+        err.contains("interrupts DoorbellStats { guests: 1, delivered: "),
+        "{err}"
+    );
+}
+
 /// A bad command line is refused with status 2 and a message; a file that cannot be mapped
 /// with status 1.
 #[test]
@@ -648,6 +914,57 @@ fn unikernel_loopback_send_write_read() {
         first.as_secs_f64()
     );
     emud.finish_clean();
+}
+
+/// The interrupt scenario: the NIC is an ivshmem-doorbell served by nic-emud, the image
+/// points the MSI-X table at its local APIC, and a completion wait halts the CPU until the
+/// completion channel's vector fires (the completion: a SEND's error completion after its
+/// ACK timeout, about half a second). The image prints how much of the wait the CPU was not
+/// halted (`CPU busy`); the test checks the behaviour (woken by the vector, the completion
+/// is the expected one), not the timing.
+#[test]
+fn unikernel_completion_wait_halts_until_msi_x() {
+    let shm = Shm::new("irq");
+    let ip = Ipv4Addr::new(127, 0, 5, 50);
+    let sock = shm.sock.to_string_lossy().into_owned();
+    let emud = Emud::start(
+        &shm,
+        ip,
+        45050,
+        &["--ivshmem-server", &sock, "--vectors", &VECTORS.to_string()],
+    );
+    let vm = Vm::boot_on(Some(&shm), &format!("scenario=irq ip={ip}"), true);
+    let e = vm.wait();
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: MSI-X on: 8 vectors",
+        "UK: bring-up ok, vector 0 (driver EQ) fired",
+        "UK: IRQ woken ok: completion RetryExcErr",
+        "UK: teardown complete, all DMA memory returned",
+        "RESULT PASS irq",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+    let line = &e
+        .serial
+        .iter()
+        .find(|(_, l)| l.contains("UK: IRQ wait over: "))
+        .unwrap_or_else(|| panic!("no wait line:\n{}", e.text()))
+        .1;
+    eprintln!("irq: {line}");
+    let fired: u64 = line
+        .split(" fired ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(fired > 0, "the channel's vector never fired: {line}");
+    let err = emud.finish_clean();
+    assert!(
+        err.contains("interrupts DoorbellStats { guests: 1, delivered: "),
+        "{err}"
+    );
+    assert!(!err.contains("delivered: 0,"), "{err}");
 }
 
 /// The failure scenario: nic-emud refuses bring-up (ENABLE_HCA fails); the guest reports the

@@ -1,7 +1,11 @@
 //! CPU exceptions: an IDT whose 32 exception gates all run on an IST stack (so the red zone
 //! of the interrupted code survives), a TSS for that stack, and a handler that reports the
-//! exception on the console and exits with the panic status. External interrupts stay
-//! disabled; this only turns a crash into a diagnosis instead of a triple fault.
+//! exception on the console and exits with the panic status. This turns a crash into a
+//! diagnosis instead of a triple fault.
+//!
+//! Gates 32..64 are for external interrupts ([`set_interrupt_gate`], used by `irq.rs`): they
+//! run on a second IST stack, so an interrupt never writes below the interrupted code's
+//! stack pointer either. Interrupts are enabled only while the CPU halts in a wait.
 
 use core::ptr::addr_of;
 use core::ptr::addr_of_mut;
@@ -38,19 +42,47 @@ static mut TSS: Tss = Tss {
     iomap_base: 104,
 };
 
+/// Gates in the IDT: the 32 exceptions and 32 external-interrupt vectors.
+pub const GATES: usize = 64;
+
 #[repr(C, align(16))]
 struct Stack([u8; 32 << 10]);
 
 static mut IST_STACK: Stack = Stack([0; 32 << 10]);
+
+/// The interrupt handlers' stack (IST2): they push a few words only.
+static mut IRQ_STACK: Stack = Stack([0; 32 << 10]);
 
 /// null, code64 (0x08), data (0x10), TSS (0x18, two slots): the boot GDT's first three
 /// descriptors, so the loaded segment registers stay valid.
 static mut GDT: [u64; 5] = [0, 0x00AF_9A00_0000_FFFF, 0x00CF_9200_0000_FFFF, 0, 0];
 
 #[repr(C, align(16))]
-struct Idt([[u64; 2]; 32]);
+struct Idt([[u64; 2]; GATES]);
 
-static mut IDT: Idt = Idt([[0; 2]; 32]);
+static mut IDT: Idt = Idt([[0; 2]; GATES]);
+
+/// An interrupt gate (IF cleared on entry) to `handler` on IST `ist`.
+fn gate(handler: u64, ist: u64) -> [u64; 2] {
+    [
+        (handler & 0xffff)
+            | 0x08 << 16 // code selector
+            | ist << 32
+            | 0x8e << 40 // present, DPL 0, interrupt gate
+            | ((handler >> 16) & 0xffff) << 48,
+        handler >> 32,
+    ]
+}
+
+/// Points gate `vector` (32..64) at `handler`, an entry stub that ends with `iretq`; it runs
+/// on the interrupt stack (IST2) with interrupts off. Call with interrupts off.
+pub fn set_interrupt_gate(vector: u8, handler: unsafe extern "C" fn()) {
+    let v = usize::from(vector);
+    assert!((32..GATES).contains(&v), "not an external-interrupt gate");
+    // SAFETY: single CPU, interrupts off (the caller's contract): nothing reads the IDT entry
+    // while it is written; the static lives forever.
+    unsafe { (*addr_of_mut!(IDT)).0[v] = gate(handler as usize as u64, 2) };
+}
 
 #[repr(C, packed)]
 struct Pointer {
@@ -65,6 +97,7 @@ pub fn init() {
     unsafe {
         let stack_top = addr_of!(IST_STACK) as u64 + (32 << 10);
         (*addr_of_mut!(TSS)).ist[0] = stack_top;
+        (*addr_of_mut!(TSS)).ist[1] = addr_of!(IRQ_STACK) as u64 + (32 << 10);
         let tss = addr_of!(TSS) as u64;
         let limit = (core::mem::size_of::<Tss>() - 1) as u64;
         let gdt = &mut *addr_of_mut!(GDT);
@@ -81,14 +114,8 @@ pub fn init() {
         core::arch::asm!("ltr {0:x}", in(reg) 0x18u16, options(nostack, preserves_flags));
         let idt = &mut *addr_of_mut!(IDT);
         let table = &*addr_of!(uk_exc_table);
-        for (v, gate) in idt.0.iter_mut().enumerate() {
-            let h = table[v];
-            gate[0] = (h & 0xffff)
-                | 0x08 << 16 // code selector
-                | 1 << 32 // IST1
-                | 0x8e << 40 // present, DPL 0, interrupt gate
-                | ((h >> 16) & 0xffff) << 48;
-            gate[1] = h >> 32;
+        for (v, g) in idt.0.iter_mut().take(32).enumerate() {
+            *g = gate(table[v], 1);
         }
         let ip = Pointer {
             limit: (core::mem::size_of::<Idt>() - 1) as u16,

@@ -3,13 +3,15 @@
 //! `nic-emud` runs behind an `ivshmem-plain` function (BAR2 = the NIC's BAR0).
 //!
 //! Built for the host target with the stable toolchain (no nightly, no extra targets):
-//! `cargo build --release --manifest-path qemu-tests/unikernel/Cargo.toml`. Interrupts stay
-//! off for the kernel's whole life (the host target's code uses the red zone); everything
-//! polls: the UART, the PIT (TSC calibration), the NIC.
+//! `cargo build --release --manifest-path qemu-tests/unikernel/Cargo.toml`. Interrupts are
+//! off except while the `irq` scenario halts in a wait (every gate runs on an IST stack,
+//! since the host target's code uses the red zone); everything else polls: the UART, the
+//! PIT (TSC calibration), the NIC.
 //!
 //! The kernel command line (`-append`) chooses the scenario: `scenario=hello` (console,
 //! memory map, PCI), `bringup`, `loopback`, `server`, `fault` (a deliberate page fault: the
-//! exception handler's report); see [`scenario`]. Results are printed
+//! exception handler's report), `irq` (MSI-X: a completion wait halting until the
+//! interrupt); see [`scenario`]. Results are printed
 //! on COM1 (`RESULT PASS <name>` / `RESULT FAIL <name>: <error>`) and QEMU exits through
 //! `isa-debug-exit` with status 33 (pass), 35 (fail) or 37 (panic).
 #![no_std]
@@ -21,6 +23,7 @@ mod bootinfo;
 mod hal;
 mod idt;
 mod io;
+mod irq;
 mod mem;
 mod paging;
 mod pci;

@@ -13,6 +13,13 @@
 //!   fabric RDMA-READs one (the guest's pattern), RDMA-WRITEs the other (its pattern) and
 //!   SENDs a note; the guest checks the written data, then disconnects.
 //! * `fault`: reads an unmapped address; the page fault handler reports it (exit 37).
+//! * `irq`: MSI-X (the function must be an `ivshmem-doorbell` served by `nic-emud
+//!   --ivshmem-server`): the table entries point at this CPU's APIC, the driver gets the
+//!   vectors through its platform, and a completion wait halts the CPU until the completion
+//!   channel's vector fires. The completion is a SEND's error completion after its ACK
+//!   timeout (about half a second: the destination QP does not exist), so the wait is long
+//!   enough to see the CPU asleep; the share of the wait spent outside `hlt` is printed
+//!   (`CPU busy`).
 //!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
@@ -139,6 +146,7 @@ pub fn run(boot: &BootInfo, entry_tsc: u64, name: &str) -> Result<(), String> {
         "loopback" => loopback(&env),
         "server" => server(&env),
         "fault" => fault(),
+        "irq" => irq_wait(&env),
         other => Err(format!("unknown scenario {other:?}")),
     }
 }
@@ -679,4 +687,172 @@ fn server(env: &Env) -> Result<(), String> {
     conn.destroy_ep();
     listen.destroy_ep();
     teardown(env, cm, devid)
+}
+
+/// `irq`: a completion wait that halts until the channel's MSI-X vector fires.
+fn irq_wait(env: &Env) -> Result<(), String> {
+    use crate::irq::{self, IrqPlatform, LapicIrqs};
+    use nic_hal::Interrupts;
+    use verbs::rc::RcParams;
+    use verbs::{AccessFlags, AhAttr, Mtu, Provider, QpType, RemoteOp, SendWr, Sge, WrOpcode};
+    type IrqDev = mlx5::Device<MmioBar, IrqPlatform>;
+    let e = |what: &'static str| move |err: verbs::Error| format!("{what}: {err}");
+
+    let (f, bar) = env.nic.ok_or("no NIC found on PCI")?;
+    let per_ms = irq::init(&env.clock)?;
+    let n = irq::enable_msix(&f)?;
+    let irqs: &'static LapicIrqs =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(LapicIrqs::new(n, env.clock, per_ms)));
+    kprintln!(
+        "UK: MSI-X on: {n} vectors at IDT {}.., APIC timer {per_ms} ticks/ms",
+        irq::MSIX_VECTOR_BASE
+    );
+    let platform = IrqPlatform {
+        clock: env.clock,
+        irqs,
+    };
+    let base = NonNull::new(bar.addr as *mut u8).ok_or("BAR at address 0")?;
+    // SAFETY: the BAR is identity-mapped device memory (map_nic), owned by this driver alone
+    // and never covered by a Rust reference.
+    let regs = unsafe { MmioBar::new(base, bar.size as usize) };
+    let config = mlx5::Config {
+        init_timeout_ns: 10_000_000_000,
+        cmd_timeout_ns: 10_000_000_000,
+        bar_size: bar.size,
+        vendor_id: f.vendor,
+        device_id: f.device,
+        // Only an interrupt (or the timeout) ends a wait's halt.
+        irq_recheck_ns: u64::MAX,
+        ..mlx5::Config::default()
+    };
+    let dev = IrqDev::probe(regs, env.dma_dyn(), platform, config)
+        .map_err(|err| format!("bring-up: {err}"))?;
+    let mac = dev.mac().map_err(|err| format!("mac: {err}"))?;
+    dev.set_roce_gid(0, Gid::from_ipv4(env.ip.octets()).0, mac)
+        .map_err(|err| format!("gid: {err}"))?;
+    kprintln!(
+        "UK: bring-up ok, vector 0 (driver EQ) fired {} times",
+        irq::count(0)
+    );
+
+    let mut ch = Provider::create_comp_channel(&dev).map_err(e("create_comp_channel"))?;
+    let vector = ch.vector();
+    if vector == 0 || vector >= n {
+        return Err(format!("the completion channel is on vector {vector}"));
+    }
+    let pd = Provider::alloc_pd(&dev).map_err(e("alloc_pd"))?;
+    let cq = Provider::create_cq(&dev, 15, 0xa11, Some(&ch)).map_err(e("create_cq"))?;
+    let mem: Buffer = Provider::alloc_buf(&dev, 256).map_err(e("alloc_buf"))?;
+    let mr =
+        Provider::reg_mr(&dev, &pd, mem.clone(), AccessFlags::LOCAL_WRITE).map_err(e("reg_mr"))?;
+    let (mut qp, _) = Provider::create_qp(
+        &dev,
+        &pd,
+        &verbs::QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        },
+    )
+    .map_err(e("create_qp"))?;
+    // A destination QP nobody has: the SEND goes unanswered, its ACK timeout (code 17,
+    // 4.096 us << 17 = 537 ms) runs out with no retry left, and the error completion comes.
+    let params = RcParams {
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4(env.ip.octets()),
+            sgid_index: 0,
+            hop_limit: 64,
+            is_global: true,
+            port_num: 1,
+            dmac: mac,
+            ..AhAttr::default()
+        },
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: 0x00ab_cdef,
+        timeout: 17,
+        retry_cnt: 0,
+        ..RcParams::default()
+    };
+    verbs::rc::connect(&dev, &mut qp, &params).map_err(e("connect"))?;
+    Provider::req_notify_cq(&dev, &cq, false).map_err(e("req_notify_cq"))?;
+    let sg = [Sge {
+        addr: mr.addr(),
+        length: 64,
+        lkey: mr.lkey(),
+    }];
+    let before = irqs.count(vector);
+    let (halted0, halts0) = irqs.halted();
+    let t0 = rdtsc();
+    Provider::post_send(
+        &dev,
+        &mut qp,
+        &[SendWr {
+            wr_id: 7,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            sg_list: &sg,
+            remote: RemoteOp::None,
+            ..SendWr::default()
+        }],
+    )
+    .map_err(|err| format!("post_send: {err:?}"))?;
+    let ev = dev
+        .wait_cq_event(&mut ch, 30_000_000_000)
+        .map_err(|err| format!("wait_cq_event: {err}"))?;
+    let wall = rdtsc().wrapping_sub(t0);
+    let (halted1, halts1) = irqs.halted();
+    let fired = irqs.count(vector) - before;
+    let halted = halted1 - halted0;
+    let busy = wall.saturating_sub(halted);
+    kprintln!(
+        "UK: IRQ wait over: vector {vector} fired {fired} times, wait {} us, halted {} us in {} halts ({} timer alarms in all), CPU busy {}.{:02}%",
+        env.us(wall),
+        env.us(halted),
+        halts1 - halts0,
+        irq::timer_count(),
+        busy * 100 / wall.max(1),
+        busy * 10_000 / wall.max(1) % 100
+    );
+    let ev = ev.ok_or("the wait timed out: no interrupt")?;
+    if ev.cq_context != 0xa11 || ev.cqn != cq.cqn() {
+        return Err(format!(
+            "event for CQ {:#x} context {:#x}",
+            ev.cqn, ev.cq_context
+        ));
+    }
+    if fired == 0 {
+        return Err("the event came without the channel's vector firing".into());
+    }
+    let mut wc = [verbs::WorkCompletion::default(); 1];
+    let t = rdtsc();
+    while Provider::poll_cq(&dev, &cq, &mut wc).map_err(e("poll_cq"))? == 0 {
+        if env.us(rdtsc() - t) > 10_000_000 {
+            return Err("the event came but no completion".into());
+        }
+    }
+    if (wc[0].wr_id, wc[0].status) != (7, WcStatus::RetryExcErr) {
+        return Err(format!("completion {:?}", wc[0]));
+    }
+    kprintln!(
+        "UK: IRQ woken ok: completion {:?} (retry exceeded, as asked)",
+        wc[0].status
+    );
+    Provider::destroy_qp(&dev, qp).map_err(|err| format!("destroy_qp: {err:?}"))?;
+    Provider::dereg_mr(&dev, mr).map_err(|err| format!("dereg_mr: {err:?}"))?;
+    drop(mem);
+    Provider::destroy_cq(&dev, cq).map_err(|err| format!("destroy_cq: {err:?}"))?;
+    Provider::destroy_comp_channel(&dev, ch)
+        .map_err(|err| format!("destroy_comp_channel: {err:?}"))?;
+    Provider::dealloc_pd(&dev, pd).map_err(|err| format!("dealloc_pd: {err:?}"))?;
+    dev.shutdown().map_err(|err| format!("shutdown: {err}"))?;
+    check_dma_returned(env)
 }

@@ -2,6 +2,10 @@
 //!
 //! QEMU gives the guest an `ivshmem-plain` PCI function (1af4:1110) whose BAR2 is a
 //! shared-memory file: that file is the NIC's BAR0 (offset 0), which `nic-emud` maps too.
+//! With `--ivshmem-server SOCKET` the function is an `ivshmem-doorbell` instead: `nic-emud`
+//! serves QEMU's ivshmem protocol on that UNIX socket (the BAR file's descriptor and one
+//! eventfd per MSI-X vector), and every vector the device raises (an armed EQ received an
+//! EQE) becomes a real MSI-X message in the guest (`docs/ivshmem-doorbell.md`).
 //! Guest RAM is a `memory-backend-file` with `share=on`, which `nic-emud` maps for DMA,
 //! addressed by guest-physical address (QEMU 7.2 `q35` layout: RAM below 0xb000_0000 bytes
 //! sits at GPA = file offset; a larger RAM has 2 GiB low and the rest at 4 GiB, right after
@@ -15,6 +19,7 @@
 //! ```text
 //! nic-emud --bar FILE --ram FILE --ram-size SIZE --ip 127.0.x.y --udp-port PORT
 //!          [--bar-size SIZE] [--profile default] [--fault SPEC]... [--ignore-stdin]
+//!          [--ivshmem-server SOCKET [--vectors N]]
 //!
 //!   --bar FILE        the ivshmem BAR file (e.g. /dev/shm/NAME); created or extended to
 //!                     --bar-size if needed (a larger existing file is an error)
@@ -34,12 +39,18 @@
 //!                       never-ready              `initializing` never clears
 //!                       stall-commands           commands are never completed
 //!   --ignore-stdin    do not exit on stdin EOF (for running in the background)
+//!   --ivshmem-server SOCKET
+//!                     serve QEMU's ivshmem-doorbell protocol on this UNIX socket path
+//!                     (created; must not exist) and deliver the device's MSI-X vectors
+//!   --vectors N       MSI-X vectors (default 8, the profile's; QEMU's `vectors=` must be
+//!                     the same)
 //!   -h, --help        this text
 //! SIZE: a number (decimal or 0x hex) with an optional K, M or G suffix (binary units).
 //! ```
 //!
 //! Once the device polls, one line goes to stdout:
-//! `READY nic-emud bar=FILE bar_size=N ram=FILE ram_size=N ip=ADDR udp_port=PORT`.
+//! `READY nic-emud bar=FILE bar_size=N ram=FILE ram_size=N ip=ADDR udp_port=PORT`, followed
+//! by ` ivshmem_server=SOCKET vectors=N` with `--ivshmem-server` (QEMU may connect then).
 //! It exits with status 0 on stdin EOF (unless `--ignore-stdin`) or on SIGTERM / SIGINT,
 //! after stopping the poller; a summary goes to stderr:
 //! `nic-emud: stopped; N commands, M device errors[ (first: ...)]; nothing alive|live {...}; port {...}`. A bad
@@ -53,6 +64,10 @@
 //!   -object memory-backend-file,id=nicbar,size=32M,mem-path=/dev/shm/BAR,share=on \
 //!   -device ivshmem-plain,memdev=nicbar -nic none ...
 //! ```
+//!
+//! With `--ivshmem-server /tmp/S --vectors 8`, the BAR comes from the server instead of a
+//! memory backend: `-chardev socket,path=/tmp/S,id=nicsock
+//! -device ivshmem-doorbell,chardev=nicsock,vectors=8`.
 
 use std::io::{BufRead, Write};
 use std::net::Ipv4Addr;
@@ -65,12 +80,14 @@ use std::time::Duration;
 use firmware_interface::opcode;
 use firmware_interface::status::cmd_status as cs;
 use nic_emulator::host::{GuestRam, ShmBar};
+use nic_emulator::ivshmem::DoorbellServer;
 use nic_emulator::roce_wire::fabric::UdpFabric;
 use nic_emulator::{Device, FailCommand, Faults, Live, Profile, spawn_poller};
 
 const USAGE: &str =
     "usage: nic-emud --bar FILE --ram FILE --ram-size SIZE --ip 127.0.x.y --udp-port PORT
                 [--bar-size SIZE] [--profile default] [--fault SPEC]... [--ignore-stdin]
+                [--ivshmem-server SOCKET [--vectors N]]
   --bar FILE        ivshmem BAR file (NIC BAR0 at offset 0); created/extended to --bar-size
   --bar-size SIZE   BAR size (default 32M; a power of two for QEMU)
   --ram FILE        guest RAM backend file (memory-backend-file share=on); created/extended
@@ -82,6 +99,9 @@ const USAGE: &str =
   --fault SPEC      refuse-bringup | fail-cmd=OP[:STATUS[:SYNDROME]] |
                     fail-delivery=OP:STATUS | never-ready | stall-commands (repeatable)
   --ignore-stdin    do not exit on stdin EOF
+  --ivshmem-server SOCKET  serve QEMU's ivshmem-doorbell protocol on this UNIX socket
+                    (must not exist): the guest gets MSI-X (-device ivshmem-doorbell)
+  --vectors N       MSI-X vectors with --ivshmem-server (default 8; = QEMU's vectors=)
 SIZE: decimal or 0x hex, optional K/M/G suffix. Prints one READY line when polling; exits 0
 on stdin EOF or SIGTERM/SIGINT.";
 
@@ -115,6 +135,10 @@ struct Options {
     udp_port: u16,
     faults: Vec<Fault>,
     ignore_stdin: bool,
+    /// `--ivshmem-server`: the socket path.
+    server: Option<PathBuf>,
+    /// MSI-X vectors of the function.
+    vectors: u16,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -223,6 +247,8 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
     let mut udp_port = None;
     let mut faults = Vec::new();
     let mut ignore_stdin = false;
+    let mut server = None;
+    let mut vectors = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || {
@@ -272,6 +298,18 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
             }
             "--fault" => faults.push(parse_fault(&value()?)?),
             "--ignore-stdin" => ignore_stdin = true,
+            "--ivshmem-server" => server = Some(PathBuf::from(value()?)),
+            "--vectors" => {
+                let v = value()?;
+                let n: u16 = v
+                    .parse()
+                    .map_err(|_| CliError::Bad(format!("bad vector count {v:?}")))?;
+                // QEMU's MSI-X table holds at most 2048 entries.
+                if n == 0 || n > 2048 {
+                    return bad("--vectors must be between 1 and 2048");
+                }
+                vectors = Some(n);
+            }
             other => return bad(format!("unknown option {other:?}")),
         }
     }
@@ -284,6 +322,12 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
     if bar_size < 0x4000 || !bar_size.is_multiple_of(4096) || bar_size > 1 << 32 {
         return bad("--bar-size must be a multiple of 4 KiB between 16 KiB and 4 GiB");
     }
+    if vectors.is_some() && server.is_none() {
+        return bad("--vectors needs --ivshmem-server");
+    }
+    if server.is_some() && !bar_size.is_power_of_two() {
+        return bad("--bar-size must be a power of two for an ivshmem-doorbell BAR");
+    }
     Ok(Options {
         bar: bar.ok_or_else(|| missing("--bar"))?,
         bar_size,
@@ -293,6 +337,8 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         udp_port: udp_port.ok_or_else(|| missing("--udp-port"))?,
         faults,
         ignore_stdin,
+        server,
+        vectors: vectors.unwrap_or(Profile::default().msix_vectors),
     })
 }
 
@@ -336,10 +382,25 @@ fn run(o: &Options) -> Result<(), String> {
     let profile = Profile {
         ipv4: Some(o.ip),
         bar_size: o.bar_size as usize,
+        msix_vectors: o.vectors,
         ..Profile::default()
     };
     let mut dev = Device::with_bar(profile, Arc::new(ram), Box::new(bar));
     apply(dev.faults(), &o.faults);
+    let server = match &o.server {
+        Some(path) => {
+            let shm = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&o.bar)
+                .map_err(|e| format!("bar {}: {e}", o.bar.display()))?;
+            let s = DoorbellServer::start(path, shm, o.vectors)
+                .map_err(|e| format!("ivshmem server {}: {e}", path.display()))?;
+            dev.set_interrupt_sink(Some(s.sink()));
+            Some(s)
+        }
+        None => None,
+    };
     dev.attach(Box::new(port));
     let dev = Arc::new(Mutex::new(dev));
 
@@ -370,7 +431,7 @@ fn run(o: &Options) -> Result<(), String> {
     let poller = spawn_poller(dev.clone());
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(
+        let _ = write!(
             out,
             "READY nic-emud bar={} bar_size={} ram={} ram_size={} ip={} udp_port={}",
             o.bar.display(),
@@ -380,6 +441,15 @@ fn run(o: &Options) -> Result<(), String> {
             o.ip,
             o.udp_port
         );
+        if let Some(s) = &server {
+            let _ = write!(
+                out,
+                " ivshmem_server={} vectors={}",
+                s.path().display(),
+                o.vectors
+            );
+        }
+        let _ = writeln!(out);
         let _ = out.flush();
     }
     while !STOP.load(Ordering::SeqCst) {
@@ -392,8 +462,12 @@ fn run(o: &Options) -> Result<(), String> {
     let d = dev.lock().unwrap_or_else(|e| e.into_inner());
     let errs = d.errors();
     let live = d.live();
+    let irq = match &server {
+        Some(s) => format!("; interrupts {:?}", s.stats()),
+        None => String::new(),
+    };
     eprintln!(
-        "nic-emud: stopped; {} commands, {} device errors{}; {}; port {:?}",
+        "nic-emud: stopped; {} commands, {} device errors{}; {}; port {:?}{irq}",
         d.command_log().len(),
         errs.len(),
         match errs.first() {
@@ -502,6 +576,9 @@ mod tests {
         let o = with(&[]).unwrap();
         assert_eq!(o.bar_size, 32 << 20);
         assert!(o.faults.is_empty());
+        assert_eq!((o.server, o.vectors), (None, 8));
+        let o = with(&["--ivshmem-server", "/tmp/s", "--vectors", "4"]).unwrap();
+        assert_eq!((o.server, o.vectors), (Some(PathBuf::from("/tmp/s")), 4));
     }
 
     #[test]
@@ -547,6 +624,10 @@ mod tests {
             &["--fault", "fail-delivery=INIT_HCA"],
             &["--fault"],
             &["--what"],
+            &["--vectors", "4"],
+            &["--ivshmem-server", "/tmp/s", "--vectors", "0"],
+            &["--ivshmem-server", "/tmp/s", "--vectors", "4096"],
+            &["--ivshmem-server", "/tmp/s", "--bar-size", "48M"],
         ] {
             assert!(
                 matches!(with(extra), Err(CliError::Bad(_))),

@@ -217,6 +217,21 @@ impl Device {
                 }
             }
         }
+        // CQ doorbells (64 bits at 0x20) of the pages CQs use: an arm request whose word is
+        // 0 (sequence 0, "next", nothing consumed: a fresh CQ's first arm) shows only here.
+        let mut cq_uars: Vec<u32> = self.obj.cqs.values().map(|cq| cq.uar).collect();
+        cq_uars.sort_unstable();
+        cq_uars.dedup();
+        for idx in cq_uars {
+            let off = idx as usize * uar::PAGE_SIZE + uar::CQ_DOORBELL;
+            let v = self.take64(off);
+            if v != 0 {
+                // One naming no CQ of the page is dropped: the driver may have destroyed the
+                // CQ between its store and this poll.
+                self.cq_uar_doorbell(idx, v);
+                did = true;
+            }
+        }
         did
     }
 }

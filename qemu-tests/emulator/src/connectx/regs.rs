@@ -134,6 +134,11 @@ impl Device {
         u32::from_be_bytes(self.bar.swap32(off, [0; 4]))
     }
 
+    /// [`Device::take32`] for a 64-bit doorbell (big-endian).
+    pub(crate) fn take64(&mut self, off: usize) -> u64 {
+        u64::from_be_bytes(self.bar.swap64(off, [0; 8]))
+    }
+
     fn l_sz(&self) -> u32 {
         let p = &self.profile;
         self.regs.addr_l

@@ -14,7 +14,19 @@
 //!     connects to a server on another NIC of the UDP fabric
 //! vfio-guest --ip ADDR --mode server [--peer ADDR [--peer-mac MAC]] [--port N] ...
 //!     listens (printing `server: listening on ADDR:PORT`) and serves one connection
+//! vfio-guest --ip ADDR --mode irq [--bdf BDF]
+//!     MSI-X through VFIO (the function must be an ivshmem-doorbell): a blocking completion
+//!     wait woken by the interrupt, its thread's CPU time measured
 //! ```
+//!
+//! `--mode irq` enables the function's MSI-X vectors with an eventfd each
+//! (`vfio_attach::VfioInterrupts`) and gives them to the driver through
+//! `Platform::interrupts`. Two RC QPs on the NIC are connected to each other; the receiving
+//! one's CQ is on a completion channel (its own vector) and armed; a thread waits for the
+//! channel's event with a one-minute timeout (the driver is told never to recheck without an
+//! interrupt) while the main thread sleeps 1.5 s and then posts the SEND. It prints
+//! `VFIO-GUEST IRQ woken ok: vector V fired N times; wait W us, waiting thread CPU C us` and
+//! the received data is checked.
 //!
 //! `--checks` first exercises the error paths on the real VFIO nodes: a BAR the function
 //! does not have (`NoSuchBar`, after which the group must be attachable again), the group
@@ -34,15 +46,41 @@ use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cm::{Cm, CmConfig, Neighbor};
 use linux_guest::{Exchange, Report, SpinClock, client_ep, listen, run_client, serve};
-use nic_hal::DmaAllocator;
-use verbs::Gid;
-use vfio_attach::{AttachError, AttachOptions, DmaOptions, HugePages, IovaPolicy, VfioBar, attach};
+use nic_hal::{DmaAllocator, Interrupts, Platform};
+use verbs::rc::RcParams;
+use verbs::{
+    AccessFlags, AhAttr, Buffer, Gid, MemoryRegion, Mtu, Provider, QpCap, QpInitAttr, QpType,
+    RecvWr, RemoteOp, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+};
+use vfio_attach::{
+    AttachError, AttachOptions, DmaOptions, HugePages, IovaPolicy, VfioBar, VfioInterrupts, attach,
+};
 
-type Dev = mlx5::Device<Arc<VfioBar>, SpinClock>;
+type Dev = mlx5::Device<Arc<VfioBar>, GuestPlatform>;
+
+/// The driver's platform in the guest: the clock, and in `--mode irq` the function's MSI-X
+/// vectors through VFIO.
+#[derive(Clone, Debug)]
+struct GuestPlatform {
+    clock: SpinClock,
+    irqs: Option<Arc<VfioInterrupts>>,
+}
+
+impl Platform for GuestPlatform {
+    fn relax(&self) {
+        Platform::relax(&self.clock)
+    }
+    fn now_ns(&self) -> u64 {
+        Platform::now_ns(&self.clock)
+    }
+    fn interrupts(&self) -> Option<&dyn Interrupts> {
+        self.irqs.as_deref().map(|i| i as &dyn Interrupts)
+    }
+}
 
 /// ivshmem's PCI IDs.
 const IVSHMEM: (u16, u16) = (0x1af4, 0x1110);
@@ -109,12 +147,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         return Err("--ip is required (the NIC's address on the fabric)".into());
     }
     match o.mode.as_str() {
-        "loopback" | "server" => {}
+        "loopback" | "server" | "irq" => {}
         "client" if o.peer.is_some() => {}
         "client" => return Err("--mode client needs --peer".into()),
         m => {
             return Err(format!(
-                "--mode {m:?}: want loopback, client, server, unbound or denied"
+                "--mode {m:?}: want loopback, client, server, irq, unbound or denied"
             ));
         }
     }
@@ -286,20 +324,41 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
         .map_err(|e| format!("DMA allocator: {e}"))?;
     let alloc: Arc<dyn DmaAllocator> = dma.clone();
     let clock = SpinClock::new();
+    let irqs = if o.mode == "irq" {
+        let i = dev.interrupts().map_err(|e| format!("MSI-X: {e}"))?;
+        step(
+            t0,
+            &format!("MSI-X ok: {} vectors with an eventfd each", i.vectors()),
+        );
+        Some(Arc::new(i))
+    } else {
+        None
+    };
+    let platform = GuestPlatform {
+        clock,
+        irqs: irqs.clone(),
+    };
     let config = mlx5::Config {
         init_timeout_ns: 30_000_000_000,
         cmd_timeout_ns: 30_000_000_000,
         bar_size: bar.len() as u64,
         vendor_id: dev.vendor_id(),
         device_id: dev.device_id(),
+        // With interrupts, only an interrupt (or the timeout) ends a wait's sleep.
+        irq_recheck_ns: if irqs.is_some() {
+            u64::MAX
+        } else {
+            mlx5::Config::default().irq_recheck_ns
+        },
         ..mlx5::Config::default()
     };
-    let nic: Dev = mlx5::Device::probe(bar, alloc.clone(), clock, config).map_err(|e| match dma
-        .last_error()
-    {
-        Some(d) => format!("mlx5 probe: {e} (DMA allocator: {d})"),
-        None => format!("mlx5 probe: {e}"),
-    })?;
+    let nic: Dev =
+        mlx5::Device::probe(bar, alloc.clone(), platform, config).map_err(|e| {
+            match dma.last_error() {
+                Some(d) => format!("mlx5 probe: {e} (DMA allocator: {d})"),
+                None => format!("mlx5 probe: {e}"),
+            }
+        })?;
     let mac = nic.mac().map_err(|e| format!("query MAC: {e}"))?;
     nic.set_roce_gid(0, Gid::from_ipv4(o.ip.octets()).0, mac)
         .map_err(|e| format!("set GID: {e}"))?;
@@ -311,6 +370,16 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
             o.ip, st.blocks, st.hugetlb_blocks, st.map_calls
         ),
     );
+    if o.mode == "irq" {
+        let r = irq_wait(&nic, irqs.as_deref(), mac, o.ip, t0);
+        let shut = nic.shutdown();
+        let rel = release(dma, alloc, irqs, dev, t0, 0, 0);
+        // The scenario's own error first: a failed step leaves objects for shutdown.
+        let rep = r?;
+        shut.map_err(|e| format!("mlx5 shutdown: {e}"))?;
+        rel?;
+        return Ok(rep);
+    }
     let cm: Cm<Dev> = Cm::new(
         clock,
         CmConfig {
@@ -382,6 +451,20 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
         .remove_device(devid)
         .map_err(|e| format!("cm remove_device: {e}"))?;
     nic.shutdown().map_err(|e| format!("mlx5 shutdown: {e}"))?;
+    release(dma, alloc, irqs, dev, t0, ids, chans).and(r)
+}
+
+/// Checks that every DMA buffer came back and releases the allocator, the interrupts and the
+/// device, in that order.
+fn release(
+    dma: Arc<vfio_attach::VfioDma>,
+    alloc: Arc<dyn DmaAllocator>,
+    irqs: Option<Arc<VfioInterrupts>>,
+    dev: vfio_attach::Attached,
+    t0: Instant,
+    ids: usize,
+    chans: usize,
+) -> Result<(), String> {
     let st = dma.stats();
     step(
         t0,
@@ -406,9 +489,10 @@ fn run(o: &Opts, t0: Instant) -> Result<Report, String> {
         Ok(d) => drop(d),
         Err(_) => return Err("the DMA allocator is still referenced after teardown".into()),
     }
+    drop(irqs);
     drop(dev);
     step(t0, "DMA allocator and device released");
-    r
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -458,4 +542,212 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// CPU time (user + system) of the calling thread.
+fn thread_cpu() -> Duration {
+    // SAFETY: all-zero is a valid `rusage` (integers and timevals); getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a live, writable rusage; RUSAGE_THREAD names the calling thread.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if r != 0 {
+        return Duration::MAX;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// An error of a verbs call, as a message.
+fn e<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("{what}: {err:?}")
+}
+
+/// Bytes of the SEND in `--mode irq`.
+const IRQ_LEN: usize = 3000;
+
+/// `--mode irq`: a completion wait that sleeps until the channel's MSI-X vector fires.
+fn irq_wait(
+    nic: &Dev,
+    irqs: Option<&VfioInterrupts>,
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+    t0: Instant,
+) -> Result<Report, String> {
+    let irqs = irqs.ok_or("no interrupts")?;
+    let mut ch = Provider::create_comp_channel(nic).map_err(e("create_comp_channel"))?;
+    let vector = ch.vector();
+    if vector == 0 {
+        return Err("the completion channel got no vector of its own".into());
+    }
+    let pd = Provider::alloc_pd(nic).map_err(e("alloc_pd"))?;
+    let cq_a = Provider::create_cq(nic, 15, 0, None).map_err(e("create_cq"))?;
+    let cq_b = Provider::create_cq(nic, 15, 0xfeed, Some(&ch)).map_err(e("create_cq"))?;
+    let mem: Buffer = Provider::alloc_buf(nic, 2 * IRQ_LEN).map_err(e("alloc_buf"))?;
+    let mr =
+        Provider::reg_mr(nic, &pd, mem.clone(), AccessFlags::LOCAL_WRITE).map_err(e("reg_mr"))?;
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = |cq| {
+        Provider::create_qp(
+            nic,
+            &pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            },
+        )
+        .map(|(q, _)| q)
+        .map_err(e("create_qp"))
+    };
+    let mut qa = qp(&cq_a)?;
+    let mut qb = qp(&cq_b)?;
+    let params = |qpn| RcParams {
+        access: AccessFlags::REMOTE_WRITE,
+        ah_attr: AhAttr {
+            dgid: Gid::from_ipv4(ip.octets()),
+            sgid_index: 0,
+            hop_limit: 64,
+            is_global: true,
+            port_num: 1,
+            dmac: mac,
+            ..AhAttr::default()
+        },
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: qpn,
+        min_rnr_timer: 1,
+        ..RcParams::default()
+    };
+    let (na, nb) = (qa.qpn(), qb.qpn());
+    verbs::rc::connect(nic, &mut qa, &params(nb)).map_err(e("connect A"))?;
+    verbs::rc::connect(nic, &mut qb, &params(na)).map_err(e("connect B"))?;
+    let sg_b = [Sge {
+        addr: mr.addr() + IRQ_LEN as u64,
+        length: IRQ_LEN as u32,
+        lkey: mr.lkey(),
+    }];
+    Provider::post_recv(
+        nic,
+        &mut qb,
+        &[RecvWr {
+            wr_id: 1,
+            sg_list: &sg_b,
+        }],
+    )
+    .map_err(e("post_recv"))?;
+    Provider::req_notify_cq(nic, &cq_b, false).map_err(e("req_notify_cq"))?;
+    let data = linux_guest::pattern(0x1e9, IRQ_LEN);
+    mem.write(0, &data)
+        .map_err(|x| format!("dma write: {x:?}"))?;
+    let before = irqs.count(vector);
+    step(
+        t0,
+        &format!("irq: waiting on vector {vector} (count {before})"),
+    );
+    let (ev, wall, cpu) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let cpu0 = thread_cpu();
+            let w0 = Instant::now();
+            let ev = nic.wait_cq_event(&mut ch, 60_000_000_000);
+            (ev, w0.elapsed(), thread_cpu().saturating_sub(cpu0))
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let sg_a = [Sge {
+            addr: mr.addr(),
+            length: IRQ_LEN as u32,
+            lkey: mr.lkey(),
+        }];
+        let posted = Provider::post_send(
+            nic,
+            &mut qa,
+            &[SendWr {
+                wr_id: 10,
+                opcode: WrOpcode::Send,
+                flags: SendFlags::SIGNALED,
+                sg_list: &sg_a,
+                remote: RemoteOp::None,
+                ..SendWr::default()
+            }],
+        );
+        let r = waiter
+            .join()
+            .map_err(|_| "the waiting thread panicked".to_string());
+        posted.map_err(e("post_send"))?;
+        r
+    })?;
+    let after = irqs.count(vector);
+    let counts: Vec<u64> = (0..irqs.vectors()).map(|v| irqs.count(v)).collect();
+    step(t0, &format!("irq: wait over, vector counts {counts:?}"));
+    let ev = match ev.map_err(|x| format!("wait_cq_event: {x}"))? {
+        Some(ev) => ev,
+        None => {
+            let late = nic.get_cq_event(&mut ch);
+            return Err(format!(
+                "the wait timed out: no interrupt (vector counts {counts:?}; the channel now \
+                 has {late:?})"
+            ));
+        }
+    };
+    if (ev.cqn, ev.cq_context) != (cq_b.cqn(), 0xfeed) {
+        return Err(format!(
+            "event for CQ {:#x} context {:#x}",
+            ev.cqn, ev.cq_context
+        ));
+    }
+    println!(
+        "VFIO-GUEST IRQ woken ok: vector {vector} fired {} times; wait {} us, waiting thread CPU {} us (busy {:.2}%)",
+        after - before,
+        wall.as_micros(),
+        cpu.as_micros(),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9)
+    );
+    let poll_one = |cq: &mlx5::Cq| -> Result<verbs::WorkCompletion, String> {
+        let w0 = Instant::now();
+        loop {
+            let mut wc = [verbs::WorkCompletion::default(); 1];
+            if Provider::poll_cq(nic, cq, &mut wc).map_err(e("poll_cq"))? == 1 {
+                return Ok(wc[0]);
+            }
+            if w0.elapsed() > Duration::from_secs(30) {
+                return Err("no completion".into());
+            }
+            std::thread::yield_now();
+        }
+    };
+    let wc = poll_one(&cq_b)?;
+    if (wc.wr_id, wc.status, wc.opcode, wc.byte_len)
+        != (1, WcStatus::Success, WcOpcode::Recv, IRQ_LEN as u32)
+    {
+        return Err(format!("receive completion {wc:?}"));
+    }
+    let wc = poll_one(&cq_a)?;
+    if wc.status != WcStatus::Success {
+        return Err(format!("send completion {wc:?}"));
+    }
+    let mut got = vec![0u8; IRQ_LEN];
+    mem.read(IRQ_LEN, &mut got)
+        .map_err(|x| format!("dma read: {x:?}"))?;
+    linux_guest::compare("SEND", &got, &data)?;
+    Provider::destroy_qp(nic, qa).map_err(e("destroy_qp"))?;
+    Provider::destroy_qp(nic, qb).map_err(e("destroy_qp"))?;
+    Provider::dereg_mr(nic, mr).map_err(e("dereg_mr"))?;
+    Provider::destroy_cq(nic, cq_a).map_err(e("destroy_cq"))?;
+    Provider::destroy_cq(nic, cq_b).map_err(e("destroy_cq"))?;
+    Provider::destroy_comp_channel(nic, ch).map_err(e("destroy_comp_channel"))?;
+    Provider::dealloc_pd(nic, pd).map_err(e("dealloc_pd"))?;
+    drop(mem);
+    Ok(Report {
+        sends: 1,
+        ..Report::default()
+    })
 }

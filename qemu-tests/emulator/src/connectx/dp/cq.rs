@@ -23,6 +23,8 @@ pub(crate) struct CqDp {
     pub armed: Option<bool>,
     /// Last arm word seen in the doorbell record (word 1) or at the UAR doorbell.
     pub arm_seen: u32,
+    /// An arm request was taken at least once (`arm_seen` is one, not the initial 0).
+    pub armed_ever: bool,
     /// The CQ overran or faulted: nothing more is written.
     pub error: bool,
     /// Producer count just after the last solicited CQE.
@@ -191,6 +193,7 @@ impl Device {
             return;
         };
         cq.dp.arm_seen = word;
+        cq.dp.armed_ever = true;
         if cq.dp.error {
             return;
         }
@@ -214,6 +217,23 @@ impl Device {
         } else {
             cq.dp.armed = Some(sol_only);
         }
+    }
+
+    /// Untrapped mode: a 64-bit CQ doorbell taken from UAR page `uar` (`value`: the arm word
+    /// in the upper half, the CQN in the lower; CQNs start at 1, so a doorbell is never 0).
+    /// The driver writes the doorbell record first: an arm already taken from there (the
+    /// same word) is not taken twice, except the very first, whose word may be 0 and so
+    /// invisible in the record. Returns whether the doorbell named a CQ of that page.
+    pub(crate) fn cq_uar_doorbell(&mut self, uar: u32, value: u64) -> bool {
+        let cqn = (value as u32) & CI_MASK;
+        let word = (value >> 32) as u32;
+        let Some(cq) = self.obj.cqs.get(cqn).filter(|cq| cq.uar == uar) else {
+            return false;
+        };
+        if !cq.dp.armed_ever || cq.dp.arm_seen != word {
+            self.cq_arm(cqn, word);
+        }
+        true
     }
 
     /// Untrapped mode: arm requests written to CQ doorbell records (word 1) since last seen.

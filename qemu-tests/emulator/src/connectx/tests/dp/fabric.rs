@@ -376,11 +376,12 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     let mut cq_b = b.cq(7);
     let mut qa = a.qp(qpc::ST_RC, &cq_a, &cq_a, 7, Some((7, 2)));
     let mut qb = b.qp(qpc::ST_RC, &cq_b, &cq_b, 7, Some((7, 2)));
-    // ACK timeout 100 ns × 2^16 ≈ 6.6 ms: the 5% loss is still retransmitted, but 8 tries
-    // outlast a poller thread that a loaded machine does not schedule for a while (at 2^8,
-    // 26 µs, a parallel test run on 2 cores could exhaust the retries: RETRY_EXC_ERR).
+    // ACK timeout 100 ns × 2^22 ≈ 420 ms: the 5% loss is still retransmitted (a few lost
+    // packets cost a second or two), and 8 tries (3.4 s) outlast a poller thread that a
+    // loaded 2-core machine does not schedule for a while (at 2^16, 6.6 ms, a test run beside
+    // QEMU guests exhausted the retries: RETRY_EXC_ERR).
     let c = Conn {
-        timeout: 16,
+        timeout: 22,
         ..Conn::default()
     };
     let (ia, ib) = (a.ip, b.ip);
@@ -413,7 +414,8 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     }
     let t0 = std::time::Instant::now();
     let mut got = 0;
-    while got < 32 && t0.elapsed() < std::time::Duration::from_secs(20) {
+    // (a generous bound: the loop ends as soon as everything arrived)
+    while got < 32 && t0.elapsed() < std::time::Duration::from_secs(120) {
         if b.poll_cq(&mut cq_b).is_some() {
             got += 1;
         } else {
@@ -422,7 +424,7 @@ fn threaded_pollers_over_the_fabric_with_real_time() {
     }
     assert_eq!(got, 32);
     let mut acks = 0;
-    while acks < 32 && t0.elapsed() < std::time::Duration::from_secs(20) {
+    while acks < 32 && t0.elapsed() < std::time::Duration::from_secs(120) {
         if let Some(c) = a.poll_cq(&mut cq_a) {
             assert_eq!(c.opcode, co::REQ);
             acks += 1;

@@ -480,6 +480,71 @@ pub fn open_remote<U: WithDevice>(
     }
 }
 
+/// An emulated NIC on an Ethernet link in the format of QEMU's socket netdev (`--fabric
+/// eth:LOCAL,REMOTE` of both tools): raw frames over two 127.0.0.1 UDP sockets, ARP on the
+/// virtual wire; how the tools meet Linux soft-RoCE in a guest.
+#[cfg(feature = "emulator")]
+pub mod eth {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::time::{Duration, Instant};
+
+    use cm::CmConfig;
+    use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
+    pub use nic_testbed::{EthDevice, EthNic};
+
+    /// Delay before our ARP replies: Linux's rdma_cm can miss a reply that comes back before
+    /// its resolve request is queued, and then waits 2 s.
+    pub const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
+
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub fn fmt_mac(m: &[u8; 6]) -> String {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    }
+
+    /// The emulated NIC at `ip` with `mac` on the link from our socket 127.0.0.1:`local` to
+    /// the far end's 127.0.0.1:`remote`, in a connection manager configured by `cfg`.
+    pub fn start(
+        ip: Ipv4Addr,
+        local: u16,
+        remote: u16,
+        mac: [u8; 6],
+        cfg: CmConfig,
+    ) -> Result<EthNic, String> {
+        let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+        let mut link = EthLink::new(sa(local), sa(remote), mac);
+        link.arp = ArpConfig {
+            reply_delay: ARP_REPLY_DELAY,
+            ..ArpConfig::default()
+        };
+        EthNic::start(link, ip, cfg).map_err(|e| {
+            format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
+        })
+    }
+
+    /// Resolves `dst`'s MAC by ARP (a round of requests every 2 s) within `timeout`, and
+    /// enters it in the NIC's connection manager.
+    pub fn resolve(nic: &EthNic, dst: Ipv4Addr, timeout: Duration) -> Result<[u8; 6], String> {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match nic.resolve(dst, left.min(Duration::from_secs(2))) {
+                Ok(Some(mac)) => return Ok(mac),
+                Ok(None) if Instant::now() < end => {}
+                Ok(None) => {
+                    return Err(format!(
+                        "no ARP reply from {dst} within {:.0} s",
+                        timeout.as_secs_f64()
+                    ));
+                }
+                Err(e) => return Err(format!("resolving {dst}: {e}")),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,12 +2,11 @@
 //! fabric, or one end per process on the UDP fabric or on an Ethernet link in QEMU's
 //! socket-netdev format (with ARP), and serving or connecting through the CM there.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use cm::{AddrInfo, Cm, CmConfig, Neighbor, RaiFlags, getaddrinfo};
 use nic_emulator::Profile;
-use nic_emulator::roce_wire::fabric::{ArpConfig, EthLink};
 use nic_hal::{Platform, RegisterIo};
 use nic_testbed::{EmuDevice, EthNic, UdpDevice, UdpNic, World};
 use verbs::Gid;
@@ -20,10 +19,6 @@ use crate::exchange::{Pinged, Served, client, qp_attr, server};
 
 pub(crate) const SERVER_IP: &str = "127.0.0.2";
 pub(crate) const CLIENT_IP: &str = "127.0.0.1";
-
-/// Delay before our ARP replies on the Ethernet fabric: Linux's rdma_cm can miss a reply
-/// that comes back before its resolve request is queued, and then waits 2 s.
-pub(crate) const ARP_REPLY_DELAY: Duration = Duration::from_millis(20);
 
 /// One emulated NIC probed, given its RoCE GID and added to the connection manager.
 pub(crate) fn add_nic(cm: &Cm<EmuDevice>, tb: &nic_testbed::Testbed) -> Result<(), String> {
@@ -121,12 +116,7 @@ pub(crate) fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
     [0x02, 0x00, o[0], o[1], o[2], o[3]]
 }
 
-pub(crate) fn fmt_mac(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
+pub(crate) use device_open::eth::fmt_mac;
 
 pub(crate) fn cm_config(o: &Options) -> CmConfig {
     CmConfig {
@@ -235,15 +225,7 @@ pub(crate) fn eth_end(
     o: &Options,
 ) -> Result<EthNic, String> {
     let mac = o.mac.unwrap_or_else(|| mac_for(ip));
-    let sa = |p| SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
-    let mut link = EthLink::new(sa(local), sa(remote), mac);
-    link.arp = ArpConfig {
-        reply_delay: ARP_REPLY_DELAY,
-        ..ArpConfig::default()
-    };
-    EthNic::start(link, ip, cm_config(o)).map_err(|e| {
-        format!("emulated NIC at {ip} on the Ethernet link 127.0.0.1:{local} -> :{remote}: {e}")
-    })
+    device_open::eth::start(ip, local, remote, mac, cm_config(o))
 }
 
 /// Where this process's NIC is, for messages.
@@ -382,24 +364,10 @@ pub(crate) fn connect(o: &Options) -> Result<Pinged, String> {
 
 /// Resolves the server's MAC by ARP (a round of requests every 2 s until `--timeout`).
 pub(crate) fn resolve(nic: &EthNic, dst: Ipv4Addr, o: &Options) -> Result<(), String> {
-    let end = Instant::now() + Duration::from_secs(o.timeout_s);
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match nic.resolve(dst, left.min(Duration::from_secs(2))) {
-            Ok(Some(mac)) => {
-                if o.debug {
-                    println!("client: {dst} is at {}", fmt_mac(&mac));
-                }
-                return Ok(());
-            }
-            Ok(None) if Instant::now() < end => {}
-            Ok(None) => {
-                return Err(format!(
-                    "client: no ARP reply from {dst} within {} s",
-                    o.timeout_s
-                ));
-            }
-            Err(e) => return Err(format!("client: resolving {dst}: {e}")),
-        }
+    let mac = device_open::eth::resolve(nic, dst, Duration::from_secs(o.timeout_s))
+        .map_err(|e| format!("client: {e}"))?;
+    if o.debug {
+        println!("client: {dst} is at {}", fmt_mac(&mac));
     }
+    Ok(())
 }

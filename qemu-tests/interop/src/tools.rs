@@ -93,33 +93,41 @@ fn target_dir() -> PathBuf {
 /// returns the binary's path.
 pub fn rping_binary() -> Result<PathBuf, String> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = target_dir().join("interop-tools");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .arg("build")
-            .arg("--manifest-path")
-            .arg(workspace().join("Cargo.toml"))
-            .args(["-p", "rping", "--bin", "rping"])
-            .env("CARGO_TARGET_DIR", &dir)
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("RUSTFLAGS")
-            .output()
-            .map_err(|e| format!("cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "cargo build -p rping failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let bin = dir.join("debug").join("rping");
-        if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(format!("{} missing after the build", bin.display()))
-        }
-    })
-    .clone()
+    BIN.get_or_init(|| tool_binary("rping")).clone()
+}
+
+/// Builds `tools/rperf` as [`rping_binary`] builds rping, and returns the binary's path.
+pub fn rperf_binary() -> Result<PathBuf, String> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| tool_binary("rperf")).clone()
+}
+
+/// Builds the binary `name` of the package of that name into `<target>/interop-tools`.
+fn tool_binary(name: &str) -> Result<PathBuf, String> {
+    let dir = target_dir().join("interop-tools");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(workspace().join("Cargo.toml"))
+        .args(["-p", name, "--bin", name])
+        .env("CARGO_TARGET_DIR", &dir)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build -p {name} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let bin = dir.join("debug").join(name);
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} missing after the build", bin.display()))
+    }
 }
 
 /// A relay between the two ends of an Ethernet link (QEMU's socket netdev format): frames

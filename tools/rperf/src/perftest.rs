@@ -52,7 +52,8 @@ const CTRL_RECVS: usize = 4;
 /// The page size and cache-line size rperf reports.
 const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
-/// Connect attempts for the test connection, and the pause between them (perftest's).
+/// Connect attempts for the test connection at least (then until `--timeout`), and the
+/// pause between attempts (perftest's).
 const CONNECT_TRIES: u32 = 20;
 const CONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// Send-queue depth of the latency tests; receive queue of the SEND tests.
@@ -497,21 +498,32 @@ pub fn client<D: Device>(
 ) -> std::result::Result<Ran, Box<dyn std::error::Error>> {
     let steps = steps(p.test).ok_or("this test has no perftest -R exchange here")?;
     let res = active(local.ip, peer, net.port)?;
-    let mut attr = ctrl_attr::<D>();
-    let id = local
-        .cm
-        .create_ep(&res, None, Some(&mut attr))
-        .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
-    let mut ctrl = Ctrl::new(id, true)?;
-    if let Err(e) = ctrl.c.id.connect(Some(&conn_param())) {
-        let _ = ctrl.c.close();
-        return Err(format!(
-            "connect to {peer}:{} (is a perftest server with -R running there?): {e:?} (errno {})",
-            net.port,
-            e.errno()
-        )
-        .into());
-    }
+    // A server that is not listening yet rejects: try again until --timeout.
+    let until = Instant::now() + net.timeout;
+    let mut ctrl = loop {
+        let mut attr = ctrl_attr::<D>();
+        let id = local
+            .cm
+            .create_ep(&res, None, Some(&mut attr))
+            .map_err(cm_err("create_ep (resolve the server's address and route)"))?;
+        let ctrl = Ctrl::new(id, true)?;
+        match ctrl.c.id.connect(Some(&conn_param())) {
+            Ok(()) => break ctrl,
+            Err(e) => {
+                let _ = ctrl.c.close();
+                if Instant::now() >= until {
+                    return Err(format!(
+                        "connect to {peer}:{} (is a perftest server with -R running there?): \
+                         {e:?} (errno {})",
+                        net.port,
+                        e.errno()
+                    )
+                    .into());
+                }
+                std::thread::sleep(CONNECT_PAUSE);
+            }
+        }
+    };
     ctrl.c.connected = true;
     let mut test: Option<Conn<D>> = None;
     let r = (|| -> std::result::Result<Ran, Box<dyn std::error::Error>> {
@@ -532,7 +544,7 @@ pub fn client<D: Device>(
                     t.connected = true;
                     break t;
                 }
-                Err(_) if tries < CONNECT_TRIES => {
+                Err(_) if tries < CONNECT_TRIES || Instant::now() < until => {
                     let _ = t.close();
                     std::thread::sleep(CONNECT_PAUSE);
                 }

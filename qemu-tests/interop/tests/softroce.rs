@@ -881,6 +881,15 @@ fn has_row(out: &str, prefix: &str, size: usize, iters: usize) -> bool {
     })
 }
 
+/// rperf's table (header and row) from its output, for the figures printed with
+/// `--nocapture`.
+fn figures(out: &str) -> String {
+    let mut l = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    l.by_ref().take(2).collect::<Vec<_>>().join("\n")
+}
+
 /// perftest's rdma_cm mode (`-R`) against our `rperf -R`, in one guest boot: first the
 /// guest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_send_lat`, `ib_write_lat` serve
 /// and our rperf connects to each, then our rperf serves each test and the guest's tool
@@ -946,6 +955,7 @@ fn perftest_rdma_cm_both_ways() {
             ITERS
         };
         assert!(has_row(&out, " ", SIZE, n as usize), "{ctx}");
+        eprintln!("guest ib_{test} -R server, our client:\n{}", figures(&out));
         g.wait_for(
             &format!("perftest server {test} rc=0"),
             Duration::from_secs(60),
@@ -974,6 +984,7 @@ fn perftest_rdma_cm_both_ways() {
         if *test != "write_bw" && *test != "read_bw" {
             assert!(has_row(&out, " ", SIZE, n as usize), "{ctx}");
         }
+        eprintln!("our {test} -R server, guest client:\n{}", figures(&out));
         g.wait_for(
             &format!("perftest client {test} rc=0"),
             Duration::from_secs(90),

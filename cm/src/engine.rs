@@ -346,8 +346,11 @@ impl<P: Provider> State<P> {
             dest_qpn: r.local_qpn,
             rq_psn: s.conn.local_psn,
             sq_psn: r.starting_psn,
-            max_dest_rd_atomic: r.initiator_depth,
-            max_rd_atomic: r.responder_resources,
+            // A peer may answer with more than this side asked for or its device takes
+            // (Linux's rdma_accept passes the application's figures through unclamped, e.g.
+            // perftest's 128 outstanding READs on rxe): what the QP takes is the smaller.
+            max_dest_rd_atomic: r.initiator_depth.min(dev.max_responder_resources),
+            max_rd_atomic: r.responder_resources.min(s.initiator_depth),
             retry_cnt: s.conn.retry_count,
             rnr_retry: r.rnr_retry_count,
             access: cm_access(s.responder_resources),

@@ -88,6 +88,9 @@ const BINARIES: &[&str] = &[
     "usr/bin/ib_write_bw",
     "usr/bin/ib_send_bw",
     "usr/sbin/nvme",
+    "usr/bin/ib_send_lat",
+    "usr/bin/ib_write_lat",
+    "usr/bin/ib_read_bw",
 ];
 
 /// What the guest runs after rxe is up (`mode=` on the kernel command line).
@@ -148,6 +151,22 @@ pub enum Mode {
         /// The host's server, on the wire.
         peer: Ipv4Addr,
     },
+    /// perftest with `-R`: first `ib_<test> -R -F -s size -n iters` as the server for each
+    /// of `serve` in turn (each announced by `perftest server <test> listening`), then as
+    /// the client of 10.77.0.1 for each of `connect`, the k-th on CM port `port + k` (a
+    /// client retries until the server there answers, each try gated by a ping).
+    Perftest {
+        /// Tests the guest serves (`write_bw`, `send_lat`, ...).
+        serve: Vec<String>,
+        /// Tests the guest runs as the client.
+        connect: Vec<String>,
+        /// `-s`.
+        size: usize,
+        /// `-n`.
+        iters: u32,
+        /// The first client's CM port.
+        port: u16,
+    },
 }
 
 /// What a host writes at LBA 0 of the guest target's namespace when it is done.
@@ -198,6 +217,26 @@ impl Mode {
             }
             Mode::NvmeHost { nqn } => format!("mode=nvme_host nqn={nqn}"),
             Mode::NvmeTarget { nqn } => format!("mode=nvme_target nqn={nqn}"),
+            Mode::Perftest {
+                serve,
+                connect,
+                size,
+                iters,
+                port,
+            } => {
+                let list = |v: &[String]| {
+                    if v.is_empty() {
+                        "none".to_string()
+                    } else {
+                        v.join(",")
+                    }
+                };
+                format!(
+                    "mode=perftest pserve={} pconnect={} size={size} count={iters} port={port}",
+                    list(serve),
+                    list(connect)
+                )
+            }
         }
     }
 }
@@ -316,6 +355,32 @@ both)
   done
   cat /tmp/rping.out; sed 's/^/rping stderr: /' /tmp/rping.err
   t "rping client rc=$rc" ;;
+perftest)
+  for tc in $(echo $pserve | tr , ' '); do
+    [ "$tc" = none ] && continue
+    ib_$tc -R -F -s $size -n $count > /tmp/p.out 2> /tmp/p.err &
+    P=$!
+    sleep 1
+    t "perftest server $tc listening"
+    wait $P; rc=$?
+    sed "s/^/perftest $tc: /" /tmp/p.out; sed "s/^/perftest $tc stderr: /" /tmp/p.err
+    t "perftest server $tc rc=$rc"
+  done
+  p=$port
+  for tc in $(echo $pconnect | tr , ' '); do
+    [ "$tc" = none ] && continue
+    rc=1; i=0
+    while [ $i -lt 40 ]; do
+      i=$((i+1))
+      ping -c 1 -W 1 10.77.0.1 >/dev/null 2>&1 || continue
+      timeout 60 ib_$tc -R -F -s $size -n $count -p $p 10.77.0.1 > /tmp/p.out 2> /tmp/p.err; rc=$?
+      [ $rc = 0 ] && break
+      sleep 0.5
+    done
+    sed "s/^/perftest $tc: /" /tmp/p.out; sed "s/^/perftest $tc stderr: /" /tmp/p.err
+    t "perftest client $tc rc=$rc tries=$i"
+    p=$((p+1))
+  done ;;
 esac
 for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "INTEROP counter $(basename $c)=$(cat $c)"; done 2>/dev/null | grep -v '=0$'
 t "done"

@@ -140,6 +140,11 @@ pub fn example_binary(name: &str) -> Result<PathBuf, String> {
     tool_binary("cm-examples", name)
 }
 
+/// Builds `tools/rperf` as [`rping_binary`] builds rping, and returns the binary's path.
+pub fn rperf_binary() -> Result<PathBuf, String> {
+    tool_binary("rperf", "rperf")
+}
+
 /// A relay between the two ends of an Ethernet link (QEMU's socket netdev format): frames
 /// from QEMU arriving at `qemu_side` go to the tool's socket, frames from the tool arriving
 /// at `tool_side` go to QEMU, one datagram for one datagram, each recorded.

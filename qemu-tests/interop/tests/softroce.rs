@@ -727,3 +727,156 @@ fn dropping_a_running_guest_stops_qemu() {
     );
     assert!(!log.exists(), "serial log removed");
 }
+
+/// The tests perftest's `-R` exchange covers, as rperf names them (the guest runs `ib_<test>`).
+const PERFTEST_TESTS: [&str; 5] = ["write_bw", "read_bw", "send_bw", "send_lat", "write_lat"];
+
+/// Runs our `rperf` with `args` (the test fails, the process killed, after `limit`): exit
+/// status, stdout, stderr.
+fn run_rperf(args: &[String], limit: Duration) -> (Option<i32>, String, String) {
+    let bin = tools::rperf_binary().unwrap_or_else(|e| panic!("building rperf: {e}"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (st, out, err) = ToolProcess::spawn(&bin, &args).finish(limit);
+    (st.code(), out, err)
+}
+
+/// Whether `out` has a figures row for `size` bytes and `iters` iterations whose other
+/// figures are positive numbers: rperf's (the line after its `#bytes` header) or perftest's
+/// (prefixed `perftest <test>: ` by the guest).
+fn has_row(out: &str, prefix: &str, size: usize, iters: usize) -> bool {
+    out.lines().any(|l| {
+        let Some(rest) = l.strip_prefix(prefix) else {
+            return false;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f.len() >= 5
+            && f[0] == size.to_string()
+            && f[1] == iters.to_string()
+            && f[2..5]
+                .iter()
+                .all(|x| x.parse::<f64>().is_ok_and(|v| v > 0.0))
+    })
+}
+
+/// rperf's table (header and row) from its output, for the figures printed with
+/// `--nocapture`.
+fn figures(out: &str) -> String {
+    let mut l = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    l.by_ref().take(2).collect::<Vec<_>>().join("\n")
+}
+
+/// perftest's rdma_cm mode (`-R`) against our `rperf -R`, in one guest boot: first the
+/// guest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_send_lat`, `ib_write_lat` serve
+/// and our rperf connects to each, then our rperf serves each test and the guest's tool
+/// connects. 4 KiB messages (segmented at the path MTU of 1024), 20 iterations.
+#[test]
+fn perftest_rdma_cm_both_ways() {
+    let _g = lock();
+    tools::rperf_binary().unwrap_or_else(|e| panic!("{e}"));
+    const SIZE: usize = 4096;
+    const ITERS: u32 = 20;
+    const PORT: u16 = 18600;
+    let tests: Vec<String> = PERFTEST_TESTS.iter().map(|s| s.to_string()).collect();
+    let mut g = Guest::boot(
+        image(),
+        &Mode::Perftest {
+            serve: tests.clone(),
+            connect: tests.clone(),
+            size: SIZE,
+            iters: ITERS,
+            port: PORT,
+        },
+        sa(48080),
+        sa(48081),
+        &serial("perftest"),
+    )
+    .unwrap();
+    let common = |test: &str| -> Vec<String> {
+        [
+            test,
+            "-R",
+            "-s",
+            &SIZE.to_string(),
+            "-n",
+            &ITERS.to_string(),
+            "--bind",
+            &HOST_IP.to_string(),
+            "--fabric",
+            "eth:48080,48081",
+            "--timeout",
+            "60",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // the guest serves, our rperf connects
+    for test in PERFTEST_TESTS {
+        g.wait_for(
+            &format!("perftest server {test} listening"),
+            Duration::from_secs(150),
+        )
+        .unwrap();
+        let mut args = common(test);
+        args.push(GUEST_IP.to_string());
+        let (code, out, err) = run_rperf(&args, Duration::from_secs(120));
+        let ctx = format!("{test}: our client {code:?}\n{out}\n{err}");
+        assert_eq!(code, Some(0), "{ctx}\nserial:\n{}", short(&g.output()));
+        assert!(out.contains("CLIENT of a perftest exchange"), "{ctx}");
+        // write_lat: the first round trip is the server's own
+        let n = if test == "write_lat" {
+            ITERS - 1
+        } else {
+            ITERS
+        };
+        assert!(has_row(&out, " ", SIZE, n as usize), "{ctx}");
+        eprintln!("guest ib_{test} -R server, our client:\n{}", figures(&out));
+        g.wait_for(
+            &format!("perftest server {test} rc=0"),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("{ctx}\n{}", e.0));
+    }
+    // our rperf serves, the guest connects (each test on its own CM port)
+    for (k, test) in PERFTEST_TESTS.iter().enumerate() {
+        let mut args = common(test);
+        args.extend([
+            "--server".into(),
+            "-p".into(),
+            (PORT + k as u16).to_string(),
+        ]);
+        let (code, out, err) = run_rperf(&args, Duration::from_secs(150));
+        let ctx = format!("{test}: our server {code:?}\n{out}\n{err}");
+        assert_eq!(code, Some(0), "{ctx}\nserial:\n{}", short(&g.output()));
+        assert!(out.contains("SERVER of a perftest exchange"), "{ctx}");
+        if matches!(*test, "write_bw" | "read_bw") {
+            assert!(out.contains("the client's figures"), "{ctx}");
+        }
+        let n = match *test {
+            "send_lat" => ITERS - 1,
+            _ => ITERS,
+        };
+        if *test != "write_bw" && *test != "read_bw" {
+            assert!(has_row(&out, " ", SIZE, n as usize), "{ctx}");
+        }
+        eprintln!("our {test} -R server, guest client:\n{}", figures(&out));
+        g.wait_for(
+            &format!("perftest client {test} rc=0"),
+            Duration::from_secs(90),
+        )
+        .unwrap_or_else(|e| panic!("{ctx}\n{}", e.0));
+    }
+    let out_g = g.finish(Duration::from_secs(60)).unwrap();
+    for test in PERFTEST_TESTS {
+        // perftest's own row on each side of each test
+        let prefix = format!("perftest {test}: ");
+        let rows = out_g
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter(|l| has_row(l, &prefix, SIZE, ITERS as usize))
+            .count();
+        assert!(rows >= 1, "{test}: no perftest row\n{}", short(&out_g));
+    }
+}

@@ -286,6 +286,42 @@ fn b7_qp_transitions_through_the_connection() {
     s.teardown();
 }
 
+/// A passive side may accept with more responder resources than the REQ's initiator depth
+/// (Linux's rdma_accept passes the application's figure through: perftest's 128 outstanding
+/// READs on rxe): the requester's QP keeps the depth it asked for.
+#[test]
+fn b8_rep_responder_resources_above_the_requested_depth() {
+    let s = setup(61);
+    let client = active(&s);
+    let listen = listener(&s);
+    let ch = s.cm.create_event_channel().unwrap();
+    client.migrate_id(Some(&ch)).unwrap();
+    client
+        .connect(Some(&ConnParam {
+            responder_resources: 4,
+            initiator_depth: 2,
+            ..ConnParam::default()
+        }))
+        .unwrap();
+    let conn = listen.get_request().unwrap();
+    conn.accept(Some(&ConnParam {
+        responder_resources: 8,
+        initiator_depth: 4,
+        ..ConnParam::default()
+    }))
+    .unwrap();
+    assert_eq!(ch.get_cm_event().unwrap().event, EventType::Established);
+    let (c, v) = (query(&client), query(&conn));
+    assert_eq!((c.qp_state, v.qp_state), (QpState::Rts, QpState::Rts));
+    assert_eq!(c.max_rd_atomic, 2, "the requester's own initiator depth");
+    assert_eq!(c.max_dest_rd_atomic, 4);
+    client.disconnect().unwrap();
+    conn.disconnect().unwrap();
+    assert_eq!(ch.get_cm_event().unwrap().event, EventType::Disconnected);
+    drop((conn, client, listen, ch));
+    s.teardown();
+}
+
 #[test]
 fn b9_migrate_rules() {
     let s = setup(18);

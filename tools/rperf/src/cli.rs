@@ -211,6 +211,10 @@ pub struct Options {
     pub qps: Option<u32>,
     /// `-e`: event mode.
     pub events: bool,
+    /// `-R`: perftest's rdma_cm exchange (the peer is perftest's `ib_*` tool or rperf -R).
+    pub perftest: bool,
+    /// `--fabric eth:LOCAL,REMOTE`: the Ethernet link's two UDP ports (ours, the far end's).
+    pub eth: Option<(u16, u16)>,
 }
 
 /// Where the two ends run.
@@ -298,7 +302,15 @@ Options:
                           ARP: both ends' addresses must share a /24
   -p, --port N            CM port (default {DEFAULT_CM_PORT})
       --fabric-port N     UDP port of the emulated fabric, the same on both ends
-                          (default {DEFAULT_FABRIC_PORT})
+                          (default {DEFAULT_FABRIC_PORT}; also --fabric udp:N)
+      --fabric eth:L,R    put this end's emulated NIC on an Ethernet link instead:
+                          raw frames over UDP from 127.0.0.1:L to 127.0.0.1:R (the
+                          format of QEMU's socket netdev), ARP on the virtual wire;
+                          --bind is the NIC's address there (any IPv4 address)
+  -R, --rdma_cm           speak perftest's rdma_cm exchange (its -R): the other end
+                          is rdma-core's ib_send_lat, ib_send_bw, ib_write_lat,
+                          ib_write_bw or ib_read_bw with -R (or rperf -R); both ends
+                          take the same TEST, -s and -n; data is not verified
       --timeout SECS      give up when the peer makes no progress for SECS
                           (default {DEFAULT_TIMEOUT_S})
   -q, --qps N             run N QPs, one per thread, each with its own CQ and
@@ -402,6 +414,7 @@ where
                 "--json" => o.json = true,
                 "--server" => o.server = true,
                 "-e" | "--events" => o.events = true,
+                "-R" | "--rdma_cm" | "--rdma-cm" => o.perftest = true,
                 _ => unreachable!("flag list"),
             }
             Ok(())
@@ -409,7 +422,8 @@ where
         match name.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
-            "-a" | "--all" | "--json" | "--server" | "-e" | "--events" => {
+            "-a" | "--all" | "--json" | "--server" | "-e" | "--events" | "-R" | "--rdma_cm"
+            | "--rdma-cm" => {
                 flag(&mut o, &attached)?;
                 continue;
             }
@@ -494,6 +508,13 @@ where
                 }
                 o.port = Some(p);
             }
+            "--fabric" => match device_open::fabric::parse_fabric(&value) {
+                Ok(device_open::fabric::Fabric::Udp(p)) => o.fabric_port = Some(p),
+                Ok(device_open::fabric::Fabric::Eth { local, remote }) => {
+                    o.eth = Some((local, remote))
+                }
+                Err(e) => return Err(usage_err(format!("{name}: {e}"))),
+            },
             "--fabric-port" => {
                 let p: u16 = number(&name, &value)?;
                 if p == 0 {
@@ -654,12 +675,53 @@ fn check(o: &Options) -> Result<(), CliError> {
             ));
         }
     }
+    if o.perftest {
+        let tests = "send_lat, send_bw, write_lat, write_bw or read_bw";
+        match o.test {
+            Some(Test::SendLat | Test::SendBw | Test::WriteLat | Test::WriteBw | Test::ReadBw) => {}
+            _ => return Err(usage_err(format!("-R needs a test: {tests}"))),
+        }
+        if !remote {
+            return Err(usage_err(
+                "-R: perftest's exchange is between two processes: add --server or a peer address",
+            ));
+        }
+        if o.all
+            || o.duration.is_some()
+            || o.qps.is_some_and(|q| q > 1)
+            || o.events
+            || o.json
+            || o.plot.is_some()
+            || o.inline.is_some_and(|i| i > 0)
+        {
+            return Err(usage_err(
+                "-R runs one size (-s) for -n iterations on one QP: not with -a, -D, -q, -e, -I, \
+                 --json or --plot",
+            ));
+        }
+    }
+    if o.eth.is_some() {
+        if !remote {
+            return Err(usage_err(
+                "--fabric eth: is one end of a link: add --server or a peer address",
+            ));
+        }
+        if device != "emu" {
+            return Err(usage_err(format!(
+                "--fabric eth: is the emulated NIC's; not with --device {device}"
+            )));
+        }
+        if o.fabric_port.is_some() {
+            return Err(usage_err("--fabric eth: and --fabric-port are exclusive"));
+        }
+    }
     if remote && o.mtu.is_some() {
         return Err(usage_err(
             "-m: in two-process mode the connection manager sets the path MTU",
         ));
     }
     if o.server
+        && !o.perftest
         && (o.size.is_some()
             || o.all
             || o.iters.is_some()
@@ -675,7 +737,7 @@ fn check(o: &Options) -> Result<(), CliError> {
              -I, -q and --plot to the client",
         ));
     }
-    if device == "emu" {
+    if device == "emu" && o.eth.is_none() {
         for (what, ip) in [("--bind", o.bind), ("peer", peer)] {
             if let Some(ip) = ip
                 && !ip.is_loopback()

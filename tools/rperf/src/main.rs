@@ -30,6 +30,7 @@
 mod bw;
 mod cli;
 mod lat;
+mod perftest;
 mod plot;
 mod port;
 mod progress;
@@ -99,6 +100,16 @@ fn run(o: &Options) -> Result<bool, BoxError> {
         );
     }
     let net = o.net();
+    if let Some((l, r)) = o.eth {
+        #[cfg(feature = "emulator")]
+        return run_eth(o, &net, l, r);
+        #[cfg(not(feature = "emulator"))]
+        return Err(format!(
+            "--fabric eth:{l},{r} is the emulated NIC's: this rperf was built without the \
+             `emulator` feature"
+        )
+        .into());
+    }
     device_open::open_remote(
         &o.family(),
         net.local,
@@ -134,7 +145,35 @@ impl WithDevice for Remote<'_> {
     }
 }
 
+/// The two-process mode on an emulated NIC on an Ethernet link (`--fabric eth:L,R`): a
+/// client first resolves its peer by ARP.
+#[cfg(feature = "emulator")]
+fn run_eth(o: &Options, net: &Net, l: u16, r: u16) -> Result<bool, BoxError> {
+    let ip = net.local;
+    let nic = device_open::fabric::eth_nic(ip, l, r, None, net.cm_config())?;
+    let res = (|| -> Result<bool, BoxError> {
+        if let Mode::Client(peer) = o.mode() {
+            device_open::fabric::resolve(&nic, peer, net.timeout)?;
+        }
+        let label = format!(
+            "emulated mlx5 at {ip} on the Ethernet link 127.0.0.1:{l} -> 127.0.0.1:{r} (MAC {})",
+            device_open::fabric::fmt_mac(&nic.mac())
+        );
+        let local = Local::on_cm(nic.cm.clone(), nic.dev_id, ip, label)?;
+        run_remote(o, net, &local)
+    })();
+    match nic.shutdown() {
+        Ok(live) if live == Default::default() => {}
+        Ok(live) => eprintln!("rperf: device objects left at shutdown: {live:?}"),
+        Err(e) => eprintln!("rperf: shutdown: {e}"),
+    }
+    res
+}
+
 fn run_remote<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
+    if o.perftest {
+        return run_perftest(o, net, local);
+    }
     match o.mode() {
         Mode::Client(peer) => run_tests(
             o,
@@ -147,6 +186,91 @@ fn run_remote<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<boo
         ),
         _ => serve(o, net, local),
     }
+}
+
+/// perftest's rdma_cm exchange (`-R`): one run as the client or the server.
+fn run_perftest<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
+    let test = o.test.ok_or("-R needs a test")?;
+    let p = perftest::Params {
+        test,
+        size: o.sizes(test)[0],
+        iters: o.plan().count(),
+        tx_depth: o.tx_depth(),
+    };
+    let (role, ran) = match o.mode() {
+        Mode::Client(peer) => ("CLIENT", perftest::client(local, net, peer, p)?),
+        _ => {
+            let listener = perftest::listen(local, net)?;
+            eprintln!(
+                "rperf: server (perftest -R): listening on {}:{} ({})",
+                local.ip, net.port, local.label
+            );
+            let r = perftest::server(local, &listener, net, p);
+            listener.destroy_ep();
+            ("SERVER", r?)
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let peer = ran.peer_addr.map_or_else(|| "?".into(), |a| a.to_string());
+    writeln!(out, "{}", report::RULE)?;
+    writeln!(
+        out,
+        "                    {} (perftest's rdma_cm exchange, -R)",
+        test.title()
+    )?;
+    writeln!(
+        out,
+        " {role} of a perftest exchange with {peer} (perftest {} there; this end speaks {})",
+        ran.peer_version,
+        perftest::VERSION
+    )?;
+    writeln!(
+        out,
+        " Device: {}, message size {} B, {} iterations",
+        local.label, p.size, p.iters
+    )?;
+    for (who, d) in [("local", &ran.me), ("remote", &ran.peer)] {
+        writeln!(
+            out,
+            " {who:<6} address: QPN {:#08x} OUT {:#04x} RKey {:#010x} VAddr {:#018x} GID {}",
+            d.qpn,
+            d.out_reads,
+            d.rkey,
+            d.vaddr,
+            report::gid(&verbs::Gid(d.gid))
+        )?;
+    }
+    writeln!(out, "{}", report::RULE)?;
+    match &ran.figures {
+        perftest::Figures::Lat(samples) => {
+            writeln!(out, "{}", report::header(test))?;
+            match perftest::lat_figures(samples) {
+                Some(st) => writeln!(out, "{}", report::lat_row(p.size, samples.len(), &st))?,
+                None => writeln!(out, " (no round trip timed at this end)")?,
+            }
+        }
+        perftest::Figures::Bw(r) => {
+            writeln!(out, "{}", report::header(test))?;
+            writeln!(
+                out,
+                "{}",
+                report::bw_row(p.size, r.iters as usize, &r.stats())
+            )?;
+        }
+        perftest::Figures::Reported(r) => {
+            writeln!(out, " the client's figures:")?;
+            writeln!(out, "{}", report::header(test))?;
+            writeln!(
+                out,
+                "{}",
+                report::bw_row(r.size as usize, r.iters as usize, &r.stats())
+            )?;
+        }
+        perftest::Figures::None => writeln!(out, " (the client measures this test)")?,
+    }
+    writeln!(out, "{}", report::RULE)?;
+    out.flush()?;
+    Ok(true)
 }
 
 /// The server: connections until the client's last one; the `-q` connections of one run

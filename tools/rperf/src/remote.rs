@@ -89,7 +89,7 @@ pub struct Net {
     pub events: bool,
 }
 
-fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
+pub(crate) fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
     move |e| Error::Check(format!("{what}: {e:?} (errno {})", e.errno()))
 }
 
@@ -127,15 +127,7 @@ impl<D: Device> Local<D> {
             })?
             .active_mtu
             .bytes();
-        let cm = Cm::new(
-            clock,
-            CmConfig {
-                wait_limit_ns: Some(net.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
-                // Event mode: each CQ an id creates gets a completion channel.
-                auto_comp_channels: net.events,
-                ..CmConfig::default()
-            },
-        );
+        let cm = Cm::new(clock, net.cm_config());
         cm.add_device(dev, mac)
             .map_err(|(e, _)| cm_err("add the device to the CM")(e))?;
         let [a, b, c, _] = ip.octets();
@@ -152,6 +144,40 @@ impl<D: Device> Local<D> {
             ip,
             label,
         })
+    }
+
+    /// This process's NIC when a manager holds its device already (the Ethernet fabric's
+    /// NIC, whose neighbours ARP finds): `cm` (a handle to it) and the device's id there.
+    pub fn on_cm(cm: Cm<D>, dev: cm::DeviceId, ip: Ipv4Addr, label: String) -> Result<Self> {
+        let (fw, port) = cm
+            .with_provider(dev, |d| (d.fw_version(), Provider::query_port(d, 1)))
+            .map_err(cm_err("the device in the CM"))?;
+        let mtu = port
+            .map_err(|err| Error::Verbs {
+                what: "query_port",
+                err,
+            })?
+            .active_mtu
+            .bytes();
+        Ok(Local {
+            cm,
+            fw,
+            mtu,
+            ip,
+            label,
+        })
+    }
+}
+
+impl Net {
+    /// The connection manager's configuration: waits end after [`Net::timeout`] without
+    /// progress; in event mode each CQ an id creates gets a completion channel.
+    pub fn cm_config(&self) -> CmConfig {
+        CmConfig {
+            wait_limit_ns: Some(self.timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
+            auto_comp_channels: self.events,
+            ..CmConfig::default()
+        }
     }
 }
 
@@ -328,14 +354,14 @@ fn caps(test: Test, server: bool, tx_depth: u32, rx_depth: u32, inline: u32) -> 
 
 /// One side of a connection: the id (with its QP and CQs), the buffer and the peer's.
 pub struct Conn<P: Provider> {
-    id: CmId<P>,
+    pub(crate) id: CmId<P>,
     /// The id's data path (posts and polls without the manager's lock).
     dp: DataPath<P>,
     mr: Option<P::Mr>,
     /// `[SRC region | DST region | CTRL]`.
     buf: Buffer,
     /// The connection was established (so [`Conn::close`] disconnects it).
-    connected: bool,
+    pub(crate) connected: bool,
     /// Event mode: a poll that finds nothing sleeps until a completion event.
     events: bool,
     /// Completion events taken in event mode.
@@ -344,7 +370,7 @@ pub struct Conn<P: Provider> {
 
 impl<P: Provider> Conn<P> {
     /// Allocates and registers the buffer on the id's PD.
-    fn new(id: CmId<P>, region: usize, who: u8, events: bool) -> Result<Self> {
+    pub(crate) fn new(id: CmId<P>, region: usize, who: u8, events: bool) -> Result<Self> {
         let mem = id
             .with_verbs(|v| v.provider.alloc_buf(2 * region + CTRL))
             .map_err(cm_err("allocate the buffer"))?
@@ -470,7 +496,7 @@ impl<P: Provider> Conn<P> {
     }
 
     /// Deregisters the buffer, disconnects (waiting for the peer's side) and destroys the id.
-    fn close(mut self) -> Result<()> {
+    pub(crate) fn close(mut self) -> Result<()> {
         if self.events {
             eprintln!(
                 "rperf: event mode: QP {:#x} slept for {} completion events",

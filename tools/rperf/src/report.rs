@@ -61,7 +61,7 @@ pub struct BannerInfo<'a> {
 }
 
 /// perftest's way of printing a GID: 16 decimal bytes.
-fn gid(g: &Gid) -> String {
+pub fn gid(g: &Gid) -> String {
     g.0.iter()
         .map(|b| format!("{b:02}"))
         .collect::<Vec<_>>()

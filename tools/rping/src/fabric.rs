@@ -111,10 +111,7 @@ pub(crate) fn embedded(o: &Options) -> Result<Pinged, String> {
 
 /// The MAC of the emulated NIC at `ip`: 02:00 and the address (the UDP fabric has no ARP, so
 /// both ends derive it; the Ethernet fabric's default).
-pub(crate) fn mac_for(ip: Ipv4Addr) -> [u8; 6] {
-    let o = ip.octets();
-    [0x02, 0x00, o[0], o[1], o[2], o[3]]
-}
+pub(crate) use device_open::mac_for;
 
 pub(crate) use device_open::fabric::fmt_mac;
 

@@ -148,6 +148,7 @@ impl<D: Device> Local<D> {
 
     /// This process's NIC when a manager holds its device already (the Ethernet fabric's
     /// NIC, whose neighbours ARP finds): `cm` (a handle to it) and the device's id there.
+    #[cfg(feature = "emulator")]
     pub fn on_cm(cm: Cm<D>, dev: cm::DeviceId, ip: Ipv4Addr, label: String) -> Result<Self> {
         let (fw, port) = cm
             .with_provider(dev, |d| (d.fw_version(), Provider::query_port(d, 1)))

@@ -484,12 +484,24 @@ fn run_queue<D: Device>(
         for wc in &wcs[..n] {
             progress = true;
             if wc.status != WcStatus::Success {
-                // Flushed: the host disconnected (or the QP failed).
+                // Flushed: the host disconnected, or the QP failed. A failure of our own
+                // (a READ or SEND whose retries ran out) flushes the receives too and its
+                // completion may wait behind them on the send queue's CQ: reported as the
+                // queue's failure, not taken for the host's disconnect.
                 if verbose {
                     eprintln!(
                         "nvmf-target: queue {qid}: receive completed with {:?}",
                         wc.status
                     );
+                }
+                let mut sent = [WorkCompletion::default(); 16];
+                if let Ok(k) = dp.poll_send_cq(&mut sent) {
+                    let failed = sent[..k]
+                        .iter()
+                        .find(|c| !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr));
+                    if let Some(c) = failed {
+                        break 'run Err(io_err(IoError::Completion(c.status)));
+                    }
                 }
                 break 'run Ok(());
             }

@@ -5,7 +5,9 @@
 //!   connects through `/dev/nvme-fabrics`, writes a pattern with O_DIRECT in 4 KiB (in-capsule),
 //!   64 KiB and 256 KiB requests (split by MDTS into commands in flight together), reads it
 //!   back, makes an ext2 file system, mounts it, writes files, unmounts, disconnects,
-//!   connects again and finds the files intact.
+//!   connects again and finds the files intact; all of it without the initiator recovering
+//!   or resetting its controller, and with no disconnect from our target (the relay between
+//!   them records the frames).
 //! * `our_host_against_linux_target`: the guest's kernel target (nvmet-rdma, configured
 //!   through configfs over a brd RAM disk); our host (`nvmf-rdma`'s host queues on an emulated
 //!   NIC on the Ethernet fabric, in this process) connects the admin queue, enables the

@@ -278,6 +278,9 @@ examples)
   serve ucmatose-server ucmatose -c $conns -C $count
   client ucmatose-client ucmatose -s 10.77.0.1 -c $conns -C $count ;;
 nvme_host)
+  mount -t debugfs none /sys/kernel/debug 2>/dev/null
+  # the initiator's debug messages name why it recovers (a disconnect, a timeout)
+  for m in nvme_rdma nvme_core; do echo "module $m +p" > /sys/kernel/debug/dynamic_debug/control 2>/dev/null; done
   HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6e766d66-6775-6573-7400-000000000001
   mkdir -p /etc/nvme /mnt; echo $HOSTNQN > /etc/nvme/hostnqn
   seq -w 0 99999 | head -c 262144 > /tmp/pat
@@ -317,7 +320,7 @@ nvme_host)
     umount /mnt && t "NVME unmounted again"
     disc
   fi
-  dmesg | grep -iE "nvme|rdma" | grep -v "no usable path" | sed 's/^/NVME dmesg: /' | tail -60 ;;
+  dmesg | grep -iE "nvme|rdma" | grep -v "no usable path" | sed 's/^/NVME dmesg: /' | tail -80 ;;
 nvme_target)
   S=/sys/kernel/config/nvmet/subsystems/$nqn
   P=/sys/kernel/config/nvmet/ports/1

@@ -38,11 +38,15 @@ pub struct Relayed {
     pub captured: Captured,
     /// Lost on purpose ([`Relay::drop_next`]): recorded, not forwarded.
     pub dropped: bool,
+    /// When it arrived, from the relay's start.
+    pub at: Duration,
 }
 
 /// What the relay threads share.
 #[derive(Default)]
 struct Shared {
+    /// When the relay started.
+    start: Option<std::time::Instant>,
     log: Vec<Relayed>,
     /// Planned losses: (sent by the tool, BTH opcode), each matching once.
     drops: Vec<(bool, Opcode)>,
@@ -71,6 +75,7 @@ impl Shared {
                 frame: frame.to_vec(),
             },
             dropped,
+            at: self.start.map(|t| t.elapsed()).unwrap_or_default(),
         });
         dropped
     }
@@ -177,7 +182,10 @@ impl Relay {
         let q = UdpSocket::bind(qemu_side)?;
         let t = UdpSocket::bind(tool_side)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            start: Some(std::time::Instant::now()),
+            ..Shared::default()
+        }));
         let mut threads = Vec::new();
         // (receive on, send from, to, sent by the tool)
         for (rx, tx, to, by_tool) in [

@@ -5,7 +5,9 @@
 //!   connects through `/dev/nvme-fabrics`, writes a pattern with O_DIRECT in 4 KiB (in-capsule),
 //!   64 KiB and 256 KiB requests (split by MDTS into commands in flight together), reads it
 //!   back, makes an ext2 file system, mounts it, writes files, unmounts, disconnects,
-//!   connects again and finds the files intact.
+//!   connects again and finds the files intact; all of it without the initiator recovering
+//!   or resetting its controller, and with no disconnect from our target (the relay between
+//!   them records the frames).
 //! * `our_host_against_linux_target`: the guest's kernel target (nvmet-rdma, configured
 //!   through configfs over a brd RAM disk); our host (`nvmf-rdma`'s host queues on an emulated
 //!   NIC on the Ethernet fabric, in this process) connects the admin queue, enables the
@@ -20,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use interop::guest::{self, Guest, Mode};
-use interop::tools::{lo, tool_binary};
+use interop::tools::{Relay, lo, roce_packet, tool_binary};
 
 /// One guest at a time: they share two cores with everything else.
 static GUEST: Mutex<()> = Mutex::new(());
@@ -82,6 +84,39 @@ fn marker_line<'a>(out: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {prefix:?} line; serial:\n{out}"))
 }
 
+/// The connection-manager MADs on the relay's record (`T>`: sent by our target), one line
+/// each, and how many DREQs our target sent.
+fn cm_mads(log: &[interop::tools::Relayed]) -> (String, usize) {
+    let mut lines = String::new();
+    let mut our_dreqs = 0;
+    for r in log {
+        let Some(p) = roce_packet(&r.captured.frame) else {
+            continue;
+        };
+        // QP1 (the GSI): a CM MAD, its attribute ID at offset 16
+        if p.bth.dest_qp != 1 || p.payload.len() < 18 {
+            continue;
+        }
+        let attr = u16::from_be_bytes([p.payload[16], p.payload[17]]);
+        let name = match attr {
+            0x10 => "REQ",
+            0x11 => "MRA",
+            0x12 => "REJ",
+            0x13 => "REP",
+            0x14 => "RTU",
+            0x15 => "DREQ",
+            0x16 => "DREP",
+            _ => "other",
+        };
+        if r.captured.tx && attr == 0x15 {
+            our_dreqs += 1;
+        }
+        let dir = if r.captured.tx { "target" } else { "guest" };
+        lines += &format!("{:9.3} s {dir} {name}\n", r.at.as_secs_f64());
+    }
+    (lines, our_dreqs)
+}
+
 #[test]
 fn linux_initiator_against_our_target() {
     let _one = GUEST.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,7 +128,7 @@ fn linux_initiator_against_our_target() {
             "--addr",
             "10.77.0.1",
             "--fabric",
-            "eth:48060,48061",
+            "eth:48065,48064",
             "--ram",
             "16:512",
             "--nqn",
@@ -105,6 +140,7 @@ fn linux_initiator_against_our_target() {
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("start nvmf-target");
+    let relay = Relay::start(lo(48060), lo(48061), lo(48064), lo(48065)).expect("relay");
     let mut target = Tool { child, log };
     target.wait_for("listening on 10.77.0.1:4420", Duration::from_secs(60));
     let serial =
@@ -120,6 +156,8 @@ fn linux_initiator_against_our_target() {
     .expect("boot");
     let out = g.finish(Duration::from_secs(450));
     let stderr = target.stop();
+    let log = relay.take_log();
+    drop(relay);
     let out = out.unwrap_or_else(|e| panic!("{e}\nnvmf-target:\n{stderr}"));
     eprintln!(
         "guest run: {:?}\n{out}\nnvmf-target:\n{stderr}",
@@ -163,6 +201,26 @@ fn linux_initiator_against_our_target() {
         !stderr.contains("transport:") && !stderr.contains("poll:"),
         "nvmf-target:\n{stderr}"
     );
+    // The initiator never had to recover: no error recovery, no controller reset (a queue
+    // our target disconnected, a command or keep-alive that timed out), and every
+    // disconnect came from the initiator (delete_controller), none from our target.
+    for bad in [
+        "starting error recovery",
+        "resetting controller",
+        "Reconnecting in",
+    ] {
+        assert!(
+            !out.contains(bad),
+            "{bad:?}\nserial:\n{out}\nnvmf-target:\n{stderr}"
+        );
+    }
+    let (mads, our_dreqs) = cm_mads(&log);
+    assert_eq!(
+        our_dreqs, 0,
+        "our target disconnected a queue; CM MADs:\n{mads}"
+    );
+    // discovery, then admin and I/O queue twice, each disconnected by the guest
+    assert!(mads.matches("guest DREQ").count() >= 5, "CM MADs:\n{mads}");
 }
 
 #[test]

@@ -187,12 +187,6 @@ struct Pipeline<'a, D: Device> {
     deferred: VecDeque<(usize, Outcome)>,
 }
 
-/// RDMA READs a queue has outstanding at most (besides the host's responder resources).
-/// Linux's soft-RoCE in a TCG guest left some of several outstanding READs unanswered until
-/// our requester gave up (retry exceeded) while one at a time never failed; the commands
-/// without host data (reads, in-capsule writes, admin) still overlap.
-pub const READS_IN_FLIGHT: usize = 1;
-
 /// Data a queue moves at once at most (a larger single transfer goes alone). A slow peer (a
 /// guest's soft-RoCE under emulation) loses frames to bursts of many large transfers, and
 /// its retransmission timers then cost far more than the overlap gains.
@@ -457,7 +451,7 @@ fn run_queue<D: Device>(
         fetching: (0..slots).map(|_| None).collect(),
         closing: false,
         reads: 0,
-        max_reads: usize::from(ird.max(1)).min(READS_IN_FLIGHT),
+        max_reads: usize::from(ird.max(1)),
         data: 0,
         slot_data: vec![0; slots],
         deferred: VecDeque::new(),
@@ -484,12 +478,24 @@ fn run_queue<D: Device>(
         for wc in &wcs[..n] {
             progress = true;
             if wc.status != WcStatus::Success {
-                // Flushed: the host disconnected (or the QP failed).
+                // Flushed: the host disconnected, or the QP failed. A failure of our own
+                // (a READ or SEND whose retries ran out) flushes the receives too and its
+                // completion may wait behind them on the send queue's CQ: reported as the
+                // queue's failure, not taken for the host's disconnect.
                 if verbose {
                     eprintln!(
                         "nvmf-target: queue {qid}: receive completed with {:?}",
                         wc.status
                     );
+                }
+                let mut sent = [WorkCompletion::default(); 16];
+                if let Ok(k) = dp.poll_send_cq(&mut sent) {
+                    let failed = sent[..k]
+                        .iter()
+                        .find(|c| !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr));
+                    if let Some(c) = failed {
+                        break 'run Err(io_err(IoError::Completion(c.status)));
+                    }
                 }
                 break 'run Ok(());
             }

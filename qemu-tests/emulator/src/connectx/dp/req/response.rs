@@ -145,7 +145,14 @@ impl Device {
         let off = u64::from(k) * mtu;
         let want = (w.len - off.min(w.len)).min(mtu);
         let base = w.rd_base.min(k);
-        let pos_ok = pkt.bth.opcode.position() == Position::of(k - base, w.npkts - base);
+        // A READ re-requested from packet `base` on is answered as a new message (FIRST
+        // first, as the IBA has it); Linux's rxe replays the original message instead and
+        // goes on with MIDDLE / LAST at the requested PSN. Either numbering places the data
+        // by the PSN alone, so both are taken; refusing rxe's made every retry fail until
+        // the retry count ran out.
+        let pos = pkt.bth.opcode.position();
+        let pos_ok =
+            pos == Position::of(k - base, w.npkts - base) || pos == Position::of(k, w.npkts);
         if !pos_ok || pkt.payload.len() as u64 != want {
             self.net.stats.rx_dropped += 1;
             return;
@@ -211,8 +218,8 @@ impl Device {
         if w.opcode != wop::RDMA_READ
             || w.err.is_some()
             || psn != psn_add(first, k)
-            || seg.index() != k - base
-            || seg.msg_pkts() != w.npkts - base
+            || !((seg.index() == k - base && seg.msg_pkts() == w.npkts - base)
+                || (seg.index() == k && seg.msg_pkts() == w.npkts))
             || end.checked_sub(off) != Some(seg.len())
         {
             return false;

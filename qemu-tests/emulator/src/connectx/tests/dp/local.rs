@@ -1122,3 +1122,64 @@ fn iommu_faults_become_access_errors() {
     t.n.cqe(&mut t.cq_b).err(co::RESP_ERR, cs::LOCAL_ACCESS_ERR);
     t.n.cqe(&mut t.cq_a).err(co::REQ_ERR, cs::REMOTE_OP_ERR);
 }
+
+/// A READ whose last responses were lost is asked again for the rest of its data (from the
+/// first missing PSN); the responder may answer it as a new message (FIRST, as the IBA
+/// says) or, as Linux's rxe does, replay the original one (MIDDLE / LAST at the requested
+/// PSN). Both complete the READ with the data in place.
+#[test]
+fn a_retried_read_takes_a_fresh_or_a_replayed_response() {
+    use roce_wire::packet::{Aeth, Bth, ExtHeaders, Opcode, Packet};
+    for replay in [false, true] {
+        let mut n = Node::new([10, 0, 0, 1]);
+        let clock = n.manual_clock();
+        let mut cq = n.cq(6);
+        let mut a = n.qp(qpc::ST_RC, &cq, &cq, 6, Some((6, 2)));
+        let peer = Ipv4Addr::new(10, 0, 0, 2);
+        let c = Conn::default();
+        n.connect(&a, 0x77, peer, c);
+        let local = n.mr(4096, ALL);
+        let remote = Mr {
+            addr: 0x10_0000,
+            len: 4096,
+            key: 0x4242,
+        };
+        let data = pattern(4096, 77);
+        let idx = n.post_send(
+            &mut a,
+            &Wr::new(RDMA_READ).sge(&local, 0, 4096).remote(&remote, 0),
+        );
+        let respond = |n: &mut Node, op: Opcode, k: u32| {
+            let mut ext = ExtHeaders::NONE;
+            if op.ext_layout().aeth {
+                ext.aeth = Some(Aeth {
+                    syndrome: 0x1f,
+                    msn: 1,
+                });
+            }
+            let bth = Bth::new(op, a.qpn, c.sq_psn + k);
+            let off = k as usize * 1024;
+            let pkt = Packet::new(peer, n.ip, bth, data[off..off + 1024].to_vec()).with_ext(ext);
+            n.h.dev.rx_frame(&pkt.encode().unwrap());
+            n.h.dev.poll();
+        };
+        // The first two of four responses arrive, the last two are lost.
+        respond(&mut n, Opcode::RcRdmaReadResponseFirst, 0);
+        respond(&mut n, Opcode::RcRdmaReadResponseMiddle, 1);
+        assert!(n.poll_cq(&mut cq).is_none());
+        // The ACK timeout (4.096 µs × 2^14) runs out: the READ is asked again from PSN + 2.
+        clock.fetch_add(100_000_000, Ordering::SeqCst);
+        n.h.dev.poll();
+        assert_eq!(n.h.dev.port_stats().timeouts, 1);
+        if replay {
+            respond(&mut n, Opcode::RcRdmaReadResponseMiddle, 2);
+        } else {
+            respond(&mut n, Opcode::RcRdmaReadResponseFirst, 2);
+        }
+        respond(&mut n, Opcode::RcRdmaReadResponseLast, 3);
+        let cqe = n.cqe(&mut cq);
+        cqe.req_ok(a.qpn, RDMA_READ, idx);
+        assert_eq!(cqe.byte_cnt, 4096);
+        assert!(n.h.mem.rd(local.addr, 4096) == data, "replay {replay}");
+    }
+}

@@ -244,6 +244,12 @@ pub(crate) struct QpDp {
     /// The first word of a one-SGE SEND WQE without the send id, the phase, and the
     /// destination QP (fixed per QP).
     hdr: u64,
+    /// The meta of a fast-path send slot but the byte count and the WR's `SIGNALED` (fixed
+    /// per QP: `sq_sig_all` decides).
+    meta0: u64,
+    /// One-SGE SENDs of `1..=fast_len` bytes take the fast path (the MTU; 0 when the QP
+    /// takes no send SGE).
+    fast_len: u32,
     /// RQ: descriptors posted (what the RQ doorbell receives), descriptor ring.
     rq_pc: u16,
     rq_ring: Option<NonNull<u8>>,
@@ -285,6 +291,7 @@ impl QpDp {
         rq_descs: u32,
         sig_all: bool,
         max_inline: u32,
+        fast_len: u32,
     ) -> QpDp {
         // `max_tx_batch` counts 64-byte units; 0 = unlimited (one doorbell per list).
         let batch = if max_tx_batch == 0 {
@@ -303,6 +310,8 @@ impl QpDp {
             hdr: u64::from(CTRL1_META_DESC) << 16
                 | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ) << 24
                 | 1 << 48,
+            meta0: send_meta(sig_all, WcOpcode::Send, 0),
+            fast_len,
             rq_pc: 0,
             rq_ring: rq.and_then(|b| NonNull::new(b.va())),
             rq_desc_mask: rq_descs.saturating_sub(1),
@@ -353,78 +362,86 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         };
         let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
         let dp = &mut qp.dp;
-        // The one-SGE SEND fast path's limits, checked once per call: a length in
-        // `1..=fast_len` (0 when the QP takes no SGE at all).
-        let fast_len = if ctx.max_sge == 0 { 0 } else { ctx.mtu };
-        let sig_all = u32::from(dp.sig_all);
+        // The one-SGE SEND fast path's limit: a length in `1..=fast_len`.
+        let fast_len = dp.fast_len;
+        let meta0 = dp.meta0;
         // The QP's constants and counters in registers for the call (the counters are
         // written back before the general path and at the end).
         let core = Arc::clone(&dp.core);
-        let sq = &*core.sq;
         let (mask, shift, hdr, batch) = (dp.sq_mask, dp.sq_shift, dp.hdr, dp.batch);
+        // The send slots, `mask + 1` of them (the SQ depth).
+        let Some(sq) = core.sq.get(..=usize::from(mask)) else {
+            return Err(fail(verbs::Error::Io, 0));
+        };
+        // The LLQ's mapping, where the BAR is mapped (8-byte aligned): the fast path stores
+        // the WQE straight into its slot.
+        let map = bars
+            .mem
+            .mapped(llq, sq.len() * io::TX_WQE_SIZE)
+            .filter(|p| p.as_ptr().cast::<u64>().is_aligned());
         let mut pc = dp.sq_pc;
+        // The header with the SQ phase of slot `pc` (bit 24: 0 on the first pass, flipped on
+        // every wrap).
+        let mut hp = hdr | u64::from((u32::from(pc) >> shift) & 1) << 24;
         let mut next = dp.next_id;
         let mut pending = 0u16;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let id = next & u32::from(mask);
-            let at = llq + usize::from(pc & mask) * io::TX_WQE_SIZE;
+            let at = usize::from(pc & mask) * io::TX_WQE_SIZE;
+            // SAFETY: `id <= mask` and `sq` holds `mask + 1` slots (checked above).
+            let slot = unsafe { sq.get_unchecked(id as usize) };
             if let (RemoteOp::None, WrOpcode::Send, [s], Some(dest)) =
                 (&wr.remote, wr.opcode, wr.sg_list, &wr.dest)
                 && wr.flags.bits() & SendFlags::INLINE.bits() == 0
                 && s.length.wrapping_sub(1) < fast_len
                 && dest.remote_qpn <= 0xffff
-                && let Some(slot) = sq.get(id as usize)
                 && slot.meta.load(Acquire) == 0
             {
-                // The common case: a one-SGE SEND, its send slot free at the cursor. The
-                // WQE goes straight into the LLQ slot, word by word.
+                // The common case: a one-SGE SEND, its send slot free at the cursor.
                 next = id.wrapping_add(1);
                 slot.wr_id.store(wr.wr_id, Relaxed);
-                let signaled =
-                    sig_all | (wr.flags.bits() >> SendFlags::SIGNALED.bits().trailing_zeros()) & 1;
-                slot.meta
-                    .store(send_meta(signaled != 0, WcOpcode::Send, s.length), Relaxed);
+                // `OUT_SIGNALED` (bit 63) from `SIGNALED` (bit 1) or `sq_sig_all` (`meta0`;
+                // a slot with both outstanding bits is signalled).
+                let signaled = u64::from(wr.flags.bits() & SendFlags::SIGNALED.bits()) << 62;
+                slot.meta.store(
+                    meta0 | signaled | u64::from(s.length) << META_LEN_SHIFT,
+                    Relaxed,
+                );
                 let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
                     ctx.qkey
                 } else {
                     dest.remote_qkey
                 };
-                // The SQ phase starts at 0 and flips on every wrap.
-                let phase = u64::from((u32::from(pc) >> shift) & 1) << 24;
                 let [d0, d1] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
-                let w = [
-                    (u64::from(id) | hdr | phase | u64::from(dest.remote_qpn) << 32).to_le(),
-                    (u64::from(dest.ah.handle()) << 32).to_le(),
-                    u64::from(qkey).to_le(),
-                    0,
-                    d0,
-                    d1,
-                    0,
-                    0,
-                ];
-                // SAFETY: `w` is 64 initialised bytes (eight little-endian words: the WQE's
-                // byte image), borrowed for the call only.
-                let bytes = unsafe {
-                    core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE)
-                };
-                bars.mem.write_block(at, bytes);
+                let w0 = (u64::from(id) | hp | u64::from(dest.remote_qpn) << 32).to_le();
+                let w1 = (u64::from(dest.ah.handle()) << 32).to_le();
+                let w2 = u64::from(qkey).to_le();
+                if let Some(m) = map {
+                    let q = m.as_ptr().wrapping_add(at).cast::<u64>();
+                    // SAFETY: slot `pc & mask` of the LLQ, bytes `at..at + 64`, lies in the
+                    // mapped range (`mask + 1` slots), which lives as long as `bars`; the base
+                    // is 8-byte aligned (checked) and so is `at`.
+                    unsafe {
+                        for (k, x) in [w0, w1, w2, 0, d0, d1, 0, 0].into_iter().enumerate() {
+                            core::ptr::write_volatile(q.add(k), x);
+                        }
+                    }
+                } else {
+                    write_wqe(&bars.mem, llq + at, &[w0, w1, w2, 0, d0, d1, 0, 0]);
+                }
             } else {
                 (dp.sq_pc, dp.next_id) = (pc, next);
-                let mut w = [0u64; 8];
-                if let Err(e) = build(dp, wr, &ctx, &mut w) {
+                if let Err(e) = post_general(&bars.mem, llq + at, dp, wr, &ctx) {
                     result = Err(fail(e, i));
                     break;
                 }
                 next = dp.next_id;
-                // SAFETY: `w` is 64 initialised bytes (eight little-endian words: the WQE's
-                // byte image), borrowed for the call only.
-                let bytes = unsafe {
-                    core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE)
-                };
-                bars.mem.write_block(at, bytes);
             }
             pc = pc.wrapping_add(1);
+            if pc & mask == 0 {
+                hp ^= 1 << 24;
+            }
             pending += 1;
             if pending == batch {
                 mmio_wmb();
@@ -769,8 +786,38 @@ fn free_slot(sq: &[SqSlot], from: u32) -> Option<u32> {
         .find(|&i| sq[i as usize].meta.load(Acquire) == 0)
 }
 
-/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot.
+/// A WQE (`w`: its eight little-endian words) into the LLQ at `at` of a BAR that is not
+/// mapped, in one block.
+#[cold]
 #[inline(never)]
+fn write_wqe<R: RegisterIo>(mem: &R, at: usize, w: &[u64; 8]) {
+    // SAFETY: `w` is 64 initialised bytes (the WQE's byte image), borrowed for the call only.
+    let bytes = unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE) };
+    mem.write_block(at, bytes);
+}
+
+/// Any WR but the fast path's: its WQE built by [`build`] and written to the LLQ at `at`
+/// (eight 8-byte stores, each the WQE's little-endian bytes at its place).
+#[inline(never)]
+fn post_general<R: RegisterIo>(
+    mem: &R,
+    at: usize,
+    dp: &mut QpDp,
+    wr: &SendWr<'_, Ah>,
+    ctx: &PostCtx,
+) -> Result<(), verbs::Error> {
+    let mut w = [0u64; 8];
+    build(dp, wr, ctx, &mut w)?;
+    // Word by word: the fast path is the only caller of `write_block`, which keeps it small
+    // enough to be inlined there.
+    for (k, x) in w.iter().enumerate() {
+        mem.write64(at + 8 * k, *x);
+    }
+    Ok(())
+}
+
+/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot.
+#[inline(always)]
 fn build(
     dp: &mut QpDp,
     wr: &SendWr<'_, Ah>,

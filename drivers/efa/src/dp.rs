@@ -440,7 +440,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             }
             pc = pc.wrapping_add(1);
             if pc & mask == 0 {
-                hp ^= 1 << 24;
+                hp = next_pass(hp);
             }
             pending += 1;
             if pending == batch {
@@ -784,6 +784,14 @@ fn free_slot(sq: &[SqSlot], from: u32) -> Option<u32> {
     (0..=mask)
         .map(|k| from.wrapping_add(k) & mask)
         .find(|&i| sq[i as usize].meta.load(Acquire) == 0)
+}
+
+/// The WQE header of the SQ's next pass (the phase, bit 24, flipped; out of line: once per
+/// pass).
+#[cold]
+#[inline(never)]
+fn next_pass(hp: u64) -> u64 {
+    hp ^ 1 << 24
 }
 
 /// A WQE (`w`: its eight little-endian words) into the LLQ at `at` of a BAR that is not

@@ -1020,3 +1020,58 @@ fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Resul
     }
     Err(CqeFault::QueueType(q_type))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(metas: &[u64]) -> Vec<SqSlot> {
+        metas
+            .iter()
+            .map(|&m| SqSlot {
+                wr_id: AtomicU64::new(0),
+                meta: AtomicU64::new(m),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_send_slot_is_the_first_free_one_from_the_cursor_round_robin() {
+        let busy = send_meta(true, WcOpcode::Send, 64);
+        let silent = send_meta(false, WcOpcode::RdmaRead, 8);
+        let sq = slots(&[0, busy, silent, 0]);
+        assert_eq!(free_slot(&sq, 0), Some(0));
+        // Slots 1 and 2 are outstanding (signalled or not): the search goes on to 3.
+        assert_eq!(free_slot(&sq, 1), Some(3));
+        assert_eq!(free_slot(&sq, 2), Some(3));
+        // From 3 (and from a cursor past the depth, taken modulo it) round robin.
+        assert_eq!(free_slot(&sq, 3), Some(3));
+        assert_eq!(free_slot(&sq, 5), Some(3));
+        assert_eq!(free_slot(&sq, 7), Some(3));
+        assert_eq!(free_slot(&sq, 4), Some(0));
+        // All outstanding: none (post_send answers ENOMEM).
+        assert_eq!(free_slot(&slots(&[busy, silent]), 1), None);
+        assert_eq!(free_slot(&[], 0), None);
+    }
+
+    #[test]
+    fn the_slot_meta_keeps_opcode_length_and_whether_to_report() {
+        let m = send_meta(true, WcOpcode::RdmaRead, 0x1234_5678);
+        assert_ne!(m & OUT_SIGNALED, 0);
+        assert_eq!(
+            SEND_OPS[(m >> META_OP_SHIFT & 3) as usize],
+            WcOpcode::RdmaRead
+        );
+        assert_eq!((m >> META_LEN_SHIFT) as u32, 0x1234_5678);
+        let s = send_meta(false, WcOpcode::RdmaWrite, u32::MAX);
+        assert_eq!(s & OUT_SIGNALED, 0);
+        assert_ne!(s & OUT_SILENT, 0);
+        assert_eq!(
+            SEND_OPS[(s >> META_OP_SHIFT & 3) as usize],
+            WcOpcode::RdmaWrite
+        );
+        assert_eq!((s >> META_LEN_SHIFT) as u32, u32::MAX);
+        // The length never reaches the outstanding bits.
+        assert_eq!(s >> 62, 1);
+    }
+}

@@ -8,9 +8,10 @@
 //!
 //! and the callgrind file's `totals:`). The driver is brought up against the emulated EFA;
 //! then its data BARs are replaced by stubs, so that only the driver's work is counted:
-//! `post_batch` posts 16 SRD SENDs (one SGE each) through the low-latency queue (a 64-byte
-//! WQE is eight relaxed 8-byte stores into the stub, what a write-combining BAR costs in
-//! instructions) with one doorbell; `poll_batch` polls 16 send completions that the program
+//! `post_batch` posts 16 SRD SENDs (one SGE each) through the low-latency queue (the stub
+//! maps its memory as `nic_hal::MmioBar` maps a BAR, so a 64-byte WQE is eight 8-byte
+//! volatile stores into the LLQ slot, what a write-combining BAR costs in instructions) with
+//! one doorbell; `poll_batch` polls 16 send completions that the program
 //! wrote into the CQ ring as the device would. Each runs `ROUNDS` times; the counts are per
 //! WQE and per CQE, validation, bookkeeping, barriers and the doorbell included. The program
 //! prints the completions it saw, and the rounds and batch size the script divides by.
@@ -57,11 +58,25 @@ impl AddressSpace for Iommu {
     }
 }
 
-/// A stub BAR: stores land in a few words.
-#[derive(Default)]
+/// A stub BAR: stores land in a few words, or, through its mapping, in `MAPPED` bytes of
+/// memory standing in for the mapped BAR (as `nic_hal::MmioBar` maps a real one).
 struct Sink {
     words: [AtomicU64; 8],
     db: AtomicU32,
+    mem: Box<[AtomicU64]>,
+}
+
+/// Bytes of the stub's mapping (the measured QP's LLQ lies inside it).
+const MAPPED: usize = 1 << 20;
+
+impl Default for Sink {
+    fn default() -> Self {
+        Sink {
+            words: Default::default(),
+            db: AtomicU32::new(0),
+            mem: (0..MAPPED / 8).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
 }
 
 /// A BAR: the emulated device's (bring-up) or a stub (the measured data path).
@@ -114,6 +129,23 @@ impl RegisterIo for Bar {
                 }
             }
         }
+    }
+    fn mapped(&self, offset: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        match self {
+            Bar::Emu(..) => None,
+            Bar::Sink(s) => Bar::sink_mapped(s, offset, len),
+        }
+    }
+}
+
+impl Bar {
+    /// The mapping of the stub.
+    fn sink_mapped(s: &Sink, offset: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        if offset.checked_add(len)? > MAPPED {
+            return None;
+        }
+        // `offset + len <= MAPPED`: inside the stub's memory, which lives as long as the Bar.
+        std::ptr::NonNull::new(s.mem.as_ptr().cast::<u8>().cast_mut().wrapping_add(offset))
     }
 }
 

@@ -4,10 +4,12 @@
 //!
 //! Bookkeeping lives in driver memory and every value the device wrote is checked before use
 //! ([`CqeFault`] lists the checks). SRD completes sends out of order, so a send's `req_id`
-//! is not its SQ position but an index from a pool of free ids (as rdma-core's wrid pool):
-//! `post_send` takes ids from a ring that `poll_cq` gives them back to (one producer, the
-//! send CQ's poller; one consumer, the QP's owner), so neither side takes a lock. The device
-//! takes receive WRs in order, so a receive completion must name the oldest outstanding one.
+//! is not its SQ position but the index of a free send slot (as rdma-core's wrid pool): a
+//! slot is free while its meta word is zero; `post_send` (the QP's owner) takes the next
+//! slot round robin, searching on when it is still outstanding, and `poll_cq` (the send CQ's
+//! poller) frees a slot by zeroing its meta after reading it, so neither side takes a lock.
+//! The device takes receive WRs in order, so a receive completion must name the oldest
+//! outstanding one.
 //!
 //! Every WQE asks for a completion (EFA has no unsignalled sends); a successful completion of
 //! a WR posted without `SIGNALED` on a QP without `sq_sig_all` is consumed and not reported.
@@ -17,7 +19,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use firmware_interface::efa::io::{
     self, CDESC_HAS_IMM, CTRL1_HAS_IMM, CTRL1_INLINE_MSG, CTRL1_META_DESC, CTRL2_COMP_REQ,
@@ -83,19 +85,30 @@ pub(crate) struct DataBars<R> {
     pub db: R,
 }
 
-/// Send-slot meta: outstanding.
-const OUT: u32 = 1 << 31;
-/// Send-slot meta: the WR asked for a completion.
-const SIGNALED: u32 = 1 << 30;
+/// Send-slot meta: outstanding, and the WR asked for a completion (the sign bit: one test).
+const OUT_SIGNALED: u64 = 1 << 63;
+/// Send-slot meta: outstanding, its successful completion not reported.
+const OUT_SILENT: u64 = 1 << 62;
+/// Send-slot meta: the completion opcode (a `WcOpcode` discriminant) in bits 8..16.
+const META_OP_SHIFT: u32 = 8;
+/// Send-slot meta: the WR's byte count in bits 16..48.
+const META_LEN_SHIFT: u32 = 16;
 
 /// A send id's bookkeeping.
 #[derive(Debug, Default)]
 struct SqSlot {
     wr_id: AtomicU64,
-    /// `OUT | SIGNALED | wc opcode`.
-    meta: AtomicU32,
-    /// Bytes of an RDMA read.
-    len: AtomicU32,
+    /// Zero while the slot is free, else `OUT_SIGNALED or OUT_SILENT | opcode << 8 | bytes
+    /// << 16` (one load and one store per completion).
+    meta: AtomicU64,
+}
+
+/// The send-slot meta of an outstanding WR.
+#[inline(always)]
+fn send_meta(signaled: bool, op: WcOpcode, len: u32) -> u64 {
+    OUT_SILENT << u32::from(signaled)
+        | u64::from(op as u8) << META_OP_SHIFT
+        | u64::from(len) << META_LEN_SHIFT
 }
 
 /// A receive WR's bookkeeping.
@@ -109,10 +122,8 @@ struct RqSlot {
 #[derive(Debug)]
 pub(crate) struct QpCore {
     qpn: u16,
+    /// Send slots (the SQ depth, a power of two), indexed by send id.
     sq: Box<[SqSlot]>,
-    /// Free send ids: `poll_cq` pushes at `free_head`, `post_send` takes at its tail.
-    free: Box<[AtomicU16]>,
-    free_head: AtomicU32,
     rq: Box<[RqSlot]>,
     /// Receive WRs posted (written by `post_recv`) and completed (written by `poll_cq`).
     rq_head: AtomicU32,
@@ -124,11 +135,6 @@ impl QpCore {
         Arc::new(QpCore {
             qpn,
             sq: (0..sq_depth).map(|_| SqSlot::default()).collect(),
-            free: (0..sq_depth)
-                .map(|i| AtomicU16::new(i as u16))
-                .collect::<Vec<_>>()
-                .into_boxed_slice(),
-            free_head: AtomicU32::new(sq_depth),
             rq: (0..rq_depth.max(1)).map(|_| RqSlot::default()).collect(),
             rq_head: AtomicU32::new(0),
             rq_tail: AtomicU32::new(0),
@@ -233,8 +239,17 @@ pub(crate) struct QpDp {
     sq_shift: u32,
     /// WQEs per doorbell.
     batch: u16,
-    /// Free send ids taken.
-    free_tail: u32,
+    /// The send slot tried first by the next WR (round robin).
+    next_id: u32,
+    /// The first word of a one-SGE SEND WQE without the send id, the phase, and the
+    /// destination QP (fixed per QP).
+    hdr: u64,
+    /// The meta of a fast-path send slot but the byte count and the WR's `SIGNALED` (fixed
+    /// per QP: `sq_sig_all` decides).
+    meta0: u64,
+    /// One-SGE SENDs of `1..=fast_len` bytes take the fast path (the MTU; 0 when the QP
+    /// takes no send SGE).
+    fast_len: u32,
     /// RQ: descriptors posted (what the RQ doorbell receives), descriptor ring.
     rq_pc: u16,
     rq_ring: Option<NonNull<u8>>,
@@ -276,6 +291,7 @@ impl QpDp {
         rq_descs: u32,
         sig_all: bool,
         max_inline: u32,
+        fast_len: u32,
     ) -> QpDp {
         // `max_tx_batch` counts 64-byte units; 0 = unlimited (one doorbell per list).
         let batch = if max_tx_batch == 0 {
@@ -290,7 +306,12 @@ impl QpDp {
             sq_mask: (sq_depth - 1) as u16,
             sq_shift: sq_depth.trailing_zeros(),
             batch,
-            free_tail: 0,
+            next_id: 0,
+            hdr: u64::from(CTRL1_META_DESC) << 16
+                | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ) << 24
+                | 1 << 48,
+            meta0: send_meta(sig_all, WcOpcode::Send, 0),
+            fast_len,
             rq_pc: 0,
             rq_ring: rq.and_then(|b| NonNull::new(b.va())),
             rq_desc_mask: rq_descs.saturating_sub(1),
@@ -341,36 +362,97 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         };
         let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
         let dp = &mut qp.dp;
+        // The one-SGE SEND fast path's limit: a length in `1..=fast_len`.
+        let fast_len = dp.fast_len;
+        let meta0 = dp.meta0;
+        // The QP's constants and counters in registers for the call (the counters are
+        // written back before the general path and at the end).
+        let core = Arc::clone(&dp.core);
+        let (mask, shift, hdr, batch) = (dp.sq_mask, dp.sq_shift, dp.hdr, dp.batch);
+        // The send slots, `mask + 1` of them (the SQ depth).
+        let Some(sq) = core.sq.get(..=usize::from(mask)) else {
+            return Err(fail(verbs::Error::Io, 0));
+        };
+        // The LLQ's mapping, where the BAR is mapped (8-byte aligned): the fast path stores
+        // the WQE straight into its slot.
+        let map = bars
+            .mem
+            .mapped(llq, sq.len() * io::TX_WQE_SIZE)
+            .filter(|p| p.as_ptr().cast::<u64>().is_aligned());
+        let mut pc = dp.sq_pc;
+        // The header with the SQ phase of slot `pc` (bit 24: 0 on the first pass, flipped on
+        // every wrap).
+        let mut hp = hdr | u64::from((u32::from(pc) >> shift) & 1) << 24;
+        let mut next = dp.next_id;
         let mut pending = 0u16;
         let mut result = Ok(());
-        let mut w = [0u64; 8];
         for (i, wr) in wrs.iter().enumerate() {
-            match build(dp, wr, &ctx, &mut w) {
-                Ok(()) => {
-                    let slot = usize::from(dp.sq_pc & dp.sq_mask) * io::TX_WQE_SIZE;
-                    // SAFETY: `w` is 64 initialised bytes (eight little-endian words: the
-                    // WQE's byte image), borrowed for the call only.
-                    let bytes = unsafe {
-                        core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE)
-                    };
-                    bars.mem.write_block(llq + slot, bytes);
-                    dp.sq_pc = dp.sq_pc.wrapping_add(1);
-                    pending += 1;
-                    if pending == dp.batch {
-                        mmio_wmb();
-                        bars.db.write32(sq_db, dp.sq_pc.into());
-                        pending = 0;
+            let id = next & u32::from(mask);
+            let at = usize::from(pc & mask) * io::TX_WQE_SIZE;
+            // SAFETY: `id <= mask` and `sq` holds `mask + 1` slots (checked above).
+            let slot = unsafe { sq.get_unchecked(id as usize) };
+            if let (RemoteOp::None, WrOpcode::Send, [s], Some(dest)) =
+                (&wr.remote, wr.opcode, wr.sg_list, &wr.dest)
+                && wr.flags.bits() & SendFlags::INLINE.bits() == 0
+                && s.length.wrapping_sub(1) < fast_len
+                && dest.remote_qpn <= 0xffff
+                && slot.meta.load(Acquire) == 0
+            {
+                // The common case: a one-SGE SEND, its send slot free at the cursor.
+                next = id.wrapping_add(1);
+                slot.wr_id.store(wr.wr_id, Relaxed);
+                // `OUT_SIGNALED` (bit 63) from `SIGNALED` (bit 1) or `sq_sig_all` (`meta0`;
+                // a slot with both outstanding bits is signalled).
+                let signaled = u64::from(wr.flags.bits() & SendFlags::SIGNALED.bits()) << 62;
+                slot.meta.store(
+                    meta0 | signaled | u64::from(s.length) << META_LEN_SHIFT,
+                    Relaxed,
+                );
+                let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+                    ctx.qkey
+                } else {
+                    dest.remote_qkey
+                };
+                let [d0, d1] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
+                let w0 = (u64::from(id) | hp | u64::from(dest.remote_qpn) << 32).to_le();
+                let w1 = (u64::from(dest.ah.handle()) << 32).to_le();
+                let w2 = u64::from(qkey).to_le();
+                if let Some(m) = map {
+                    let q = m.as_ptr().wrapping_add(at).cast::<u64>();
+                    // SAFETY: slot `pc & mask` of the LLQ, bytes `at..at + 64`, lies in the
+                    // mapped range (`mask + 1` slots), which lives as long as `bars`; the base
+                    // is 8-byte aligned (checked) and so is `at`.
+                    unsafe {
+                        for (k, x) in [w0, w1, w2, 0, d0, d1, 0, 0].into_iter().enumerate() {
+                            core::ptr::write_volatile(q.add(k), x);
+                        }
                     }
+                } else {
+                    write_wqe(&bars.mem, llq + at, &[w0, w1, w2, 0, d0, d1, 0, 0]);
                 }
-                Err(e) => {
+            } else {
+                (dp.sq_pc, dp.next_id) = (pc, next);
+                if let Err(e) = post_general(&bars.mem, llq + at, dp, wr, &ctx) {
                     result = Err(fail(e, i));
                     break;
                 }
+                next = dp.next_id;
+            }
+            pc = pc.wrapping_add(1);
+            if pc & mask == 0 {
+                hp = next_pass(hp);
+            }
+            pending += 1;
+            if pending == batch {
+                mmio_wmb();
+                bars.db.write32(sq_db, pc.into());
+                pending = 0;
             }
         }
+        (dp.sq_pc, dp.next_id) = (pc, next);
         if pending > 0 {
             mmio_wmb();
-            bars.db.write32(sq_db, dp.sq_pc.into());
+            bars.db.write32(sq_db, pc.into());
         }
         result
     }
@@ -464,54 +546,13 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             let sub = if subs == 1 { 0 } else { (st.next + k) % subs };
             let base = sub * sh.depth as usize * entry;
             let mut cc = st.cc[sub];
-            'entries: while n < wc.len() {
+            while n < wc.len() {
                 // The fast loop: successful send completions of the QP seen last, its
                 // bookkeeping in registers.
                 if let Some(a) = st.qps.get(st.last).filter(|a| a.send) {
-                    let (q, want) = (&*a.core, a.qpn);
-                    let fmask = q.free.len() - 1;
-                    while n < wc.len() {
-                        let o = base + (cc & mask) as usize * entry;
-                        // SAFETY: `o + 16 <= depth * subs * entry`, the ring's size (checked
-                        // by `CqShared::new`), which the CQ keeps alive; entries are 16-byte
-                        // aligned.
-                        let p = unsafe { sh.ring.0.as_ptr().add(o) as *const u64 };
-                        // SAFETY: as above.
-                        let w0 = unsafe { core::ptr::read_volatile(p) };
-                        if (u64::from_le(w0) >> 24) as u32 & 1 == (cc >> shift) & 1 {
-                            break 'entries;
-                        }
-                        dma_rmb();
-                        // SAFETY: as above.
-                        let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
-                        if (w0 >> 16) as u16 & 0x06ff != u16::from(Q_TYPE_SEND) << 9
-                            || (w0 >> 32) as u16 != want
-                        {
-                            break;
-                        }
-                        let id = w0 as u16;
-                        let Some(slot) = q.sq.get(usize::from(id)) else {
-                            break;
-                        };
-                        let meta = slot.meta.load(Relaxed);
-                        if meta & OUT == 0 {
-                            break;
-                        }
-                        slot.meta.store(0, Relaxed);
-                        let out = &mut wc[n];
-                        out.wr_id = slot.wr_id.load(Relaxed);
-                        out.status = WcStatus::Success;
-                        out.opcode = SEND_OPS[(meta & 3) as usize];
-                        out.qp_num = want.into();
-                        out.vendor_err = 0;
-                        out.wc_flags = WcFlags::empty();
-                        out.byte_len = slot.len.load(Relaxed);
-                        let head = q.free_head.load(Relaxed);
-                        q.free[head as usize & fmask].store(id, Relaxed);
-                        q.free_head.store(head.wrapping_add(1), Release);
-                        cc = cc.wrapping_add(1);
-                        n += usize::from(meta & SIGNALED != 0);
-                    }
+                    let k = fast_sends(sh, base, cc, &a.core, a.qpn, &mut wc[n..]);
+                    cc = cc.wrapping_add(k as u32);
+                    n += k;
                     if n == wc.len() {
                         break;
                     }
@@ -557,7 +598,116 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     }
 }
 
-/// Completion opcodes of send slots by their meta's low bits.
+/// The fast loop of `poll_cq_dp`: from consumer counter `cc` of the sub-CQ at byte `base`
+/// of the ring, up to the end of the ring's current pass, the successful send completions of
+/// QP `qpn` (`q`) each naming an outstanding signalled send slot; stops at the first entry
+/// that is anything else (not written yet, another QP's, an error, an unknown id...: left to
+/// [`take`], which checks every kind), or when `wc` is full. Every entry it consumes gives one
+/// completion; returns how many.
+#[inline(never)]
+fn fast_sends(
+    sh: &CqShared,
+    base: usize,
+    cc: u32,
+    q: &QpCore,
+    qpn: u16,
+    wc: &mut [WorkCompletion],
+) -> usize {
+    let depth = sh.depth;
+    let pos = cc & (depth - 1);
+    // The entries before the end of this pass (the phase the device writes flips after it).
+    let room = wc.len().min((depth - pos) as usize);
+    // The first word wanted under `MASK`: status OK (0), the phase of this pass (the
+    // complement of the counter's pass bit), a send entry, QP `qpn`.
+    const MASK: u64 = 0xffff_07ff << 16;
+    let phase = u64::from(((cc >> depth.trailing_zeros()) & 1) ^ 1);
+    let want = u64::from(qpn) << 32 | u64::from(Q_TYPE_SEND) << 25 | phase << 24;
+    // Bytes 8..16 of the completion but the opcode (see `write_send_wc`).
+    let mid = u64::from(qpn) << 32 | WcStatus::Success as u64;
+    let entry = sh.entry;
+    let mut p = sh
+        .ring
+        .0
+        .as_ptr()
+        .wrapping_add(base + pos as usize * entry)
+        .cast::<u64>()
+        .cast_const();
+    let sq = &*q.sq;
+    let mut n = 0;
+    for out in &mut wc[..room] {
+        // SAFETY: `p` is entry `pos + n` of the sub-CQ at `base` and `pos + n < depth`
+        // (`room`), so `p + 16 <= depth * subs * entry`, the ring's size (checked by
+        // `CqShared::new`), which the CQ keeps alive; entries are 16-byte aligned.
+        let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
+        if w0 & MASK != want {
+            break;
+        }
+        // Every field used comes from the one 8-byte load that saw the phase (single-copy
+        // atomic), so nothing of the entry is read again after the barrier.
+        dma_rmb();
+        let Some(slot) = sq.get(usize::from(w0 as u16)) else {
+            break;
+        };
+        let meta = slot.meta.load(Relaxed);
+        // Outstanding and signalled.
+        if meta & OUT_SIGNALED == 0 {
+            break;
+        }
+        write_send_wc(
+            out,
+            slot.wr_id.load(Relaxed),
+            mid | meta & 0xff << META_OP_SHIFT,
+            (meta >> META_LEN_SHIFT) as u32,
+        );
+        // The slot is free again (after its fields were read: the poster reuses it).
+        slot.meta.store(0, Release);
+        p = p.wrapping_byte_add(entry);
+        n += 1;
+    }
+    n
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(offset_of!(WorkCompletion, wr_id) == 0);
+    assert!(offset_of!(WorkCompletion, status) == 8 && size_of::<WcStatus>() == 1);
+    assert!(offset_of!(WorkCompletion, opcode) == 9 && size_of::<WcOpcode>() == 1);
+    assert!(offset_of!(WorkCompletion, sl) == 10);
+    assert!(offset_of!(WorkCompletion, dlid_path_bits) == 11);
+    assert!(offset_of!(WorkCompletion, qp_num) == 12);
+    assert!(offset_of!(WorkCompletion, vendor_err) == 16);
+    assert!(offset_of!(WorkCompletion, wc_flags) == 20 && size_of::<WcFlags>() == 4);
+    assert!(offset_of!(WorkCompletion, byte_len) == 24);
+    assert!(size_of::<WorkCompletion>() == 40);
+    // `SEND_OPS` is the identity on the discriminants `send_meta` stores (`take` and
+    // `fast_sends` agree).
+    assert!(WcOpcode::Send as u8 == 0);
+    assert!(WcOpcode::RdmaWrite as u8 == 1);
+    assert!(WcOpcode::RdmaRead as u8 == 2);
+};
+
+/// Writes a successful send completion: `wr_id`; bytes 8..16 `mid` (`status` Success,
+/// `opcode` in byte 9, `sl` and `dlid_path_bits` 0, `qp_num`); `vendor_err` 0, `wc_flags`
+/// empty; `byte_len`. The other fields stay as they were (undefined for a send).
+#[inline(always)]
+fn write_send_wc(w: &mut WorkCompletion, wr_id: u64, mid: u64, byte_len: u32) {
+    w.wr_id = wr_id;
+    w.byte_len = byte_len;
+    let p = core::ptr::from_mut(w).cast::<u8>();
+    // SAFETY: unaligned 8-byte writes of bytes 8..16 and 16..24, inside `*w` (40 bytes,
+    // exclusively borrowed, `repr(C)`, layout asserted above): byte 8 `status` gets
+    // `Success`, byte 9 `opcode` the opcode byte of an outstanding slot's meta (only the
+    // driver writes metas, with `send_meta`, which stores a `WcOpcode` discriminant there; the
+    // callers pass `mid` with that byte), bytes 10..16 `sl`,
+    // `dlid_path_bits`, `qp_num` any value; zero is a valid `vendor_err` and `wc_flags`.
+    unsafe {
+        p.add(8).cast::<u64>().write_unaligned(mid);
+        p.add(16).cast::<u64>().write_unaligned(0);
+    }
+}
+
+/// Completion opcodes of send slots by their meta's opcode bits (the identity on the
+/// discriminants the poster stores).
 const SEND_OPS: [WcOpcode; 4] = [
     WcOpcode::Send,
     WcOpcode::RdmaWrite,
@@ -627,7 +777,54 @@ fn inline_area(wr: &SendWr<'_, Ah>, max: u32) -> Result<([u64; 4], u32), verbs::
     Ok((w, d.len() as u32))
 }
 
-/// One WQE for `wr` into `w` (eight little-endian words), its send id taken from the pool.
+/// The first free send slot (meta zero) at or after `from`, round robin; `None` when all are
+/// outstanding.
+fn free_slot(sq: &[SqSlot], from: u32) -> Option<u32> {
+    let mask = sq.len().checked_sub(1)? as u32;
+    (0..=mask)
+        .map(|k| from.wrapping_add(k) & mask)
+        .find(|&i| sq[i as usize].meta.load(Acquire) == 0)
+}
+
+/// The WQE header of the SQ's next pass (the phase, bit 24, flipped; out of line: once per
+/// pass).
+#[cold]
+#[inline(never)]
+fn next_pass(hp: u64) -> u64 {
+    hp ^ 1 << 24
+}
+
+/// A WQE (`w`: its eight little-endian words) into the LLQ at `at` of a BAR that is not
+/// mapped, in one block.
+#[cold]
+#[inline(never)]
+fn write_wqe<R: RegisterIo>(mem: &R, at: usize, w: &[u64; 8]) {
+    // SAFETY: `w` is 64 initialised bytes (the WQE's byte image), borrowed for the call only.
+    let bytes = unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE) };
+    mem.write_block(at, bytes);
+}
+
+/// Any WR but the fast path's: its WQE built by [`build`] and written to the LLQ at `at`
+/// (eight 8-byte stores, each the WQE's little-endian bytes at its place).
+#[inline(never)]
+fn post_general<R: RegisterIo>(
+    mem: &R,
+    at: usize,
+    dp: &mut QpDp,
+    wr: &SendWr<'_, Ah>,
+    ctx: &PostCtx,
+) -> Result<(), verbs::Error> {
+    let mut w = [0u64; 8];
+    build(dp, wr, ctx, &mut w)?;
+    // Word by word: the fast path is the only caller of `write_block`, which keeps it small
+    // enough to be inlined there.
+    for (k, x) in w.iter().enumerate() {
+        mem.write64(at + 8 * k, *x);
+    }
+    Ok(())
+}
+
+/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot.
 #[inline(always)]
 fn build(
     dp: &mut QpDp,
@@ -655,7 +852,7 @@ fn build(
                 }
                 op => return Err(refused(op)),
             }
-            wc_op = WcOpcode::Send as u32;
+            wc_op = WcOpcode::Send;
             if wr.flags.contains(SendFlags::INLINE) {
                 let (area, l) = inline_area(wr, dp.max_inline)?;
                 w[4..].copy_from_slice(&area);
@@ -703,11 +900,11 @@ fn build(
         RemoteOp::Rdma { remote_addr, rkey } => {
             let op = match wr.opcode {
                 WrOpcode::RdmaRead if ctx.read_ok => {
-                    wc_op = WcOpcode::RdmaRead as u32;
+                    wc_op = WcOpcode::RdmaRead;
                     op_type::RDMA_READ
                 }
                 WrOpcode::RdmaWrite if ctx.write_ok => {
-                    wc_op = WcOpcode::RdmaWrite as u32;
+                    wc_op = WcOpcode::RdmaWrite;
                     op_type::RDMA_WRITE
                 }
                 op => return Err(refused(op)),
@@ -720,22 +917,17 @@ fn build(
         }
         _ => return Err(refused(wr.opcode)),
     }
-    // A send id from the pool.
+    // A free send slot: the cursor's, else the next free one after it.
     let core = &*dp.core;
-    let tail = dp.free_tail;
-    if core.free_head.load(Acquire) == tail {
+    let sq = &*core.sq;
+    let Some(id) = free_slot(sq, dp.next_id) else {
         return Err(NoMemory);
-    }
-    let id = core.free[tail as usize & usize::from(dp.sq_mask)].load(Relaxed);
-    let Some(slot) = core.sq.get(usize::from(id)) else {
-        return Err(verbs::Error::Io);
     };
-    dp.free_tail = tail.wrapping_add(1);
+    let slot = &sq[id as usize];
+    dp.next_id = id.wrapping_add(1);
     slot.wr_id.store(wr.wr_id, Relaxed);
-    slot.len.store(len, Relaxed);
     let signaled = dp.sig_all || wr.flags.contains(SendFlags::SIGNALED);
-    slot.meta
-        .store(OUT | (u32::from(signaled) << 30) | wc_op, Relaxed);
+    slot.meta.store(send_meta(signaled, wc_op, len), Relaxed);
     let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
         ctx.qkey
     } else {
@@ -775,25 +967,22 @@ fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Resul
             q.sq.get(usize::from(req_id))
                 .ok_or(CqeFault::SendReqId(req_id))?;
         let meta = slot.meta.load(Relaxed);
-        if meta & OUT == 0 {
+        if meta & (OUT_SIGNALED | OUT_SILENT) == 0 {
             return Err(CqeFault::SendReqId(req_id));
         }
-        slot.meta.store(0, Relaxed);
-        let op = SEND_OPS[(meta & 3) as usize];
+        let op = SEND_OPS[(meta >> META_OP_SHIFT & 3) as usize];
         *out = WorkCompletion {
             wr_id: slot.wr_id.load(Relaxed),
             status: wst,
             opcode: op,
             qp_num: qpn.into(),
             vendor_err: status.into(),
-            byte_len: slot.len.load(Relaxed),
+            byte_len: (meta >> META_LEN_SHIFT) as u32,
             ..WorkCompletion::default()
         };
-        // The id goes back to the pool (this poller is its only producer).
-        let head = q.free_head.load(Relaxed);
-        q.free[head as usize & (q.free.len() - 1)].store(req_id, Relaxed);
-        q.free_head.store(head.wrapping_add(1), Release);
-        return Ok(meta & SIGNALED != 0 || wst != WcStatus::Success);
+        // The slot is free again (after its fields were read: the poster reuses it).
+        slot.meta.store(0, Release);
+        return Ok(meta & OUT_SIGNALED != 0 || wst != WcStatus::Success);
     }
     if q_type == Q_TYPE_RECV && a.recv {
         let tail = q.rq_tail.load(Relaxed);
@@ -830,4 +1019,59 @@ fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Resul
         return Err(CqeFault::UnknownQp(qpn));
     }
     Err(CqeFault::QueueType(q_type))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(metas: &[u64]) -> Vec<SqSlot> {
+        metas
+            .iter()
+            .map(|&m| SqSlot {
+                wr_id: AtomicU64::new(0),
+                meta: AtomicU64::new(m),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_send_slot_is_the_first_free_one_from_the_cursor_round_robin() {
+        let busy = send_meta(true, WcOpcode::Send, 64);
+        let silent = send_meta(false, WcOpcode::RdmaRead, 8);
+        let sq = slots(&[0, busy, silent, 0]);
+        assert_eq!(free_slot(&sq, 0), Some(0));
+        // Slots 1 and 2 are outstanding (signalled or not): the search goes on to 3.
+        assert_eq!(free_slot(&sq, 1), Some(3));
+        assert_eq!(free_slot(&sq, 2), Some(3));
+        // From 3 (and from a cursor past the depth, taken modulo it) round robin.
+        assert_eq!(free_slot(&sq, 3), Some(3));
+        assert_eq!(free_slot(&sq, 5), Some(3));
+        assert_eq!(free_slot(&sq, 7), Some(3));
+        assert_eq!(free_slot(&sq, 4), Some(0));
+        // All outstanding: none (post_send answers ENOMEM).
+        assert_eq!(free_slot(&slots(&[busy, silent]), 1), None);
+        assert_eq!(free_slot(&[], 0), None);
+    }
+
+    #[test]
+    fn the_slot_meta_keeps_opcode_length_and_whether_to_report() {
+        let m = send_meta(true, WcOpcode::RdmaRead, 0x1234_5678);
+        assert_ne!(m & OUT_SIGNALED, 0);
+        assert_eq!(
+            SEND_OPS[(m >> META_OP_SHIFT & 3) as usize],
+            WcOpcode::RdmaRead
+        );
+        assert_eq!((m >> META_LEN_SHIFT) as u32, 0x1234_5678);
+        let s = send_meta(false, WcOpcode::RdmaWrite, u32::MAX);
+        assert_eq!(s & OUT_SIGNALED, 0);
+        assert_ne!(s & OUT_SILENT, 0);
+        assert_eq!(
+            SEND_OPS[(s >> META_OP_SHIFT & 3) as usize],
+            WcOpcode::RdmaWrite
+        );
+        assert_eq!((s >> META_LEN_SHIFT) as u32, u32::MAX);
+        // The length never reaches the outstanding bits.
+        assert_eq!(s >> 62, 1);
+    }
 }

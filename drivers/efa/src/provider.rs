@@ -648,6 +648,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 rq_descs,
                 attr.sq_sig_all,
                 cap.max_inline_data.min(a.inline_buf_size),
+                if cap.max_send_sge == 0 {
+                    0
+                } else {
+                    self.attrs.mtu
+                },
             )
         };
         let same = alloc::sync::Arc::ptr_eq(&attr.send_cq.shared, &attr.recv_cq.shared);

@@ -100,6 +100,15 @@ pub trait RegisterIo {
             self.write64(offset + i * 8, u64::from_ne_bytes(w));
         }
     }
+    /// The CPU mapping of the `len` bytes at `offset`, where the backend maps the BAR and
+    /// the range lies inside it, for a driver that writes device memory with plain stores
+    /// (EFA's low-latency queue: a WQE as eight 8-byte volatile stores); `None` (the default)
+    /// where it does not. The pointer stays valid for volatile reads and writes of those
+    /// bytes for as long as `self` lives; no Rust reference may be formed to them.
+    fn mapped(&self, offset: usize, len: usize) -> Option<core::ptr::NonNull<u8>> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// The platform services a polling driver needs.
@@ -129,6 +138,9 @@ impl<T: RegisterIo + ?Sized> RegisterIo for &T {
     fn write_block(&self, offset: usize, data: &[u8]) {
         (**self).write_block(offset, data)
     }
+    fn mapped(&self, offset: usize, len: usize) -> Option<core::ptr::NonNull<u8>> {
+        (**self).mapped(offset, len)
+    }
 }
 
 impl<T: RegisterIo + ?Sized> RegisterIo for alloc::sync::Arc<T> {
@@ -143,6 +155,9 @@ impl<T: RegisterIo + ?Sized> RegisterIo for alloc::sync::Arc<T> {
     }
     fn write_block(&self, offset: usize, data: &[u8]) {
         (**self).write_block(offset, data)
+    }
+    fn mapped(&self, offset: usize, len: usize) -> Option<core::ptr::NonNull<u8>> {
+        (**self).mapped(offset, len)
     }
 }
 

@@ -81,6 +81,15 @@ impl RegisterIo for MmioBar {
             unsafe { VolatilePtr::new(p) }.write(value);
         }
     }
+
+    fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: offset + len <= len of the mapping given to `new`, so the pointer stays
+        // inside it.
+        Some(unsafe { self.base.add(offset) })
+    }
 }
 
 #[cfg(test)]
@@ -106,6 +115,10 @@ mod tests {
         bar.write32(126, 0);
         bar.write64(4, 0);
         assert_eq!(u32::from_be(bar.read32(4)), 0x1234_5678);
+        let at = bar.mapped(120, 8).map(|p| p.as_ptr() as usize);
+        assert_eq!(at, Some(base.as_ptr() as usize + 120));
+        assert_eq!(bar.mapped(121, 8), None);
+        assert_eq!(bar.mapped(usize::MAX, 2), None);
         bar.write_block(16, &[0xaa; 12]);
         assert_eq!(bar.read32(24), u32::from_ne_bytes([0xaa; 4]));
         assert_eq!(bar.read32(28), 0);

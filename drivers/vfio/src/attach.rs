@@ -440,6 +440,9 @@ impl RegisterIo for VfioBar {
     fn write_block(&self, offset: usize, data: &[u8]) {
         self.mmio.write_block(offset, data)
     }
+    fn mapped(&self, offset: usize, len: usize) -> Option<core::ptr::NonNull<u8>> {
+        self.mmio.mapped(offset, len)
+    }
 }
 
 impl Drop for VfioBar {

@@ -6,7 +6,9 @@
 //!   access on the device, which runs what it triggers (a read-less response, a reset, admin
 //!   commands) before the write returns; BAR2 (the low-latency send queues) and the doorbell
 //!   BAR likewise ([`nic_emulator::efa::Device::bar_write`]: an SQ doorbell sends before it
-//!   returns);
+//!   returns); with [`EfaTestbed::probe_mapped`], BAR2 is mapped memory instead
+//!   ([`LlqMapping`]: the driver stores WQEs straight into it, as into a mapped
+//!   write-combining BAR, and what changed reaches the device before the next doorbell);
 //! - a device made by [`World::efa_at`] has a port on the world's in-process fabric at an
 //!   address, the IPv4-mapped GID of that address, and the fabric's clock; the world polls
 //!   it (frames in, SRD retransmissions);
@@ -27,6 +29,8 @@
 //! assert_eq!(tb.live(), Default::default());
 //! ```
 
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nic_emulator::efa::{Device, Live, Profile};
@@ -35,9 +39,22 @@ use nic_hal::{DmaAllocator, HeapDma, RegisterIo};
 use crate::{EmuPlatform, IommuView, World, lock};
 
 /// One BAR of the emulated EFA (0: registers, 2: low-latency queues, the profile's `db_bar`:
-/// doorbells), as the driver's [`RegisterIo`].
+/// doorbells), as the driver's [`RegisterIo`]; with an [`LlqMapping`] BAR2 is mapped memory
+/// and a doorbell first hands the device what changed there.
 #[derive(Clone)]
-pub struct EfaRegs(pub Arc<Mutex<Device>>, pub u8);
+pub struct EfaRegs(pub Arc<Mutex<Device>>, pub u8, pub Option<Arc<LlqMapping>>);
+
+impl EfaRegs {
+    /// Before a doorbell: the LLQ entries stored through the mapping reach the device.
+    fn flush(&self) {
+        if let Some(m) = &self.2
+            && self.1 != 0
+            && self.1 != nic_emulator::efa::MEM_BAR
+        {
+            m.flush(&self.0);
+        }
+    }
+}
 
 impl RegisterIo for EfaRegs {
     fn read32(&self, offset: usize) -> u32 {
@@ -48,14 +65,73 @@ impl RegisterIo for EfaRegs {
         u32::from_ne_bytes(b)
     }
     fn write32(&self, offset: usize, value: u32) {
+        self.flush();
         lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write64(&self, offset: usize, value: u64) {
+        self.flush();
         // EFA registers are 32 bits: the device records an 8-byte access as a mistake.
         lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write_block(&self, offset: usize, data: &[u8]) {
+        self.flush();
         lock(&self.0).bar_write(self.1, offset, data);
+    }
+    fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        match &self.2 {
+            Some(m) if self.1 == nic_emulator::efa::MEM_BAR => m.mapped(offset, len),
+            _ => None,
+        }
+    }
+}
+
+/// BAR2 (the low-latency queues) as mapped memory, as a program that mmaps the BAR sees it:
+/// the driver's stores land here, and before each doorbell every 64-byte entry that changed
+/// since the last one is written to the device, as write-combining buffers are flushed ahead
+/// of the doorbell's uncached write.
+pub struct LlqMapping {
+    mem: Box<[AtomicU64]>,
+    /// What the device was last given, word by word.
+    sent: Mutex<Vec<u64>>,
+}
+
+impl LlqMapping {
+    /// A mapping of `len` bytes (a multiple of 64).
+    pub fn new(len: usize) -> Arc<LlqMapping> {
+        let words = len / 8;
+        Arc::new(LlqMapping {
+            mem: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            sent: Mutex::new(vec![0; words]),
+        })
+    }
+
+    fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        if offset.checked_add(len)? > self.mem.len() * 8 {
+            return None;
+        }
+        // In bounds (checked above) of memory that lives as long as the mapping, which the
+        // driver's BAR handle keeps; every word is an atomic, so its volatile stores race
+        // with nothing non-atomic.
+        NonNull::new(
+            self.mem
+                .as_ptr()
+                .cast::<u8>()
+                .cast_mut()
+                .wrapping_add(offset),
+        )
+    }
+
+    /// Writes the entries that changed since the last flush to the device.
+    fn flush(&self, dev: &Arc<Mutex<Device>>) {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, (now, was)) in self.mem.chunks(8).zip(sent.chunks_mut(8)).enumerate() {
+            let words: Vec<u64> = now.iter().map(|w| w.load(Ordering::Acquire)).collect();
+            if words[..] != was[..] {
+                was.copy_from_slice(&words);
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                lock(dev).bar_write(nic_emulator::efa::MEM_BAR, i * 64, &bytes);
+            }
+        }
     }
 }
 
@@ -128,12 +204,12 @@ impl EfaTestbed {
 
     /// The register backend (BAR0).
     pub fn regs(&self) -> EfaRegs {
-        EfaRegs(self.dev.clone(), 0)
+        EfaRegs(self.dev.clone(), 0, None)
     }
 
     /// BAR `bar` of the device.
     pub fn bar(&self, bar: u8) -> EfaRegs {
-        EfaRegs(self.dev.clone(), bar)
+        EfaRegs(self.dev.clone(), bar, None)
     }
 
     /// The platform backend.
@@ -151,9 +227,28 @@ impl EfaTestbed {
     /// Runs the driver's bring-up against this device and gives it the data path's BARs
     /// (BAR2 and the doorbell BAR the device reported).
     pub fn probe(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
+        self.probe_with(config, None)
+    }
+
+    /// [`probe`](Self::probe) with BAR2 mapped as memory ([`LlqMapping`], as large as the
+    /// profile's queues' LLQs): the driver's fast path stores WQEs straight into it.
+    pub fn probe_mapped(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
+        let p = self.device().profile().clone();
+        let len = p.max_qp as usize * p.max_llq_size as usize;
+        self.probe_with(config, Some(LlqMapping::new(len)))
+    }
+
+    fn probe_with(
+        &self,
+        config: efa::Config,
+        map: Option<Arc<LlqMapping>>,
+    ) -> Result<EfaDevice, efa::Error> {
         let mut dev = efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)?;
         let db = u8::try_from(dev.attributes().db_bar).unwrap_or(u8::MAX);
-        dev.attach_data_bars(self.bar(nic_emulator::efa::MEM_BAR), self.bar(db));
+        dev.attach_data_bars(
+            EfaRegs(self.dev.clone(), nic_emulator::efa::MEM_BAR, map.clone()),
+            EfaRegs(self.dev.clone(), db, map),
+        );
         Ok(dev)
     }
 

@@ -32,13 +32,23 @@ struct Node {
 
 impl Node {
     fn new(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType) -> Node {
+        Node::with(world, ip, qp_type, false)
+    }
+
+    /// With `mapped`, BAR2 is mapped memory: the driver's fast path stores each WQE straight
+    /// into its LLQ slot instead of a trapped block write.
+    fn with(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType, mapped: bool) -> Node {
         let tb = world.efa_at(ip, Profile::default());
-        let dev = tb
-            .probe(efa::Config {
-                device_id: 0xefa1,
-                ..Default::default()
-            })
-            .expect("bring-up");
+        let config = efa::Config {
+            device_id: 0xefa1,
+            ..Default::default()
+        };
+        let dev = if mapped {
+            tb.probe_mapped(config)
+        } else {
+            tb.probe(config)
+        }
+        .expect("bring-up");
         let pd = dev.alloc_pd().unwrap();
         let cq = dev.create_cq(1024, 0, None).unwrap();
         let (mut qp, _) = dev
@@ -182,9 +192,14 @@ macro_rules! dest {
 }
 
 fn pair(seed: u64, qp_type: QpType) -> (Arc<World>, Node, Node) {
+    pair_with(seed, qp_type, false)
+}
+
+/// [`pair`], both BAR2s mapped as memory when `mapped`.
+fn pair_with(seed: u64, qp_type: QpType, mapped: bool) -> (Arc<World>, Node, Node) {
     let w = World::new(seed);
-    let mut a = Node::new(&w, Ipv4Addr::new(127, 0, 1, 1), qp_type);
-    let mut b = Node::new(&w, Ipv4Addr::new(127, 0, 1, 2), qp_type);
+    let mut a = Node::with(&w, Ipv4Addr::new(127, 0, 1, 1), qp_type, mapped);
+    let mut b = Node::with(&w, Ipv4Addr::new(127, 0, 1, 2), qp_type, mapped);
     a.connect(&b);
     b.connect(&a);
     (w, a, b)
@@ -456,7 +471,19 @@ fn srd_rdma_read_and_write_of_every_size_class() {
 
 #[test]
 fn srd_delivers_every_message_exactly_once_over_a_lossy_fabric() {
-    let (w, mut a, mut b) = pair(4, QpType::Srd);
+    exactly_once_over_a_lossy_fabric(false);
+}
+
+/// The same with the LLQs mapped: every WQE of the one-SGE SEND fast path is stored straight
+/// into BAR memory (what a mapped write-combining BAR takes), and still every message arrives
+/// once with its length and number.
+#[test]
+fn srd_exactly_once_with_wqes_stored_into_a_mapped_llq() {
+    exactly_once_over_a_lossy_fabric(true);
+}
+
+fn exactly_once_over_a_lossy_fabric(mapped: bool) {
+    let (w, mut a, mut b) = pair_with(4, QpType::Srd, mapped);
     w.fabric().set_faults(FaultConfig {
         loss: 0.1,
         duplicate: 0.1,

@@ -31,10 +31,6 @@ struct Node {
 }
 
 impl Node {
-    fn new(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType) -> Node {
-        Node::with(world, ip, qp_type, false)
-    }
-
     /// With `mapped`, BAR2 is mapped memory: the driver's fast path stores each WQE straight
     /// into its LLQ slot instead of a trapped block write.
     fn with(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType, mapped: bool) -> Node {

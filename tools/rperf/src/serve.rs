@@ -27,6 +27,9 @@ pub struct Queue {
     pub limit: u64,
     /// Immediate data of the last RDMA WRITE with immediate that arrived (control messages).
     pub imm: Option<u32>,
+    /// The run is over (the verdict is on its way): the peer may disconnect any time now, and
+    /// receives flushed by that are the unused rest of the ring, not a failure.
+    pub closing: bool,
     size: usize,
     slots: usize,
 }
@@ -40,6 +43,7 @@ impl Queue {
             posted: 0,
             limit: u64::MAX,
             imm: None,
+            closing: false,
             size,
             slots: slots.max(1),
         }
@@ -77,6 +81,7 @@ impl Queue {
         let size = self.size;
         for w in &wc[..n] {
             match w.opcode {
+                WcOpcode::Recv if self.closing && w.status == verbs::WcStatus::WrFlushErr => {}
                 WcOpcode::Recv => {
                     check_ok(w, "receive")?;
                     if w.wr_id != self.recvs || w.byte_len as usize != size {

@@ -53,12 +53,16 @@ fn params(subnqn: &str, kato: u32) -> ConnectParams {
 
 /// Runs `f` (the host) against a target listening on the embedded fixture.
 fn with_target<R>(f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R) -> R {
-    with_target_of(target(), f)
+    with_target_of(target(), true, f)
 }
 
 /// Runs `f` (the host) against `t` listening on the embedded fixture.
+/// With `strict`, no queue may fail; a test that cuts a host off with I/O in flight lets the
+/// target's transport fail on that queue (its READ of the gone host's buffer may run out of
+/// retries before the disconnect reaches it).
 fn with_target_of<R>(
     t: Arc<Target>,
+    strict: bool,
     f: impl FnOnce(&Embedded, SocketAddr, &ListenerStats) -> R,
 ) -> R {
     // The target's waits end every 5 s of virtual time (its listener checks `stop` and the
@@ -81,7 +85,12 @@ fn with_target_of<R>(
         f(&e, dst, &stats)
     });
     listen.destroy_ep();
-    assert_eq!(stats.failed.load(Ordering::Relaxed), 0, "a queue failed");
+    let failed = stats.failed.load(Ordering::Relaxed);
+    if strict {
+        assert_eq!(failed, 0, "a queue failed");
+    } else {
+        assert!(failed <= 1, "{failed} queues failed; only the cut one may");
+    }
     r
 }
 
@@ -264,7 +273,7 @@ fn perf_workloads_verify_their_data() {
 #[test]
 fn a_silent_host_is_disconnected_by_keep_alive() {
     let t = target();
-    with_target_of(t.clone(), |e, dst, stats| {
+    with_target_of(t.clone(), true, |e, dst, stats| {
         let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
         // KATO 60 s of the devices' virtual time: it leaps ahead whenever every device is
         // idle (up to the listener's next 5 s wake-up), so a host thread descheduled on a
@@ -372,7 +381,7 @@ fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
             .map(|i| seed ^ (unit as u8).wrapping_mul(31) ^ (i as u8))
             .collect()
     };
-    with_target(|e, dst, stats| {
+    with_target_of(target(), false, |e, dst, stats| {
         let mut a = connect_queue(&e.host, dst, admin_cfg()).unwrap();
         let cntlid = a.connect_admin(&params(SUBNQN, 0)).unwrap();
         a.enable(100).unwrap();

@@ -25,6 +25,16 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// A platform without a clock (only for instantiating the driver's generic code).
+struct NoClock;
+
+impl nic_hal::Platform for NoClock {
+    fn relax(&self) {}
+    fn now_ns(&self) -> u64 {
+        0
+    }
+}
+
 /// Touches each crate so that it is linked.
 #[unsafe(no_mangle)]
 pub extern "C" fn nostd_check_entry() -> u32 {
@@ -37,6 +47,13 @@ pub extern "C" fn nostd_check_entry() -> u32 {
     sum +=
         nvmf::capsule::Sqe::decode(core::hint::black_box(&[0u8; 64])).map_or(0, |s| s.cid as u32);
     let _ = core::hint::black_box(nvmf::target::Target::new as fn(_) -> _);
+    sum += nvmf_rdma_target::check_request(core::hint::black_box(&cm::EventParam::None))
+        .map_or(1, |(_, ird)| ird as u32);
+    // The polled target over the mlx5 driver (its generic code compiled for this target).
+    type Mlx5 = mlx5::Device<nic_hal::MmioBar, NoClock>;
+    let _ = core::hint::black_box(
+        nvmf_rdma_target::PolledTarget::<Mlx5>::poll as fn(&mut _, u64) -> bool,
+    );
     // The barriers are `#[inline(always)]` and mostly called from generic code: take each one's
     // address so that its architecture-specific body is compiled for the target at hand.
     let _ = core::hint::black_box(nic_hal::barrier::dma_wmb as fn());

@@ -11,9 +11,9 @@
 //! The kernel command line (`-append`) chooses the scenario: `scenario=hello` (console,
 //! memory map, PCI), `bringup`, `loopback`, `server`, `fault` (a deliberate page fault: the
 //! exception handler's report), `irq` (MSI-X: a completion wait halting until the
-//! interrupt); see [`scenario`]. Results are printed
-//! on COM1 (`RESULT PASS <name>` / `RESULT FAIL <name>: <error>`) and QEMU exits through
-//! `isa-debug-exit` with status 33 (pass), 35 (fail) or 37 (panic).
+//! interrupt), `nvmf-target` (an NVMe-oF target serving a RAM namespace); see [`scenario`].
+//! Results are printed on COM1 (`RESULT PASS <name>` / `RESULT FAIL <name>: <error>`) and
+//! QEMU exits through `isa-debug-exit` with status 33 (pass), 35 (fail) or 37 (panic).
 #![no_std]
 #![no_main]
 

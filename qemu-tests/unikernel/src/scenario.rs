@@ -20,6 +20,14 @@
 //!   timeout (about half a second: the destination QP does not exist), so the wait is long
 //!   enough to see the CPU asleep; the share of the wait spent outside `hlt` is printed
 //!   (`CPU busy`).
+//! * `nvmf-target`: the appliance. Bring-up, then an NVMe-oF target on RDMA at `ip:port`
+//!   (port 4420 unless `port=` names another; RDMA_PS_TCP) serving a RAM namespace
+//!   (`ns_mib=` MiB, default 4, 512-byte blocks) to the host at `peer=`/`peer_mac=`: admin
+//!   and I/O queues (Connect, Property Get/Set, Identify, Set Features, Keep Alive, Read,
+//!   Write, Flush, ...), all driven from one polling loop (`nvmf_rdma_target::PolledTarget`,
+//!   the engine the threaded `nvmf-target` tool runs too). It ends once `queues=` queues
+//!   (default 2: the admin queue and one I/O queue) were accepted and closed, and tears the
+//!   stack down.
 //!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
@@ -147,6 +155,7 @@ pub fn run(boot: &BootInfo, entry_tsc: u64, name: &str) -> Result<(), String> {
         "server" => server(&env),
         "fault" => fault(),
         "irq" => irq_wait(&env),
+        "nvmf-target" => nvmf_target(&env),
         other => Err(format!("unknown scenario {other:?}")),
     }
 }
@@ -855,4 +864,125 @@ fn irq_wait(env: &Env) -> Result<(), String> {
     Provider::dealloc_pd(&dev, pd).map_err(|err| format!("dealloc_pd: {err:?}"))?;
     dev.shutdown().map_err(|err| format!("shutdown: {err}"))?;
     check_dma_returned(env)
+}
+
+/// The appliance's subsystem NQN.
+pub const NVMF_SUBNQN: &str = "nqn.2024-01.io.rdma-stack:unikernel-ram";
+
+/// Where the polled target's diagnostics go.
+fn nvmf_log(a: core::fmt::Arguments<'_>) {
+    kprintln!("UK: nvmf: {a}");
+}
+
+/// Parses `key=` as a number, `default` when absent.
+fn num_arg<T: core::str::FromStr>(env: &Env, key: &str, default: T) -> Result<T, String> {
+    match env.arg(key) {
+        Some(s) => s.parse().map_err(|_| format!("bad {key}= {s:?}")),
+        None => Ok(default),
+    }
+}
+
+/// `nvmf-target`: an NVMe-oF target with a RAM namespace, every queue from one loop.
+fn nvmf_target(env: &Env) -> Result<(), String> {
+    use core::sync::atomic::Ordering;
+    use nic_hal::Platform;
+    use nvmf::namespace::RamNamespace;
+    use nvmf::target::{Port, Subsystem, Target, TargetConfig};
+    use nvmf_rdma_target::PolledTarget;
+
+    let peer: Ipv4Addr = env
+        .arg("peer")
+        .ok_or("nvmf-target: peer= (the host's address) missing")?
+        .parse()
+        .map_err(|_| "nvmf-target: bad peer=")?;
+    let peer_mac = env
+        .arg("peer_mac")
+        .and_then(parse_mac)
+        .ok_or("nvmf-target: peer_mac= missing or malformed")?;
+    let port: u16 = num_arg(env, "port", 4420)?;
+    let queues: u64 = num_arg(env, "queues", 2)?;
+    let ns_mib: u64 = num_arg(env, "ns_mib", 4)?;
+    if !(1..=64).contains(&ns_mib) {
+        return Err(format!("ns_mib={ns_mib}: 1 to 64"));
+    }
+    // MDTS 5: 128 KiB per command (4 KiB pages), the staging slot of each command in flight.
+    const MDTS: u8 = 5;
+    let staging = 4096usize << MDTS;
+    let blocks = (ns_mib << 20) / 512;
+    let ns = RamNamespace::new(512, blocks).ok_or("RAM namespace: no memory")?;
+    let mut t = Target::new(TargetConfig {
+        max_io_queues: 4,
+        mdts: MDTS,
+        ports: vec![Port {
+            portid: 1,
+            trtype: nvmf::discovery::trtype::RDMA,
+            adrfam: nvmf::discovery::adrfam::IPV4,
+            traddr: env.ip.to_string(),
+            trsvcid: port.to_string(),
+            treq: nvmf::discovery::TREQ_SECURE_NOT_REQUIRED,
+        }],
+        ..TargetConfig::default()
+    });
+    let mut sub = Subsystem::new(NVMF_SUBNQN, "SN-UNIKERNEL-1", "rdma-unikernel ram");
+    sub.add_namespace(1, Arc::new(ns))
+        .map_err(|e| format!("namespace: {e:?}"))?;
+    t.add_subsystem(sub)
+        .map_err(|e| format!("subsystem: {e:?}"))?;
+
+    let (cm, devid) = stack(env, 60)?;
+    cm.add_neighbor(peer, Neighbor { mac: peer_mac });
+    let mut pt = PolledTarget::listen(
+        &cm,
+        core::net::SocketAddr::from((env.ip, port)),
+        Arc::new(t),
+        staging,
+        Some(nvmf_log),
+    )
+    .map_err(|e| format!("listen: {e}"))?;
+    kprintln!(
+        "UK: nvmf target listening on {}:{port}: {NVMF_SUBNQN}, namespace 1 of {blocks} blocks of 512 bytes ({ns_mib} MiB of RAM), MDTS {} KiB",
+        env.ip,
+        staging >> 10
+    );
+    let now_ms = || env.clock.now_ns() / 1_000_000;
+    let deadline = now_ms() + 100_000;
+    let r = loop {
+        let st = pt.stats();
+        if st.closed.load(Ordering::Relaxed) >= queues && pt.queues() == 0 {
+            break Ok(());
+        }
+        let now = now_ms();
+        if now > deadline {
+            break Err(format!(
+                "nvmf-target: {} of {queues} queues closed after 100 s",
+                st.closed.load(Ordering::Relaxed)
+            ));
+        }
+        if !pt.poll(now) {
+            core::hint::spin_loop();
+        }
+    };
+    let st = pt.stats();
+    let (accepted, rejected, commands, failed) = (
+        st.accepted.load(Ordering::Relaxed),
+        st.rejected.load(Ordering::Relaxed),
+        st.commands.load(Ordering::Relaxed),
+        st.failed.load(Ordering::Relaxed),
+    );
+    kprintln!(
+        "UK: nvmf target served {commands} commands on {accepted} queues ({rejected} requests rejected, {failed} queues failed, most in flight {})",
+        st.max_in_flight.load(Ordering::Relaxed)
+    );
+    pt.shutdown();
+    r?;
+    if failed != 0 {
+        return Err(format!("{failed} queues failed"));
+    }
+    // The disconnects' last messages (a DREP, a DREQ's answer) settle; the ids then go.
+    let t0 = now_ms();
+    while cm.live() != (0, 0) && now_ms() - t0 < 10_000 {
+        cm.progress();
+    }
+    kprintln!("UK: nvmf target stopped");
+    teardown(env, cm, devid)
 }

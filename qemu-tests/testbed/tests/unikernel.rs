@@ -1177,3 +1177,150 @@ fn fmt_mac(m: &[u8; 6]) -> String {
         .collect::<Vec<_>>()
         .join(":")
 }
+
+/// The appliance: the guest serves a RAM namespace as an NVMe-oF target on RDMA (the
+/// `nvmf-target` scenario: every queue from one polling loop), and our host (nvmf-rdma's, on
+/// an emulated NIC on the UDP fabric) connects the admin queue and an I/O queue, identifies,
+/// writes a pattern (keyed and in-capsule), reads it back with the data checked, flushes,
+/// gets the target's NVMe status for a read past the namespace's end, and disconnects; the
+/// guest reports both queues closed cleanly, tears its stack down and passes.
+#[test]
+fn unikernel_nvmf_target_serves_our_host() {
+    use nvmf::host::{ConnectParams, HostError};
+    use nvmf::status::Status;
+    use nvmf_rdma::host::{QueueConfig, connect_queue};
+    use nvmf_rdma::net::Endpoint;
+
+    const UDP_PORT: u16 = 45064;
+    const PORT: u16 = 4420;
+    const SUBNQN: &str = "nqn.2024-01.io.rdma-stack:unikernel-ram";
+    const NS_MIB: u64 = 4;
+    let shm = Shm::new("nvmf");
+    let guest_ip = Ipv4Addr::new(127, 0, 5, 64);
+    let host_ip = Ipv4Addr::new(127, 0, 5, 65);
+    let emud = Emud::start(&shm, guest_ip, UDP_PORT, &[]);
+    let opened = device_open::Open::open(device_open::UdpEmu {
+        ip: host_ip,
+        fabric_port: UDP_PORT,
+    })
+    .unwrap();
+    let (ep, backing) = Endpoint::new(opened, 60_000_000_000).unwrap();
+    let guest_mac = nic_emulator::Profile::default().mac;
+    ep.cm.add_neighbor(guest_ip, Neighbor { mac: guest_mac });
+    let host_mac = device_open::mac_for(host_ip);
+
+    let mut vm = Vm::boot(
+        Some(&shm),
+        &format!(
+            "scenario=nvmf-target ip={guest_ip} peer={host_ip} peer_mac={} queues=2 ns_mib={NS_MIB}",
+            fmt_mac(&host_mac)
+        ),
+    );
+    if !vm.wait_for("UK: nvmf target listening on", Duration::from_secs(90)) {
+        let e = vm.wait();
+        panic!("the guest did not listen:\n{}", e.text());
+    }
+
+    let dst = std::net::SocketAddr::from((guest_ip, PORT));
+    let host = (|| -> Result<(), String> {
+        let params = ConnectParams {
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000a1".into(),
+            hostid: *b"uk-nvmf-host-001",
+            subnqn: SUBNQN.into(),
+            kato: 120_000,
+            disable_sqflow: false,
+        };
+        let e = |what: &'static str| move |err: HostError<_>| format!("{what}: {err:?}");
+        let mut admin = connect_queue(
+            &ep,
+            dst,
+            QueueConfig {
+                qid: 0,
+                depth: 32,
+                slot_size: 4096,
+                inline: 0,
+            },
+        )
+        .map_err(|err| format!("admin queue: {err}"))?;
+        let cntlid = admin.connect_admin(&params).map_err(e("connect admin"))?;
+        admin.enable(1000).map_err(e("enable"))?;
+        let ctrl = admin.identify_controller().map_err(e("identify"))?;
+        assert_eq!((ctrl.cntlid, ctrl.subnqn.as_str()), (cntlid, SUBNQN));
+        let ns = admin.identify_namespace(1).map_err(e("identify ns"))?;
+        assert_eq!((ns.nsze, ns.lbads), ((NS_MIB << 20) / 512, 9));
+        assert_eq!(admin.set_num_queues(1).map_err(e("set features"))?, 1);
+        admin.keep_alive().map_err(e("keep alive"))?;
+
+        let mut io = connect_queue(
+            &ep,
+            dst,
+            QueueConfig {
+                qid: 1,
+                depth: 16,
+                slot_size: 64 * 1024,
+                inline: 4096,
+            },
+        )
+        .map_err(|err| format!("I/O queue: {err}"))?;
+        assert_eq!(
+            io.connect(&params, cntlid).map_err(e("connect io"))?,
+            cntlid
+        );
+        // Keyed (RDMA READ by the target) and in-capsule writes, read back (RDMA WRITE).
+        let big = pattern(9, 64 * 1024);
+        let small = pattern(10, 2048);
+        io.write(1, 0, 512, &big).map_err(e("write 64 KiB"))?;
+        io.write(1, 1000, 512, &small).map_err(e("write 2 KiB"))?;
+        let mut got = vec![0u8; big.len()];
+        io.read(1, 0, 512, &mut got).map_err(e("read 64 KiB"))?;
+        assert!(got == big, "64 KiB read back: wrong data");
+        let mut got = vec![0u8; small.len()];
+        io.read(1, 1000, 512, &mut got).map_err(e("read 2 KiB"))?;
+        assert!(got == small, "2 KiB read back: wrong data");
+        io.flush(1).map_err(e("flush"))?;
+        // Past the end: LBA Out of Range with DNR, from the guest's target.
+        let last = (NS_MIB << 20) / 512 - 1;
+        let mut buf = vec![0u8; 1024];
+        match io.read(1, last, 512, &mut buf) {
+            Err(HostError::Status(s, _)) => {
+                assert_eq!(s.code(), Status::LBA_RANGE, "{s:?}");
+                assert!(s.is_dnr());
+            }
+            other => return Err(format!("read past the end: {other:?}")),
+        }
+        admin.keep_alive().map_err(e("keep alive"))?;
+        // The I/O queue leaves with a Fabrics Disconnect, the admin queue after a shutdown.
+        io.disconnect().map_err(e("disconnect io"))?;
+        io.transport.close();
+        admin.shutdown().map_err(e("shutdown"))?;
+        admin.transport.close();
+        Ok(())
+    })();
+    let e = vm.wait();
+    host.unwrap_or_else(|m| panic!("host: {m}\nguest:\n{}", e.text()));
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: nvmf: queue 0 accepted",
+        "UK: nvmf: queue 1 accepted",
+        "UK: nvmf: queue 1 closed",
+        "UK: nvmf: queue 0 closed",
+        "UK: nvmf target served ",
+        "(0 requests rejected, 0 queues failed",
+        "UK: teardown complete, all DMA memory returned",
+        "RESULT PASS nvmf-target",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+    let served = &e
+        .serial
+        .iter()
+        .find(|(_, l)| l.contains("UK: nvmf target served "))
+        .unwrap()
+        .1;
+    eprintln!("nvmf-target: {served}");
+    // The host's ids are all gone (each disconnect answered).
+    assert_eq!(ep.cm.live(), (0, 0));
+    drop(ep);
+    drop(backing);
+    emud.finish_clean();
+}

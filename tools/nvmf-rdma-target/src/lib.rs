@@ -774,7 +774,15 @@ impl<D: Provider> PolledTarget<D> {
                         if ev.event != EventType::Disconnected {
                             self.stats.failed.fetch_add(1, Ordering::Relaxed);
                         }
-                        log!(self.log, "queue {}: {:?}", s.conn.qid(), ev.event);
+                        if ev.event == EventType::Disconnected {
+                            log!(
+                                self.log,
+                                "queue {} closed: the host disconnected",
+                                s.conn.qid()
+                            );
+                        } else {
+                            log!(self.log, "queue {}: {:?}", s.conn.qid(), ev.event);
+                        }
                         self.end(s);
                     }
                 }

@@ -1317,7 +1317,17 @@ fn unikernel_nvmf_target_serves_our_host() {
         .find(|(_, l)| l.contains("UK: nvmf target served "))
         .unwrap()
         .1;
-    eprintln!("nvmf-target: {served}");
+    let (Some(listening), Some(passed)) = (
+        e.at("UK: nvmf target listening on"),
+        e.at("RESULT PASS nvmf-target"),
+    ) else {
+        panic!("{}", e.text());
+    };
+    eprintln!(
+        "nvmf-target: listening {:.3} s after QEMU start, host done and guest passed {:.3} s later; {served}",
+        listening.as_secs_f64(),
+        (passed - listening).as_secs_f64()
+    );
     // The host's ids are all gone (each disconnect answered).
     assert_eq!(ep.cm.live(), (0, 0));
     drop(ep);

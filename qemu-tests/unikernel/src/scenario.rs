@@ -22,12 +22,12 @@
 //!   (`CPU busy`).
 //! * `nvmf-target`: the appliance. Bring-up, then an NVMe-oF target on RDMA at `ip:port`
 //!   (port 4420 unless `port=` names another; RDMA_PS_TCP) serving a RAM namespace
-//!   (`ns_mib=` MiB, default 4, 512-byte blocks) to the host at `peer=`/`peer_mac=`: admin
-//!   and I/O queues (Connect, Property Get/Set, Identify, Set Features, Keep Alive, Read,
-//!   Write, Flush, ...), all driven from one polling loop (`nvmf_rdma_target::PolledTarget`,
-//!   the engine the threaded `nvmf-target` tool runs too). It ends once `queues=` queues
-//!   (default 2: the admin queue and one I/O queue) were accepted and closed, and tears the
-//!   stack down.
+//!   (`ns_mib=` MiB on the kernel heap, 1 to 8, default 4; 512-byte blocks) to the host at
+//!   `peer=`/`peer_mac=`: admin and I/O queues (Connect, Property Get/Set, Identify, Set
+//!   Features, Keep Alive, Read, Write, Flush, ...), all driven from one polling loop
+//!   (`nvmf_rdma_target::PolledTarget`, the engine the threaded `nvmf-target` tool runs
+//!   too). It ends once `queues=` queues (default 2: the admin queue and one I/O queue) were
+//!   accepted and closed, and tears the stack down.
 //!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
@@ -902,8 +902,9 @@ fn nvmf_target(env: &Env) -> Result<(), String> {
     let port: u16 = num_arg(env, "port", 4420)?;
     let queues: u64 = num_arg(env, "queues", 2)?;
     let ns_mib: u64 = num_arg(env, "ns_mib", 4)?;
-    if !(1..=64).contains(&ns_mib) {
-        return Err(format!("ns_mib={ns_mib}: 1 to 64"));
+    // The namespace lives on the 16 MiB kernel heap.
+    if !(1..=8).contains(&ns_mib) {
+        return Err(format!("ns_mib={ns_mib}: 1 to 8"));
     }
     // MDTS 5: 128 KiB per command (4 KiB pages), the staging slot of each command in flight.
     const MDTS: u8 = 5;

@@ -647,7 +647,8 @@ impl<D: Provider> QueueConn<D> {
 
     /// Ends the queue: disconnects `conn` (answers the host's DREQ, or sends ours: a
     /// Disconnect command, a failed controller), frees the registrations and closes the
-    /// controller's queue. The caller then destroys `conn`.
+    /// controller's queue. The caller then destroys `conn`. (A queue dropped without this
+    /// leaves its registrations to the device's teardown.)
     pub fn finish(self, conn: &CmId<D>) {
         let _ = conn.disconnect();
         let QueueConn {
@@ -666,7 +667,7 @@ impl<D: Provider> QueueConn<D> {
     }
 }
 
-/// One queue of a [`PolledTarget`].
+/// One queue of a [`PolledTarget`] (its id is destroyed after [`QueueConn::finish`]).
 struct Served<D: Provider> {
     id: CmId<D>,
     conn: QueueConn<D>,
@@ -820,8 +821,15 @@ impl<D: Provider> PolledTarget<D> {
         self.stats.closed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Stops listening and ends every queue still served (disconnecting its host).
-    pub fn shutdown(mut self) {
+    /// Stops listening and ends every queue still served (disconnecting its host); what
+    /// dropping the target does too.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl<D: Provider> Drop for PolledTarget<D> {
+    fn drop(&mut self) {
         for s in core::mem::take(&mut self.queues) {
             self.end(s);
         }
@@ -831,5 +839,62 @@ impl<D: Provider> PolledTarget<D> {
         if let Some(c) = self.chan.take() {
             c.destroy();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cm::ConnData;
+
+    fn request(qid: u16, initiator_depth: u8) -> EventParam {
+        let req = ConnectRequest {
+            recfmt: 0,
+            qid,
+            hrqsize: 32,
+            hsqsize: 31,
+            cntlid: 0xffff,
+        };
+        EventParam::Conn(ConnData {
+            private_data: req.encode().to_vec(),
+            initiator_depth,
+            ..ConnData::default()
+        })
+    }
+
+    #[test]
+    fn a_request_is_checked_before_any_resource_is_made() {
+        let (req, ird) = check_request(&request(1, 4)).unwrap();
+        assert_eq!((req.qid, req.hsqsize, ird), (1, 31, 4));
+        // The read depth is the host's, at most MAX_READS.
+        assert_eq!(check_request(&request(0, 200)).unwrap().1, MAX_READS);
+        // A host that allows no RDMA READ of its memory cannot send keyed writes.
+        assert_eq!(
+            check_request(&request(0, 0)).unwrap_err(),
+            RejectStatus::InvalidIrd
+        );
+        // No private data (a request id without its event), or a short one.
+        assert_eq!(
+            check_request(&EventParam::None).unwrap_err(),
+            RejectStatus::InvalidLength
+        );
+        let EventParam::Conn(mut c) = request(0, 1) else {
+            unreachable!()
+        };
+        c.private_data.truncate(8);
+        assert_eq!(
+            check_request(&EventParam::Conn(c)).unwrap_err(),
+            RejectStatus::InvalidLength
+        );
+    }
+
+    #[test]
+    fn slots_follow_the_depth_and_the_staging_budget() {
+        assert_eq!(slots_for(32, 128 << 10), MAX_IN_FLIGHT);
+        assert_eq!(slots_for(4, 4096), 4);
+        assert_eq!(slots_for(1, 4096), 1);
+        // 4 MiB transfers: two slots fit the 8 MiB budget.
+        assert_eq!(slots_for(32, 4 << 20), 2);
+        assert_eq!(slots_for(32, 16 << 20), 2);
     }
 }

@@ -1180,10 +1180,11 @@ fn fmt_mac(m: &[u8; 6]) -> String {
 
 /// The appliance: the guest serves a RAM namespace as an NVMe-oF target on RDMA (the
 /// `nvmf-target` scenario: every queue from one polling loop), and our host (nvmf-rdma's, on
-/// an emulated NIC on the UDP fabric) connects the admin queue and an I/O queue, identifies,
-/// writes a pattern (keyed and in-capsule), reads it back with the data checked, flushes,
-/// gets the target's NVMe status for a read past the namespace's end, and disconnects; the
-/// guest reports both queues closed cleanly, tears its stack down and passes.
+/// an emulated NIC on the UDP fabric) connects the admin queue and two I/O queues,
+/// identifies, writes a pattern (keyed and in-capsule), reads it back on the other queue
+/// with the data checked, flushes, gets the target's NVMe status for a read past the
+/// namespace's end, and disconnects; the guest reports every queue closed cleanly, tears its
+/// stack down and passes.
 #[test]
 fn unikernel_nvmf_target_serves_our_host() {
     use nvmf::host::{ConnectParams, HostError};
@@ -1212,7 +1213,7 @@ fn unikernel_nvmf_target_serves_our_host() {
     let mut vm = Vm::boot(
         Some(&shm),
         &format!(
-            "scenario=nvmf-target ip={guest_ip} peer={host_ip} peer_mac={} queues=2 ns_mib={NS_MIB}",
+            "scenario=nvmf-target ip={guest_ip} peer={host_ip} peer_mac={} queues=3 ns_mib={NS_MIB}",
             fmt_mac(&host_mac)
         ),
     );
@@ -1248,31 +1249,36 @@ fn unikernel_nvmf_target_serves_our_host() {
         assert_eq!((ctrl.cntlid, ctrl.subnqn.as_str()), (cntlid, SUBNQN));
         let ns = admin.identify_namespace(1).map_err(e("identify ns"))?;
         assert_eq!((ns.nsze, ns.lbads), ((NS_MIB << 20) / 512, 9));
-        assert_eq!(admin.set_num_queues(1).map_err(e("set features"))?, 1);
+        assert_eq!(admin.set_num_queues(2).map_err(e("set features"))?, 2);
         admin.keep_alive().map_err(e("keep alive"))?;
 
-        let mut io = connect_queue(
-            &ep,
-            dst,
-            QueueConfig {
-                qid: 1,
-                depth: 16,
-                slot_size: 64 * 1024,
-                inline: 4096,
-            },
-        )
-        .map_err(|err| format!("I/O queue: {err}"))?;
-        assert_eq!(
-            io.connect(&params, cntlid).map_err(e("connect io"))?,
-            cntlid
-        );
-        // Keyed (RDMA READ by the target) and in-capsule writes, read back (RDMA WRITE).
+        // Two I/O queues open at once (the guest's one loop serves all three).
+        let mut ios = Vec::new();
+        for qid in 1..=2 {
+            let mut q = connect_queue(
+                &ep,
+                dst,
+                QueueConfig {
+                    qid,
+                    depth: 16,
+                    slot_size: 64 * 1024,
+                    inline: 4096,
+                },
+            )
+            .map_err(|err| format!("I/O queue {qid}: {err}"))?;
+            assert_eq!(q.connect(&params, cntlid).map_err(e("connect io"))?, cntlid);
+            ios.push(q);
+        }
+        let mut io2 = ios.pop().unwrap();
+        let mut io = ios.pop().unwrap();
+        // Keyed (RDMA READ by the target) and in-capsule writes, read back (RDMA WRITE) on
+        // the other queue.
         let big = pattern(9, 64 * 1024);
         let small = pattern(10, 2048);
         io.write(1, 0, 512, &big).map_err(e("write 64 KiB"))?;
-        io.write(1, 1000, 512, &small).map_err(e("write 2 KiB"))?;
+        io2.write(1, 1000, 512, &small).map_err(e("write 2 KiB"))?;
         let mut got = vec![0u8; big.len()];
-        io.read(1, 0, 512, &mut got).map_err(e("read 64 KiB"))?;
+        io2.read(1, 0, 512, &mut got).map_err(e("read 64 KiB"))?;
         assert!(got == big, "64 KiB read back: wrong data");
         let mut got = vec![0u8; small.len()];
         io.read(1, 1000, 512, &mut got).map_err(e("read 2 KiB"))?;
@@ -1289,9 +1295,11 @@ fn unikernel_nvmf_target_serves_our_host() {
             other => return Err(format!("read past the end: {other:?}")),
         }
         admin.keep_alive().map_err(e("keep alive"))?;
-        // The I/O queue leaves with a Fabrics Disconnect, the admin queue after a shutdown.
+        // I/O queue 1 leaves with a Fabrics Disconnect, queue 2 with the CM disconnect only,
+        // the admin queue after a shutdown.
         io.disconnect().map_err(e("disconnect io"))?;
         io.transport.close();
+        io2.transport.close();
         admin.shutdown().map_err(e("shutdown"))?;
         admin.transport.close();
         Ok(())
@@ -1303,6 +1311,8 @@ fn unikernel_nvmf_target_serves_our_host() {
         "UK: nvmf: queue 0 accepted",
         "UK: nvmf: queue 1 accepted",
         "UK: nvmf: queue 1 closed",
+        "UK: nvmf: queue 2 accepted",
+        "UK: nvmf: queue 2 closed",
         "UK: nvmf: queue 0 closed",
         "UK: nvmf target served ",
         "(0 requests rejected, 0 queues failed",

@@ -14,6 +14,7 @@ use crate::Cm;
 use crate::addr::{AddrInfo, PortSpace, RaiFlags};
 use crate::config::{CmConfig, CmStats};
 use crate::device::{CmPd, Dev, DeviceId, DeviceInfo, Neighbor, PdRec, guid_of};
+use crate::dgram::Dgram;
 use crate::error::Error;
 use crate::event::{Chan, CmEvent, EventChannel, EventRec, EventType};
 use crate::gsi::Gsi;
@@ -147,6 +148,14 @@ impl<P: Provider> Cm<P> {
     /// GSI QP already (the device allows one per port: EAGAIN from the mlx5 provider). The
     /// device is entered in the neighbour table. The MAD buffers come from the provider
     /// ([`Provider::alloc_buf`]). On failure the provider is handed back.
+    ///
+    /// A device whose port's link layer is unspecified (EFA: no QP1, no Ethernet; `mac` is
+    /// not used) gets the datagram transport instead: the manager creates a UD QP of its own
+    /// (Q_Key [`mad::DGRAM_CM_QKEY`](crate::mad::DGRAM_CM_QKEY)), which must be the first QP
+    /// made on the device, since peers reach their managers at the QP number every manager's
+    /// first QP gets ([`DeviceInfo::cm_qpn`]). Its ids serve the UDP port space with UD and
+    /// SRD QPs; connected (RC) ids fail as librdmacm's do on a device without a CM
+    /// (`docs/cm.md#the-connection-manager-on-efa`).
     pub fn add_device(&self, provider: P, mac: [u8; 6]) -> Result<DeviceId, (Error, P)> {
         let gid = match provider.query_gid(1, 0) {
             Ok(g) => g,
@@ -155,22 +164,30 @@ impl<P: Provider> Cm<P> {
         let Some(ip) = gid.ipv4().map(core::net::Ipv4Addr::from) else {
             return Err((Error::NoDevice, provider));
         };
-        let mtu = match provider.query_port(1) {
-            Ok(p) => p.active_mtu,
+        let (mtu, link_layer) = match provider.query_port(1) {
+            Ok(p) => (p.active_mtu, p.link_layer),
             Err(e) => return Err((e.into(), provider)),
         };
         // librdmacm's per-device limits (it casts them to 8 bits; they saturate here)
-        let (max_responder_resources, max_initiator_depth) = match provider.query_device() {
+        let (max_responder_resources, max_initiator_depth, max_wr) = match provider.query_device() {
             Ok(a) => (
                 u8::try_from(a.max_qp_rd_atom).unwrap_or(u8::MAX),
                 u8::try_from(a.max_qp_init_rd_atom).unwrap_or(u8::MAX),
+                u16::try_from(a.max_qp_wr).unwrap_or(u16::MAX),
             ),
             Err(e) => return Err((e.into(), provider)),
         };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
-        let gsi = match Gsi::create(&provider, rs, ss) {
-            Ok(g) => g,
-            Err(e) => return Err((e, provider)),
+        let transport = if link_layer == verbs::LinkLayer::Unspecified {
+            match Dgram::create(&provider, rs.min(max_wr), ss.min(max_wr), ip, gid) {
+                Ok(g) => DevTransport::Dgram(g),
+                Err(e) => return Err((e, provider)),
+            }
+        } else {
+            match Gsi::create(&provider, rs, ss) {
+                Ok(g) => DevTransport::Mad(g),
+                Err(e) => return Err((e, provider)),
+            }
         };
         Ok(self.with_state(|st| {
             let agent = st.rng.next() as u32;
@@ -188,7 +205,7 @@ impl<P: Provider> Cm<P> {
                 default_pd: None,
                 refcnt: 0,
                 held_cqs: Vec::new(),
-                transport: Some(DevTransport::Mad(gsi)),
+                transport: Some(transport),
                 async_events: Default::default(),
                 resolver: None,
             });

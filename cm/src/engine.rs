@@ -115,6 +115,11 @@ impl<P: Provider> State<P> {
     }
 
     fn on_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &Req) {
+        // a device without the IB CM (EFA) has no connections: a REQ is a stranger's
+        if !self.ib_cm(d) {
+            self.stats.bad_mads += 1;
+            return;
+        }
         let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
@@ -569,7 +574,7 @@ impl<P: Provider> State<P> {
                 && s.conn.remote_comm_id == r.request_id
                 && s.conn.peer.ip == src
                 && s.conn.sidr_service_id == r.service_id
-                && s.qp_type == verbs::QpType::Ud
+                && crate::qp::datagram(s.qp_type)
         }) {
             self.resend_reply(k);
             return;
@@ -611,7 +616,7 @@ impl<P: Provider> State<P> {
             return status_rep(self, sidr_status::REJECT);
         };
         let Some(ls) = self.ids.get(l) else { return };
-        if ls.qp_type != verbs::QpType::Ud {
+        if !crate::qp::datagram(ls.qp_type) {
             return status_rep(self, sidr_status::UNSUPPORTED);
         }
         if ls.queued_requests >= ls.backlog {
@@ -661,7 +666,7 @@ impl<P: Provider> State<P> {
             s.conn.active
                 && s.dev == Some(d)
                 && s.fsm == Fsm::ReqSent
-                && s.qp_type == verbs::QpType::Ud
+                && crate::qp::datagram(s.qp_type)
                 && s.conn.local_comm_id == r.request_id
         }) else {
             return;
@@ -750,6 +755,11 @@ impl<P: Provider> State<P> {
         let deadline = s.addr_deadline;
         let has_ref = s.has_dev_ref;
         let mut known = self.neighbor(*dst.ip());
+        // a device without Ethernet (EFA) has nothing to resolve: the peer's device address
+        // is its IPv4-mapped GID (`docs/cm.md#the-connection-manager-on-efa`)
+        if known.is_none() && !self.ib_cm(d) {
+            known = Some(crate::device::Neighbor { mac: [0; 6] });
+        }
         if known.is_none()
             && let Some(r) = self.devs.get(d).and_then(|x| x.resolver.clone())
         {

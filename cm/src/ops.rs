@@ -42,6 +42,8 @@ impl<P: Provider> State<P> {
         }
         let qp_type = match ps {
             PortSpace::TCP => QpType::Rc,
+            // SRD is a datagram type of the UDP port space (EFA's; an extension of ours)
+            PortSpace::UDP if qp_type == QpType::Srd => QpType::Srd,
             PortSpace::UDP | PortSpace::IPOIB => QpType::Ud,
             _ => qp_type,
         };
@@ -104,6 +106,11 @@ impl<P: Provider> State<P> {
         let (Some(d), Some(src), Some(dst), Some(nb)) = (s.dev, s.src, s.dst, s.peer) else {
             return Err(Error::InvalidArgument);
         };
+        // no IB CM on the device (EFA): the kernel's `rdma_resolve_route` gives ENOSYS; our
+        // datagram transport serves datagram ids
+        if !crate::qp::datagram(s.qp_type) && !self.ib_cm(d) {
+            return Err(Error::NotImplemented);
+        }
         let (tos, ack) = (s.tos, s.ack_timeout);
         let mut route = self
             .synth_route(d, *dst.ip(), nb.mac, src.port(), dst.port())
@@ -132,6 +139,14 @@ impl<P: Provider> State<P> {
         let s = self.ids.get(k).ok_or(Error::InvalidArgument)?;
         if s.fsm != Fsm::AddrBound {
             return Err(Error::InvalidArgument);
+        }
+        // bound to a device without IB CM (EFA): the kernel's `rdma_listen` gives ENOSYS for
+        // a connected id (a wildcard listener skips such devices)
+        if let Some(d) = s.dev
+            && !crate::qp::datagram(s.qp_type)
+            && !self.ib_cm(d)
+        {
+            return Err(Error::NotImplemented);
         }
         // REUSEADDR lets ids share a port, not listen on a shared one (`cma_bind_listen`)
         if s.reuseaddr
@@ -200,8 +215,10 @@ impl<P: Provider> State<P> {
         if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type || attr.qp_type == QpType::Gsi {
             return Err(Error::InvalidArgument);
         }
-        // The manager brings up RC and UD QPs only (SRD, EFA's, has no rdma_cm).
-        if !matches!(attr.qp_type, QpType::Rc | QpType::Ud) {
+        // The manager brings up RC, UD and SRD QPs; whether the device has the type is the
+        // provider's answer (EFA: RC is EOPNOTSUPP, as rdma-core's efa provider and the
+        // kernel's efa driver answer `ibv_create_qp`; mlx5: SRD is EOPNOTSUPP).
+        if !matches!(attr.qp_type, QpType::Rc | QpType::Ud | QpType::Srd) {
             return Err(Error::NotSupported);
         }
         let passive_req = s.fsm == Fsm::ReqRcvd;
@@ -213,8 +230,14 @@ impl<P: Provider> State<P> {
             if !want || n == 0 {
                 return Ok(None);
             }
+            // A provider without completion channels (EFA's): the CQ has none, and
+            // `get_*_comp` polls
             let channel = if with_channel {
-                Some(p.create_comp_channel()?)
+                match p.create_comp_channel() {
+                    Ok(c) => Some(c),
+                    Err(verbs::Error::NotSupported) => None,
+                    Err(e) => return Err(e.into()),
+                }
             } else {
                 None
             };
@@ -290,10 +313,10 @@ impl<P: Provider> State<P> {
             }
         };
         let init = match attr.qp_type {
-            QpType::Ud => qp_init(
+            QpType::Ud | QpType::Srd => qp_init(
                 p,
                 &mut qp,
-                QpType::Ud,
+                attr.qp_type,
                 verbs::AccessFlags::empty(),
                 RDMA_UDP_QKEY,
             ),
@@ -513,7 +536,7 @@ impl<P: Provider> State<P> {
         if s.fsm != Fsm::RouteResolved {
             return Err(Error::InvalidArgument);
         }
-        let ud = s.qp_type == QpType::Ud;
+        let ud = crate::qp::datagram(s.qp_type);
         let limit = if ud {
             limits::SIDR_CONNECT
         } else {
@@ -527,6 +550,10 @@ impl<P: Provider> State<P> {
         else {
             return Err(Error::InvalidArgument);
         };
+        // the kernel's `rdma_connect` on a device with neither IB CM nor iWARP CM: ENOSYS
+        if !ud && !self.ib_cm(d) {
+            return Err(Error::NotImplemented);
+        }
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
@@ -661,7 +688,7 @@ impl<P: Provider> State<P> {
         };
         let d = s.dev.ok_or(Error::InvalidArgument)?;
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
-        if s.qp_type == QpType::Ud {
+        if crate::qp::datagram(s.qp_type) {
             if user_pd.len() > limits::SIDR_REP {
                 return Err(Error::InvalidArgument);
             }
@@ -757,7 +784,7 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
-        let msg = if s.qp_type == QpType::Ud {
+        let msg = if crate::qp::datagram(s.qp_type) {
             if private_data.len() > limits::SIDR_REP {
                 return Err(Error::InvalidArgument);
             }
@@ -803,7 +830,7 @@ impl<P: Provider> State<P> {
         }
         // A UD id has no connection: no DREQ or DREP (the kernel's `ib_send_cm_dreq` and
         // `ib_send_cm_drep` refuse its SIDR id, and `rdma_disconnect` returns 0).
-        if s.qp_type == QpType::Ud {
+        if crate::qp::datagram(s.qp_type) {
             return Ok(());
         }
         let c = &s.conn;
@@ -899,7 +926,7 @@ impl<P: Provider> State<P> {
     pub(crate) fn teardown(&mut self, k: Key) {
         let Some(s) = self.ids.get(k) else { return };
         let fsm = s.fsm;
-        let ud = s.qp_type == QpType::Ud;
+        let ud = crate::qp::datagram(s.qp_type);
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
         let d = s.dev;
         match fsm {

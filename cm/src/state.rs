@@ -159,7 +159,12 @@ impl<P: Provider> State<P> {
     /// message that asked is dropped, and its retransmission finds the answer, as a kernel's
     /// CM resolves the sender of a REQ).
     pub(crate) fn peer(&mut self, d: Key, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
+        let no_link = !self.ib_cm(d);
         let known = self.neighbor(ip).or_else(|| {
+            // a device without Ethernet (EFA): no link address to resolve
+            if no_link {
+                return Some(Neighbor { mac: [0; 6] });
+            }
             let r = self.devs.get(d)?.resolver.clone()?;
             let nb = r.resolve_neighbor(ip).ok()??;
             self.set_neighbor(ip, nb);
@@ -170,6 +175,18 @@ impl<P: Provider> State<P> {
             mac: nb.mac,
             qpn,
         })
+    }
+
+    /// Whether device `d` has the IB CM on QP1 (the MAD transport). A device with the
+    /// datagram transport (EFA) has neither the IB CM nor iWARP's: as on Linux, its ids can
+    /// resolve addresses but connected (RC) ids cannot resolve routes, listen or connect
+    /// (ENOSYS, the kernel rdma_cm's answer for such a device in `rdma_resolve_route`,
+    /// `rdma_listen` and `rdma_connect`).
+    pub(crate) fn ib_cm(&self, d: Key) -> bool {
+        self.devs
+            .get(d)
+            .and_then(|x| x.transport.as_ref())
+            .is_none_or(|t| t.ib_cm())
     }
 
     pub(crate) fn dev_ips(&self) -> Vec<Ipv4Addr> {

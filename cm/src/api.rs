@@ -149,7 +149,7 @@ impl<P: Provider> Cm<P> {
     /// device is entered in the neighbour table. The MAD buffers come from the provider
     /// ([`Provider::alloc_buf`]). On failure the provider is handed back.
     ///
-    /// A device whose port's link layer is unspecified (EFA: no QP1, no Ethernet; `mac` is
+    /// A device without QP1 (its provider refuses a GSI QP with EOPNOTSUPP: EFA; `mac` is
     /// not used) gets the datagram transport instead: the manager creates a UD QP of its own
     /// (Q_Key [`mad::DGRAM_CM_QKEY`](crate::mad::DGRAM_CM_QKEY)), which must be the first QP
     /// made on the device, since peers reach their managers at the QP number every manager's
@@ -164,8 +164,8 @@ impl<P: Provider> Cm<P> {
         let Some(ip) = gid.ipv4().map(core::net::Ipv4Addr::from) else {
             return Err((Error::NoDevice, provider));
         };
-        let (mtu, link_layer) = match provider.query_port(1) {
-            Ok(p) => (p.active_mtu, p.link_layer),
+        let mtu = match provider.query_port(1) {
+            Ok(p) => p.active_mtu,
             Err(e) => return Err((e.into(), provider)),
         };
         // librdmacm's per-device limits (it casts them to 8 bits; they saturate here)
@@ -178,16 +178,16 @@ impl<P: Provider> Cm<P> {
             Err(e) => return Err((e.into(), provider)),
         };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
-        let transport = if link_layer == verbs::LinkLayer::Unspecified {
-            match Dgram::create(&provider, rs.min(max_wr), ss.min(max_wr), ip, gid) {
-                Ok(g) => DevTransport::Dgram(g),
-                Err(e) => return Err((e, provider)),
+        let transport = match Gsi::create(&provider, rs, ss) {
+            Ok(g) => DevTransport::Mad(g),
+            // no QP1 on this device (EFA's provider refuses the GSI type)
+            Err(Error::NotSupported) => {
+                match Dgram::create(&provider, rs.min(max_wr), ss.min(max_wr), ip, gid) {
+                    Ok(g) => DevTransport::Dgram(g),
+                    Err(e) => return Err((e, provider)),
+                }
             }
-        } else {
-            match Gsi::create(&provider, rs, ss) {
-                Ok(g) => DevTransport::Mad(g),
-                Err(e) => return Err((e, provider)),
-            }
+            Err(e) => return Err((e, provider)),
         };
         Ok(self.with_state(|st| {
             let agent = st.rng.next() as u32;

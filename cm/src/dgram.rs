@@ -69,3 +69,32 @@ impl<P: Provider> Transport<P> for Dgram<P> {
         self.0.destroy(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::mad::{DGRAM_HEADER_SIZE, DgramHeader};
+
+    #[test]
+    fn the_header_round_trips_and_refuses_strangers() {
+        let h = DgramHeader {
+            ip: core::net::Ipv4Addr::new(127, 0, 0, 2),
+            qpn: 0x12_3456,
+            gid: [7; 16],
+        };
+        let b = h.encode();
+        assert_eq!(b.len(), DGRAM_HEADER_SIZE);
+        assert_eq!(&b[..5], b"EFCM\x01");
+        assert_eq!(&b[8..16], &[127, 0, 0, 2, 0, 0x12, 0x34, 0x56]);
+        assert_eq!(DgramHeader::decode(&b), Some(h));
+        assert_eq!(DgramHeader::decode(&b[..31]), None);
+        let mut bad = b;
+        bad[0] ^= 1;
+        assert_eq!(DgramHeader::decode(&bad), None);
+        let mut bad = b;
+        bad[4] = 2;
+        assert_eq!(DgramHeader::decode(&bad), None);
+        let mut bad = b;
+        bad[12] = 1;
+        assert_eq!(DgramHeader::decode(&bad), None, "a QPN wider than 24 bits");
+    }
+}

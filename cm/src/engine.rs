@@ -40,7 +40,7 @@ impl<P: Provider> State<P> {
             CmMessage::Mra(r) => self.on_mra(d, r),
             CmMessage::Dreq(r) => self.on_dreq(d, src, src_qp, mad.tid, r),
             CmMessage::Drep(r) => self.on_drep(d, r),
-            CmMessage::SidrReq(r) => self.on_sidr_req(d, src, src_qp, mad.tid, r),
+            CmMessage::SidrReq(r) => self.on_sidr_req(d, src, src_qp, mad.tid, mad.attr_mod, r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(d, r),
         }
     }
@@ -563,7 +563,15 @@ impl<P: Provider> State<P> {
         }
     }
 
-    fn on_sidr_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &SidrReq) {
+    fn on_sidr_req(
+        &mut self,
+        d: Key,
+        src: Ipv4Addr,
+        src_qp: u32,
+        tid: u64,
+        attr_mod: u32,
+        r: &SidrReq,
+    ) {
         let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
@@ -642,15 +650,27 @@ impl<P: Provider> State<P> {
             c.tid = tid;
             c.peer = peer;
             c.sidr_service_id = r.service_id;
+            // an SRD peer's QP (its SIDR_REQ's attribute modifier)
+            c.remote_qpn = if s.qp_type == verbs::QpType::Srd {
+                attr_mod & 0xFF_FFFF
+            } else {
+                0
+            };
         }
+        let peer_qpn = self.ids.get(k).map_or(0, |s| s.conn.remote_qpn);
         if let Some(ls) = self.ids.get_mut(l) {
             ls.queued_requests += 1;
         }
         let data = UdData {
             private_data: r.private_data[limits::CMA_HEADER..].to_vec(),
             ah_attr: route.ah_attr(),
-            qp_num: 0,
-            qkey: 0,
+            // SRD: the active side's QP (UD: unknown, 0, as librdmacm)
+            qp_num: peer_qpn,
+            qkey: if peer_qpn != 0 {
+                crate::config::RDMA_UDP_QKEY
+            } else {
+                0
+            },
         };
         self.push_event(
             k,
@@ -681,6 +701,9 @@ impl<P: Provider> State<P> {
         };
         if r.status == sidr_status::SUCCESS {
             s.fsm = Fsm::Established;
+            if s.qp_type == verbs::QpType::Srd {
+                self.set_srd_peer(k, r.qpn & 0xFF_FFFF, r.qkey);
+            }
             self.push_event(k, EventType::Established, 0, EventParam::Ud(data), None);
         } else {
             s.fsm = Fsm::Closed;

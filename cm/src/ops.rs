@@ -362,12 +362,36 @@ impl<P: Provider> State<P> {
                 send_cq: send_auto,
                 recv_cq: recv_auto,
                 user,
+                peer: None,
             });
             drop(path);
             s.qp = Some(rec);
             s.pd = Some(pdk);
         }
         Ok(())
+    }
+
+    /// An SRD id's peer (QP `qpn` with `qkey` on its route's address), where the
+    /// `rdma_verbs.h` helpers send work requests that name no destination: an AH on the
+    /// QP's PD (a failure leaves the id without one; the application can still name its own).
+    pub(crate) fn set_srd_peer(&mut self, k: Key, qpn: u32, qkey: u32) {
+        let Some(s) = self.ids.get(k) else { return };
+        let (Some(d), Some(rec), Some(route)) = (s.dev, s.qp, s.route) else {
+            return;
+        };
+        let Some(dev) = self.devs.get(d) else { return };
+        let Some(pd) = dev.pds.get(rec.pd) else {
+            return;
+        };
+        let p = &*dev.provider;
+        let mut path = s.path.lock();
+        let Some(q) = path.qp.as_mut() else { return };
+        if let Some(old) = q.peer.take() {
+            let _ = p.destroy_ah(old.ah);
+        }
+        if let Ok(ah) = p.create_ah(&pd.pd, &route.ah_attr()) {
+            q.peer = Some(crate::resources::PeerDest { ah, qpn, qkey });
+        }
     }
 
     /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels (waiting for a post
@@ -385,6 +409,7 @@ impl<P: Provider> State<P> {
             send_cq,
             recv_cq,
             user,
+            peer,
         } = q;
         if let Err(e) = p.destroy_qp(qp) {
             if let Some(qp) = e.object {
@@ -393,11 +418,15 @@ impl<P: Provider> State<P> {
                     send_cq,
                     recv_cq,
                     user,
+                    peer,
                 });
             }
             return Err(e.error.into());
         }
         drop(path);
+        if let Some(d) = peer {
+            let _ = p.destroy_ah(d.ah);
+        }
         s.qp = None;
         // The caller's CQs and SRQ: released, not destroyed.
         drop(user);
@@ -537,6 +566,7 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         let ud = crate::qp::datagram(s.qp_type);
+        let s_type = s.qp_type;
         let limit = if ud {
             limits::SIDR_CONNECT
         } else {
@@ -646,7 +676,17 @@ impl<P: Provider> State<P> {
             qpn: cm_qpn,
         };
         let timeout = self.cm_timeout_ns(cfg.cm_response_timeout);
-        self.send_for(k, tid, msg, Some((timeout, cfg.max_cm_retries.min(15))));
+        // an SRD id's SIDR_REQ names its QP in the attribute modifier (the IB CM leaves it 0;
+        // SRD exists only on the datagram transport, our own protocol), so that the passive
+        // side knows where its sends go
+        let attr_mod = if s_type == QpType::Srd { qpn } else { 0 };
+        self.send_for_attr(
+            k,
+            tid,
+            attr_mod,
+            msg,
+            Some((timeout, cfg.max_cm_retries.min(15))),
+        );
         Ok(())
     }
 
@@ -702,8 +742,12 @@ impl<P: Provider> State<P> {
                 additional_info: [0; limits::SIDR_REP_INFO],
                 private_data: padded(user_pd),
             });
+            let (srd, peer_qpn) = (s.qp_type == QpType::Srd, s.conn.remote_qpn);
             if let Some(s) = self.ids.get_mut(k) {
                 s.fsm = Fsm::Established;
+            }
+            if srd && peer_qpn != 0 {
+                self.set_srd_peer(k, peer_qpn, RDMA_UDP_QKEY);
             }
             self.send_for(k, tid, msg, None);
             return Ok(false);

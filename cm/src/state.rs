@@ -362,15 +362,22 @@ impl<P: Provider> State<P> {
     /// Sends `msg` for id `k` to its peer; with `retx`, arms the retransmission timer with
     /// `timeout_ns` and `retries`.
     pub(crate) fn send_for(&mut self, k: Key, tid: u64, msg: CmMessage, retx: Option<(u64, u8)>) {
+        self.send_for_attr(k, tid, 0, msg, retx)
+    }
+
+    /// [`send_for`](Self::send_for) with the MAD header's attribute modifier `attr_mod`.
+    pub(crate) fn send_for_attr(
+        &mut self,
+        k: Key,
+        tid: u64,
+        attr_mod: u32,
+        msg: CmMessage,
+        retx: Option<(u64, u8)>,
+    ) {
         let Some(s) = self.ids.get(k) else { return };
         let Some(d) = s.dev else { return };
         let peer = s.conn.peer;
-        let bytes = CmMad {
-            tid,
-            attr_mod: 0,
-            msg,
-        }
-        .encode();
+        let bytes = CmMad { tid, attr_mod, msg }.encode();
         self.send_to(d, &peer, &bytes);
         let now = self.now;
         if let Some(s) = self.ids.get_mut(k) {

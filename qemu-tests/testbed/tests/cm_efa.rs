@@ -77,14 +77,13 @@ impl Setup {
             let p = self.cm.remove_device(n.dev).expect("remove device");
             p.shutdown().unwrap();
             assert_eq!(n.tb.live(), Default::default());
-            let errors: Vec<DeviceError> = n
-                .tb
-                .device()
-                .errors()
-                .iter()
-                .filter(|e| !matches!(e, DeviceError::DuplicateAh { .. }))
-                .cloned()
-                .collect();
+            let errors: Vec<DeviceError> =
+                n.tb.device()
+                    .errors()
+                    .iter()
+                    .filter(|e| !matches!(e, DeviceError::DuplicateAh { .. }))
+                    .cloned()
+                    .collect();
             assert_eq!(errors, vec![]);
         }
     }
@@ -161,12 +160,7 @@ fn buf(id: &Id, len: usize) -> Buf {
 /// The client connects with `hello`, the server accepts with `welcome`; returns (listener,
 /// client, server side, the client's ESTABLISHED parameters). The server side has a receive
 /// of 64 bytes posted (wr_id 5) before it accepts.
-fn connect(
-    s: &Setup,
-    qp_type: QpType,
-    hello: &[u8],
-    welcome: &[u8],
-) -> (Id, Id, Id, UdData, Buf) {
+fn connect(s: &Setup, qp_type: QpType, hello: &[u8], welcome: &[u8]) -> (Id, Id, Id, UdData, Buf) {
     let listen = listener(s, qp_type);
     let client = client(s, qp_type);
     let ch = s.cm.create_event_channel().unwrap();
@@ -515,5 +509,95 @@ fn connected_ids_get_librdmacm_errnos_on_efa() {
     assert_eq!(Error::NotSupported.errno(), 95);
     assert_eq!(id.resolve_route(2000), Err(Error::NotImplemented));
     drop(id);
+    s.teardown();
+}
+
+#[test]
+fn srd_ids_post_through_the_helpers_to_their_resolved_peer_both_ways() {
+    let s = setup(8);
+    let listen = listener(&s, QpType::Srd);
+    let client = client(&s, QpType::Srd);
+    let ch = s.cm.create_event_channel().unwrap();
+    client.migrate_id(Some(&ch)).unwrap();
+    client.connect(None).unwrap();
+    let conn = listen.get_request().unwrap();
+    // the request names the active side's QP (SRD only)
+    let req = conn.event().unwrap();
+    let EventParam::Ud(ud) = &req.param else {
+        panic!("{req:?}")
+    };
+    assert_eq!(ud.qp_num, client.qp_num().unwrap());
+    assert_eq!(ud.qkey, cm::RDMA_UDP_QKEY);
+    let sbuf = buf(&conn, 4096);
+    let cbuf = buf(&client, 4096);
+    conn.post_recv(1, sbuf.mem.addr(), 64, &sbuf.mr).unwrap();
+    client
+        .post_recv(2, cbuf.mem.addr() + 2048, 64, &cbuf.mr)
+        .unwrap();
+    conn.accept(None).unwrap();
+    let ev = ch.get_cm_event().unwrap();
+    assert_eq!(ev.event, EventType::Established);
+    drop(ev);
+
+    // client → server: a SEND with no destination goes to the peer
+    cbuf.mem.write(0, b"ping").unwrap();
+    client
+        .post_send(3, cbuf.mem.addr(), 4, &cbuf.mr, SendFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(client.get_send_comp().unwrap().status, WcStatus::Success);
+    let wc = conn.get_recv_comp().unwrap();
+    assert_eq!((wc.wr_id, wc.byte_len), (1, 4));
+    let mut got = [0u8; 4];
+    sbuf.mem.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    // server → client, and an RDMA WRITE and READ of the client's memory by the server
+    let wmem = client.alloc_buf(4096).unwrap();
+    let wmr = client.reg_write(wmem.clone()).unwrap();
+    let rmem = client.alloc_buf(4096).unwrap();
+    let rmr = client.reg_read(rmem.clone()).unwrap();
+    rmem.write(0, b"read me").unwrap();
+    sbuf.mem.write(100, b"pong").unwrap();
+    conn.post_send(4, sbuf.mem.addr() + 100, 4, &sbuf.mr, SendFlags::SIGNALED)
+        .unwrap();
+    assert_eq!(conn.get_send_comp().unwrap().status, WcStatus::Success);
+    let wc = client.get_recv_comp().unwrap();
+    assert_eq!((wc.wr_id, wc.byte_len), (2, 4));
+    cbuf.mem.read(2048, &mut got).unwrap();
+    assert_eq!(&got, b"pong");
+    conn.post_write(
+        5,
+        sbuf.mem.addr() + 100,
+        4,
+        &sbuf.mr,
+        SendFlags::SIGNALED,
+        wmr.addr(),
+        wmr.rkey(),
+    )
+    .unwrap();
+    assert_eq!(conn.get_send_comp().unwrap().status, WcStatus::Success);
+    wmem.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"pong");
+    conn.post_read(
+        6,
+        sbuf.mem.addr() + 200,
+        7,
+        &sbuf.mr,
+        SendFlags::SIGNALED,
+        rmr.addr(),
+        rmr.rkey(),
+    )
+    .unwrap();
+    let wc = conn.get_send_comp().unwrap();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 7));
+    let mut got = [0u8; 7];
+    sbuf.mem.read(200, &mut got).unwrap();
+    assert_eq!(&got, b"read me");
+
+    for mr in [cbuf.mr, wmr, rmr] {
+        client.dereg_mr(mr).unwrap();
+    }
+    conn.dereg_mr(sbuf.mr).unwrap();
+    client.migrate_id(None).unwrap();
+    drop((ch, conn, client, listen));
     s.teardown();
 }

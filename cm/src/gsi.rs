@@ -179,11 +179,9 @@ impl<P: Provider> Gsi<P> {
             framing,
             broken: false,
         };
-        for s in 0..recv_slots {
-            if let Err(e) = g.post_recv(p, s) {
-                g.teardown(p);
-                return Err(e);
-            }
+        if let Err(e) = g.post_all_recvs(p) {
+            g.teardown(p);
+            return Err(e);
         }
         Ok(g)
     }
@@ -443,8 +441,36 @@ impl<P: Provider> Gsi<P> {
             self.framing.qkey(),
         )?;
         self.free_send = (0..self.send_slots).rev().collect();
-        for s in 0..self.recv_slots {
-            self.post_recv(p, s)?;
+        self.post_all_recvs(p)
+    }
+
+    /// Posts every receive slot, a batch of work requests per call (one doorbell each).
+    fn post_all_recvs(&mut self, p: &P) -> Result<(), Error> {
+        const BATCH: u16 = 32;
+        let len = (self.framing.prefix() + mad::MAD_SIZE) as u32;
+        let lkey = self.mr.lkey();
+        let mut first = 0;
+        while first < self.recv_slots {
+            let n = BATCH.min(self.recv_slots - first);
+            let sges: Vec<[Sge; 1]> = (first..first + n)
+                .map(|s| {
+                    [Sge {
+                        addr: self.slot_addr(s as u32),
+                        length: len,
+                        lkey,
+                    }]
+                })
+                .collect();
+            let wrs: Vec<RecvWr<'_>> = sges
+                .iter()
+                .zip(first..)
+                .map(|(sge, s)| RecvWr {
+                    wr_id: s as u64,
+                    sg_list: sge,
+                })
+                .collect();
+            p.post_recv(&mut self.qp, &wrs)?;
+            first += n;
         }
         Ok(())
     }

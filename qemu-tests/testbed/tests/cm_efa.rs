@@ -598,6 +598,14 @@ fn srd_ids_post_through_the_helpers_to_their_resolved_peer_both_ways() {
     }
     conn.dereg_mr(sbuf.mr).unwrap();
     client.migrate_id(None).unwrap();
+    // a synchronous datagram id has no connection and no event to wait for
+    client.disconnect().unwrap();
+    conn.disconnect().unwrap();
+    let q = client
+        .with_verbs(|v| v.provider.query_qp(v.qp.unwrap()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(q.qp_state, verbs::QpState::Err);
     drop((ch, conn, client, listen));
     s.teardown();
 }

@@ -365,6 +365,12 @@ fn report_waits<P: Dev>(id: &CmId<P>, side: &str, o: &Options) {
             if o.events { "event" } else { "poll" },
             id.cm().stats().comp_channel_sleeps
         );
+        let st = id.cm().stats();
+        eprintln!(
+            "rping: {side}: connection manager: {} messages sent ({} retransmitted), {} \
+             received, {} bad",
+            st.mads_sent, st.retransmits, st.mads_received, st.bad_mads
+        );
     }
 }
 

@@ -436,3 +436,72 @@ fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
     let out = rping(&["--device", &device]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// rping on EFA's SRD through the connection manager (`--device efa`: emulated EFAs on the
+/// UDP fabric at 127.0.7.40/.41, fabric port 47060; the service resolved with SIDR on the
+/// manager's datagram transport): server and client processes, 4 KiB pings verified on both
+/// sides, the server ending when the client ends its run.
+#[test]
+fn srd_server_and_client_on_emulated_efas() {
+    let common = [
+        "--device",
+        "efa",
+        "-S",
+        "4096",
+        "-v",
+        "--fabric-port",
+        "47060",
+        "--timeout",
+        "20",
+    ];
+    let srv_args: Vec<&str> = ["-s", "-a", "127.0.7.40"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let (srv, line) = Server::start(&srv_args);
+    assert!(line.contains("listening on 127.0.7.40:7174"), "{line}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rping"))
+        .args([
+            "-c",
+            "-a",
+            "127.0.7.40",
+            "-I",
+            "127.0.7.41",
+            "-V",
+            "-C",
+            "3",
+        ])
+        .args(common)
+        .output()
+        .expect("run the client");
+    let (status, sout, serr) = srv.finish();
+    let cout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{cout}\n{}\nserver:\n{sout}\n{serr}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status.success(), "{sout}\n{serr}");
+    let pings: Vec<&str> = cout
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), 3, "{cout}");
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+    }
+    assert_eq!(
+        cout.lines().last(),
+        Some("rping: client: 3 pings of 4096 bytes, validated")
+    );
+    // the server READ each ping's data from the client's buffer
+    let seen: Vec<&str> = sout
+        .lines()
+        .filter_map(|l| l.strip_prefix("server "))
+        .collect();
+    assert_eq!(seen, pings, "{sout}");
+    assert_eq!(
+        sout.lines().last(),
+        Some("rping: server: 3 pings of 4096 bytes; the client disconnected")
+    );
+}

@@ -82,38 +82,11 @@ impl<P: Provider> CmId<P> {
         }
     }
 
-    /// Posts one work request; on an SRD id whose service resolution completed, one that
-    /// names no destination goes to the peer (EFA's SRD has no connections: every work
-    /// request names one).
+    /// Posts one work request (on an SRD id with a resolved peer, one that names no
+    /// destination goes there: [`DataPath::post_send`]).
     fn post(&self, wr: &SendWr<'_, P::Ah>) -> Result<(), Error> {
-        let mut path = self.path.lock();
-        let crate::resources::IdPath { provider, qp, .. } = &mut *path;
-        let (Some(prov), Some(q)) = (provider.as_deref(), qp.as_mut()) else {
-            return Err(Error::InvalidArgument);
-        };
-        let dest = match (&wr.dest, &q.peer) {
-            (None, Some(d)) => Some(UdDest {
-                ah: &d.ah,
-                remote_qpn: d.qpn,
-                remote_qkey: d.qkey,
-            }),
-            (d, _) => d.as_ref().map(|d| UdDest {
-                ah: d.ah,
-                remote_qpn: d.remote_qpn,
-                remote_qkey: d.remote_qkey,
-            }),
-        };
-        let w = SendWr {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            flags: wr.flags,
-            sg_list: wr.sg_list,
-            inline_data: wr.inline_data,
-            imm_data: wr.imm_data,
-            remote: wr.remote,
-            dest,
-        };
-        prov.post_send(&mut q.qp, core::slice::from_ref(&w))
+        self.dp()
+            .post_send(core::slice::from_ref(wr))
             .map_err(Error::from)
     }
 

@@ -593,6 +593,44 @@ fn srd_ids_post_through_the_helpers_to_their_resolved_peer_both_ways() {
     sbuf.mem.read(200, &mut got).unwrap();
     assert_eq!(&got, b"read me");
 
+    // the id's data path (the thread-per-core posts) likewise, for a batch of two
+    conn.post_recv(9, sbuf.mem.addr() + 300, 64, &sbuf.mr)
+        .unwrap();
+    conn.post_recv(10, sbuf.mem.addr() + 400, 64, &sbuf.mr)
+        .unwrap();
+    cbuf.mem.write(100, b"dp!").unwrap();
+    let sge = [Sge {
+        addr: cbuf.mem.addr() + 100,
+        length: 3,
+        lkey: cbuf.mr.lkey(),
+    }];
+    let wr = |wr_id| SendWr {
+        wr_id,
+        opcode: WrOpcode::Send,
+        flags: SendFlags::SIGNALED,
+        sg_list: &sge,
+        ..SendWr::default()
+    };
+    client
+        .data_path()
+        .unwrap()
+        .post_send(&[wr(11), wr(12)])
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(client.get_send_comp().unwrap().status, WcStatus::Success);
+    }
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let wc = conn.get_recv_comp().unwrap();
+        assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 3));
+        ids.push(wc.wr_id);
+    }
+    ids.sort();
+    assert_eq!(ids, [9, 10]);
+    let mut got = [0u8; 3];
+    sbuf.mem.read(400, &mut got).unwrap();
+    assert_eq!(&got, b"dp!");
+
     for mr in [cbuf.mr, wmr, rmr] {
         client.dereg_mr(mr).unwrap();
     }

@@ -178,7 +178,7 @@ fn connect(s: &Setup, qp_type: QpType, hello: &[u8], welcome: &[u8]) -> (Id, Id,
     };
     assert_eq!(ud.private_data.len(), 180);
     assert_eq!(&ud.private_data[..hello.len()], hello);
-    assert_eq!(conn.qp_num().is_some(), true);
+    assert!(conn.qp_num().is_some());
     let rbuf = buf(&conn, 4096);
     conn.post_recv(5, rbuf.mem.addr(), 64, &rbuf.mr).unwrap();
     conn.accept(Some(&ConnParam {

@@ -393,7 +393,7 @@ fn an_ethernet_client_without_a_peer_fails_arp() {
 #[test]
 fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
     // A VFIO function no machine has, as server and as client: the first check that fails
-    // names what to fix; EFA: this build has no provider. Nothing is pinged.
+    // names what to fix; an EFA by name: not opened that way. Nothing is pinged.
     let bdf = "0000:ff:1f.7";
     let device = format!("vfio:{bdf}");
     let vfio_want = if std::path::Path::new("/dev/vfio/vfio").exists() {
@@ -419,8 +419,8 @@ fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
             vfio_want.as_str(),
         ),
         (
-            vec!["-s", "-a", "127.0.9.2", "--device", "efa"],
-            "efa: not available: this build has no EFA provider",
+            vec!["-s", "-a", "127.0.9.2", "--device", "efa:rdmap0s6"],
+            "efa:rdmap0s6: not available",
         ),
     ] {
         let out = rping(&args);

@@ -1066,6 +1066,33 @@ fn unikernel_reports_a_page_fault() {
 
 /// The loopback scenario: bring-up, a CM connection with both ends in the guest on one
 /// thread, SEND, RDMA WRITE and RDMA READ with the data checked, disconnect, teardown.
+/// The EFA at the unikernel level: `nic-emud --family efa` behind `ivshmem-plain`; the image
+/// finds the EFA through the identity page, probes the EFA driver, and sends to itself on an
+/// SRD and a UD QP and RDMA-READs its own buffer, every completion and byte checked.
+#[test]
+fn unikernel_efa_loopback_srd_ud_and_read() {
+    let shm = Shm::new("efa-loop");
+    let ip = Ipv4Addr::new(127, 0, 5, 12);
+    let emud = Emud::start(&shm, ip, 45012, &["--family", "efa"]);
+    let vm = Vm::boot(Some(&shm), &format!("scenario=efa-loopback ip={ip}"));
+    let e = vm.wait();
+    assert_eq!(e.code, Some(EXIT_PASS), "{}", e.text());
+    for needle in [
+        "UK: NIC 1af4:1110",
+        "UK: EFA 1d0f:efa1 behind ivshmem",
+        "UK: EFA bring-up ok",
+        "UK: EFA Srd SEND 3 x 6000 bytes to itself ok, data checked",
+        "UK: EFA RDMA READ 6000 bytes from itself ok, data checked",
+        "UK: EFA Ud SEND 3 x 1000 bytes to itself ok, data checked",
+        "UK: teardown complete, all DMA memory returned",
+        "RESULT PASS efa-loopback",
+    ] {
+        assert!(e.has(needle), "missing {needle:?}:\n{}", e.text());
+    }
+    let err = emud.finish_clean();
+    assert!(err.contains("srd_delivered: 3"), "{err}");
+}
+
 #[test]
 fn unikernel_loopback_send_write_read() {
     let shm = Shm::new("loop");

@@ -294,6 +294,32 @@ impl<P: Provider> Cm<P> {
         self.with_state(|st| st.set_neighbor(ip, n));
     }
 
+    /// Names the device address (GID) of the peer at `ip` on device `dev`, a device with the
+    /// datagram transport (EFA), whose GIDs are not derived from IPv4 addresses (real EFAs
+    /// have `fe80::` GIDs): routes to `ip` and the manager's messages use it. Without an
+    /// entry the peer's IPv4-mapped GID is used, until a datagram from the peer names its own.
+    /// ENODEV for an unknown device, EINVAL for a device with the IB CM (RoCE: the GID is the
+    /// IPv4-mapped address).
+    pub fn set_peer_gid(
+        &self,
+        dev: DeviceId,
+        ip: core::net::Ipv4Addr,
+        gid: verbs::Gid,
+    ) -> Result<(), Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            if x.transport
+                .as_mut()
+                .is_some_and(|t| t.set_peer_gid(ip, gid))
+            {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument)
+            }
+        })
+    }
+
     /// What the neighbour table knows of `ip` (a device's own address included): the MAC a
     /// reply to a sender at `ip` goes to, say a UD server's address handle built from a
     /// received datagram ([`verbs::init_ah_from_wc`]).

@@ -39,6 +39,18 @@ impl<P: Provider> Dgram<P> {
     }
 }
 
+impl<P: Provider> Dgram<P> {
+    /// The device address known for the peer at `ip`.
+    pub(crate) fn peer_gid(&self, ip: core::net::Ipv4Addr) -> Option<Gid> {
+        self.0.peer_gid(ip)
+    }
+
+    /// Records the device address of the peer at `ip`.
+    pub(crate) fn set_peer_gid(&mut self, ip: core::net::Ipv4Addr, gid: Gid) {
+        self.0.set_peer_gid(ip, gid)
+    }
+}
+
 impl<P: Provider> Transport<P> for Dgram<P> {
     fn local_endpoint(&self) -> u32 {
         self.0.local_endpoint()

@@ -727,9 +727,15 @@ impl<P: Provider> State<P> {
         dport: u16,
     ) -> Option<Route> {
         let dev = self.devs.get(d)?;
+        // the datagram transport (EFA) may know the peer's device address
+        let dgid = dev
+            .transport
+            .as_ref()
+            .and_then(|t| t.peer_gid(dst))
+            .unwrap_or(Gid::from_ipv4(dst.octets()));
         Some(Route {
             sgid: dev.gid,
-            dgid: Gid::from_ipv4(dst.octets()),
+            dgid,
             dmac,
             mtu: dev.mtu,
             hop_limit: self.cfg.hop_limit,

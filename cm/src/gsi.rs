@@ -186,6 +186,26 @@ impl<P: Provider> Gsi<P> {
         Ok(g)
     }
 
+    /// The device address known for a peer's `ip` (the datagram transport: given, or from
+    /// the peer's header).
+    pub(crate) fn peer_gid(&self, ip: Ipv4Addr) -> Option<Gid> {
+        self.gids.iter().find(|(i, _)| *i == ip).map(|(_, g)| *g)
+    }
+
+    /// Records `gid` as the device address of the peer at `ip` (the oldest entry goes when
+    /// the table is full).
+    pub(crate) fn set_peer_gid(&mut self, ip: Ipv4Addr, gid: Gid) {
+        match self.gids.iter_mut().find(|(i, _)| *i == ip) {
+            Some(e) => e.1 = gid,
+            None => {
+                if self.gids.len() >= MAX_LEARNT_GIDS {
+                    self.gids.remove(0);
+                }
+                self.gids.push((ip, gid));
+            }
+        }
+    }
+
     fn slot_addr(&self, slot: u32) -> u64 {
         self.buf.addr() + slot as u64 * SLOT as u64
     }
@@ -348,17 +368,7 @@ impl<P: Provider> Gsi<P> {
                     Framing::Header { .. } => match DgramHeader::decode(&m[..pre]) {
                         // the header must name the QP the device says it came from
                         Some(h) if h.qpn == w.src_qp && h.gid != [0; 16] => {
-                            let gid = Gid(h.gid);
-                            match self.gids.iter_mut().find(|(ip, _)| *ip == h.ip) {
-                                Some(e) => e.1 = gid,
-                                None => {
-                                    // bounded: the oldest address learnt goes first
-                                    if self.gids.len() >= MAX_LEARNT_GIDS {
-                                        self.gids.remove(0);
-                                    }
-                                    self.gids.push((h.ip, gid))
-                                }
-                            }
+                            self.set_peer_gid(h.ip, Gid(h.gid));
                             Some(h.ip)
                         }
                         _ => None,

@@ -65,6 +65,26 @@ impl<P: Provider> DevTransport<P> {
     pub(crate) fn ib_cm(&self) -> bool {
         matches!(self, DevTransport::Mad(_))
     }
+
+    /// The device address known for the peer at `ip` (the datagram transport; RoCE peers'
+    /// GIDs come from their IPv4 addresses).
+    pub(crate) fn peer_gid(&self, ip: Ipv4Addr) -> Option<verbs::Gid> {
+        match self {
+            DevTransport::Mad(_) => None,
+            DevTransport::Dgram(g) => g.peer_gid(ip),
+        }
+    }
+
+    /// Records the device address of the peer at `ip`; false for the MAD transport.
+    pub(crate) fn set_peer_gid(&mut self, ip: Ipv4Addr, gid: verbs::Gid) -> bool {
+        match self {
+            DevTransport::Mad(_) => false,
+            DevTransport::Dgram(g) => {
+                g.set_peer_gid(ip, gid);
+                true
+            }
+        }
+    }
 }
 
 impl<P: Provider> Transport<P> for DevTransport<P> {

@@ -647,3 +647,36 @@ fn srd_ids_post_through_the_helpers_to_their_resolved_peer_both_ways() {
     drop((ch, conn, client, listen));
     s.teardown();
 }
+
+#[test]
+fn a_peer_gid_given_to_the_manager_names_the_peer() {
+    let s = setup(9);
+    let server_ip: Ipv4Addr = SERVER.parse().unwrap();
+    let client_ip: Ipv4Addr = CLIENT.parse().unwrap();
+    let nowhere = verbs::Gid::from_ipv4([127, 0, 0, 9]);
+    // a wrong device address for the server: the messages go there and nobody answers
+    // (at the right one, with no listener yet, the server's manager would answer status 1)
+    s.cm.set_peer_gid(s.client.dev, server_ip, nowhere).unwrap();
+    let c = client(&s, QpType::Srd);
+    assert_eq!(c.connect(None), Err(Error::TimedOut));
+    let ev = c.event().unwrap();
+    assert_eq!((ev.event, ev.status), (EventType::Unreachable, -110));
+    drop((ev, c));
+    // the right one: the service resolves
+    let right = verbs::Gid::from_ipv4(server_ip.octets());
+    s.cm.set_peer_gid(s.client.dev, server_ip, right).unwrap();
+    let (listen, c, conn, ud, rbuf) = connect(&s, QpType::Srd, b"again", b"yes");
+    assert_eq!(ud.ah_attr.dgid, right);
+    conn.dereg_mr(rbuf.mr).unwrap();
+    drop((listen, c, conn));
+    // the server's manager learnt the client's address from its header
+    assert_eq!(
+        s.cm.set_peer_gid(
+            s.server.dev,
+            client_ip,
+            verbs::Gid::from_ipv4(client_ip.octets())
+        ),
+        Ok(())
+    );
+    s.teardown();
+}

@@ -2,8 +2,9 @@
 //! its own on the device and exchanges the IB CM's MADs (SIDR_REQ / SIDR_REP for the UDP
 //! port space) through it with the peers' managers (`docs/cm.md#the-connection-manager-on-efa`).
 //!
-//! * A peer's manager is named by its IPv4 address: its device address is the IPv4-mapped
-//!   GID of that address (the one a peer's datagram header gives, once one arrived), its QP
+//! * A peer's manager is named by its IPv4 address: its device address is the GID named
+//!   for it ([`Cm::set_peer_gid`](crate::Cm::set_peer_gid)), else the one its datagram
+//!   header gave once one arrived, else the IPv4-mapped GID of the address; its QP
 //!   is the manager's well-known QP number (every manager creates its QP first on a freshly
 //!   started device, so all of them hold the same number: the one this manager's QP got),
 //!   its Q_Key [`DGRAM_CM_QKEY`](crate::mad::DGRAM_CM_QKEY).

@@ -289,7 +289,7 @@ impl<P: Provider> Cm<P> {
 
     /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
     /// ARP): `resolve_addr` to `ip` waits for one, or for the device's
-    /// [`NeighborResolver`] to find it.
+    /// [`NeighborResolver`](crate::NeighborResolver) to find it.
     pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
         self.with_state(|st| st.set_neighbor(ip, n));
     }

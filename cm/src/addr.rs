@@ -203,9 +203,11 @@ fn libc_style(
     let sock = match hints.ai_qp_type {
         None => None,
         Some(QpType::Rc) => Some(Sock::Stream),
-        Some(QpType::Ud) => Some(Sock::Dgram),
-        // QP1 is the connection manager's, not an endpoint's; SRD (or a type added later)
-        // has no rdma_cm socket type
+        // SRD, EFA's reliable datagram, is a datagram type of the UDP port space (librdmacm
+        // has no SRD: an extension of ours)
+        Some(QpType::Ud | QpType::Srd) => Some(Sock::Dgram),
+        // QP1 is the connection manager's, not an endpoint's; a type added later has no
+        // rdma_cm socket type
         Some(_) => return gai(GaiError::SockType),
     };
     let proto = hints.ai_port_space.and_then(|ps| match ps.0 {

@@ -14,6 +14,7 @@ use crate::Cm;
 use crate::addr::{AddrInfo, PortSpace, RaiFlags};
 use crate::config::{CmConfig, CmStats};
 use crate::device::{CmPd, Dev, DeviceId, DeviceInfo, Neighbor, PdRec, guid_of};
+use crate::dgram::Dgram;
 use crate::error::Error;
 use crate::event::{Chan, CmEvent, EventChannel, EventRec, EventType};
 use crate::gsi::Gsi;
@@ -147,6 +148,14 @@ impl<P: Provider> Cm<P> {
     /// GSI QP already (the device allows one per port: EAGAIN from the mlx5 provider). The
     /// device is entered in the neighbour table. The MAD buffers come from the provider
     /// ([`Provider::alloc_buf`]). On failure the provider is handed back.
+    ///
+    /// A device without QP1 (its provider refuses a GSI QP with EOPNOTSUPP: EFA; `mac` is
+    /// not used) gets the datagram transport instead: the manager creates a UD QP of its own
+    /// (Q_Key [`mad::DGRAM_CM_QKEY`](crate::mad::DGRAM_CM_QKEY)), which must be the first QP
+    /// made on the device, since peers reach their managers at the QP number every manager's
+    /// first QP gets ([`DeviceInfo::cm_qpn`]). Its ids serve the UDP port space with UD and
+    /// SRD QPs; connected (RC) ids fail as librdmacm's do on a device without a CM
+    /// (`docs/cm.md#the-connection-manager-on-efa`).
     pub fn add_device(&self, provider: P, mac: [u8; 6]) -> Result<DeviceId, (Error, P)> {
         let gid = match provider.query_gid(1, 0) {
             Ok(g) => g,
@@ -160,16 +169,24 @@ impl<P: Provider> Cm<P> {
             Err(e) => return Err((e.into(), provider)),
         };
         // librdmacm's per-device limits (it casts them to 8 bits; they saturate here)
-        let (max_responder_resources, max_initiator_depth) = match provider.query_device() {
+        let (max_responder_resources, max_initiator_depth, max_wr) = match provider.query_device() {
             Ok(a) => (
                 u8::try_from(a.max_qp_rd_atom).unwrap_or(u8::MAX),
                 u8::try_from(a.max_qp_init_rd_atom).unwrap_or(u8::MAX),
+                u16::try_from(a.max_qp_wr).unwrap_or(u16::MAX),
             ),
             Err(e) => return Err((e.into(), provider)),
         };
         let (rs, ss) = self.with_state(|st| (st.cfg.mad_recv_slots, st.cfg.mad_send_slots));
-        let gsi = match Gsi::create(&provider, rs, ss) {
-            Ok(g) => g,
+        let transport = match Gsi::create(&provider, rs, ss) {
+            Ok(g) => DevTransport::Mad(g),
+            // no QP1 on this device (EFA's provider refuses the GSI type)
+            Err(Error::NotSupported) => {
+                match Dgram::create(&provider, rs.min(max_wr), ss.min(max_wr), ip, gid) {
+                    Ok(g) => DevTransport::Dgram(g),
+                    Err(e) => return Err((e, provider)),
+                }
+            }
             Err(e) => return Err((e, provider)),
         };
         Ok(self.with_state(|st| {
@@ -188,7 +205,7 @@ impl<P: Provider> Cm<P> {
                 default_pd: None,
                 refcnt: 0,
                 held_cqs: Vec::new(),
-                transport: Some(DevTransport::Mad(gsi)),
+                transport: Some(transport),
                 async_events: Default::default(),
                 resolver: None,
             });
@@ -272,9 +289,35 @@ impl<P: Provider> Cm<P> {
 
     /// Adds or replaces a neighbour-table entry (the address resolution a kernel does with
     /// ARP): `resolve_addr` to `ip` waits for one, or for the device's
-    /// [`NeighborResolver`] to find it.
+    /// [`NeighborResolver`](crate::NeighborResolver) to find it.
     pub fn add_neighbor(&self, ip: core::net::Ipv4Addr, n: Neighbor) {
         self.with_state(|st| st.set_neighbor(ip, n));
+    }
+
+    /// Names the device address (GID) of the peer at `ip` on device `dev`, a device with the
+    /// datagram transport (EFA), whose GIDs are not derived from IPv4 addresses (real EFAs
+    /// have `fe80::` GIDs): routes to `ip` and the manager's messages use it. Without an
+    /// entry the peer's IPv4-mapped GID is used, until a datagram from the peer names its own.
+    /// ENODEV for an unknown device, EINVAL for a device with the IB CM (RoCE: the GID is the
+    /// IPv4-mapped address).
+    pub fn set_peer_gid(
+        &self,
+        dev: DeviceId,
+        ip: core::net::Ipv4Addr,
+        gid: verbs::Gid,
+    ) -> Result<(), Error> {
+        self.with_state(|st| {
+            let d = st.dev_key(dev).ok_or(Error::NoDevice)?;
+            let x = st.devs.get_mut(d).ok_or(Error::NoDevice)?;
+            if x.transport
+                .as_mut()
+                .is_some_and(|t| t.set_peer_gid(ip, gid))
+            {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument)
+            }
+        })
     }
 
     /// What the neighbour table knows of `ip` (a device's own address included): the MAC a

@@ -1,6 +1,8 @@
 //! [`DataPath`]: posts and polls on an id's QP that take the id's own lock only.
 
-use verbs::{PostError, Provider, RecvWr, SendWr, WorkCompletion};
+use alloc::vec::Vec;
+
+use verbs::{PostError, Provider, RecvWr, SendWr, UdDest, WorkCompletion};
 
 use crate::error::Error;
 use crate::resources::{IdPath, PathCell};
@@ -50,13 +52,45 @@ impl<P: Provider> DataPath<P> {
         self.with(|p| p.qp.as_ref().map(|q| verbs::QueuePair::qp_num(&q.qp)))
     }
 
-    /// `ibv_post_send` on the id's QP. EINVAL (`bad_wr` 0) without a QP.
-    pub fn post_send(&self, wrs: &[SendWr<'_, P::Ah>]) -> Result<(), PostError> {
+    /// `ibv_post_send` on the id's QP. EINVAL (`bad_wr` 0) without a QP. On an SRD id whose
+    /// service resolution completed, work requests that name no destination go to the peer.
+    pub fn post_send<'a>(&self, wrs: &[SendWr<'a, P::Ah>]) -> Result<(), PostError> {
         self.with(|p| {
             let (Some(prov), Some(q)) = (p.provider.as_deref(), p.qp.as_mut()) else {
                 return Err(NO_QUEUE);
             };
-            prov.post_send(&mut q.qp, wrs)
+            match &q.peer {
+                Some(d) if wrs.iter().any(|w| w.dest.is_none()) => {
+                    let fill = |w: &SendWr<'a, P::Ah>| SendWr {
+                        wr_id: w.wr_id,
+                        opcode: w.opcode,
+                        flags: w.flags,
+                        sg_list: w.sg_list,
+                        inline_data: w.inline_data,
+                        imm_data: w.imm_data,
+                        remote: w.remote,
+                        dest: Some(match &w.dest {
+                            Some(x) => UdDest {
+                                ah: x.ah,
+                                remote_qpn: x.remote_qpn,
+                                remote_qkey: x.remote_qkey,
+                            },
+                            None => UdDest {
+                                ah: &d.ah,
+                                remote_qpn: d.qpn,
+                                remote_qkey: d.qkey,
+                            },
+                        }),
+                    };
+                    // one work request (the helpers', rperf's): no allocation
+                    if let [w] = wrs {
+                        return prov.post_send(&mut q.qp, core::slice::from_ref(&fill(w)));
+                    }
+                    let filled: Vec<SendWr<'_, P::Ah>> = wrs.iter().map(fill).collect();
+                    prov.post_send(&mut q.qp, &filled)
+                }
+                _ => prov.post_send(&mut q.qp, wrs),
+            }
         })
     }
 

@@ -40,7 +40,7 @@ impl<P: Provider> State<P> {
             CmMessage::Mra(r) => self.on_mra(d, r),
             CmMessage::Dreq(r) => self.on_dreq(d, src, src_qp, mad.tid, r),
             CmMessage::Drep(r) => self.on_drep(d, r),
-            CmMessage::SidrReq(r) => self.on_sidr_req(d, src, src_qp, mad.tid, r),
+            CmMessage::SidrReq(r) => self.on_sidr_req(d, src, src_qp, mad.tid, mad.attr_mod, r),
             CmMessage::SidrRep(r) => self.on_sidr_rep(d, r),
         }
     }
@@ -115,6 +115,11 @@ impl<P: Provider> State<P> {
     }
 
     fn on_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &Req) {
+        // a device without the IB CM (EFA) has no connections: a REQ is a stranger's
+        if !self.ib_cm(d) {
+            self.stats.bad_mads += 1;
+            return;
+        }
         let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
@@ -558,7 +563,15 @@ impl<P: Provider> State<P> {
         }
     }
 
-    fn on_sidr_req(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, tid: u64, r: &SidrReq) {
+    fn on_sidr_req(
+        &mut self,
+        d: Key,
+        src: Ipv4Addr,
+        src_qp: u32,
+        tid: u64,
+        attr_mod: u32,
+        r: &SidrReq,
+    ) {
         let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
@@ -569,7 +582,7 @@ impl<P: Provider> State<P> {
                 && s.conn.remote_comm_id == r.request_id
                 && s.conn.peer.ip == src
                 && s.conn.sidr_service_id == r.service_id
-                && s.qp_type == verbs::QpType::Ud
+                && crate::qp::datagram(s.qp_type)
         }) {
             self.resend_reply(k);
             return;
@@ -611,7 +624,7 @@ impl<P: Provider> State<P> {
             return status_rep(self, sidr_status::REJECT);
         };
         let Some(ls) = self.ids.get(l) else { return };
-        if ls.qp_type != verbs::QpType::Ud {
+        if !crate::qp::datagram(ls.qp_type) {
             return status_rep(self, sidr_status::UNSUPPORTED);
         }
         if ls.queued_requests >= ls.backlog {
@@ -637,15 +650,27 @@ impl<P: Provider> State<P> {
             c.tid = tid;
             c.peer = peer;
             c.sidr_service_id = r.service_id;
+            // an SRD peer's QP (its SIDR_REQ's attribute modifier)
+            c.remote_qpn = if s.qp_type == verbs::QpType::Srd {
+                attr_mod & 0xFF_FFFF
+            } else {
+                0
+            };
         }
+        let peer_qpn = self.ids.get(k).map_or(0, |s| s.conn.remote_qpn);
         if let Some(ls) = self.ids.get_mut(l) {
             ls.queued_requests += 1;
         }
         let data = UdData {
             private_data: r.private_data[limits::CMA_HEADER..].to_vec(),
             ah_attr: route.ah_attr(),
-            qp_num: 0,
-            qkey: 0,
+            // SRD: the active side's QP (UD: unknown, 0, as librdmacm)
+            qp_num: peer_qpn,
+            qkey: if peer_qpn != 0 {
+                crate::config::RDMA_UDP_QKEY
+            } else {
+                0
+            },
         };
         self.push_event(
             k,
@@ -661,7 +686,7 @@ impl<P: Provider> State<P> {
             s.conn.active
                 && s.dev == Some(d)
                 && s.fsm == Fsm::ReqSent
-                && s.qp_type == verbs::QpType::Ud
+                && crate::qp::datagram(s.qp_type)
                 && s.conn.local_comm_id == r.request_id
         }) else {
             return;
@@ -676,6 +701,9 @@ impl<P: Provider> State<P> {
         };
         if r.status == sidr_status::SUCCESS {
             s.fsm = Fsm::Established;
+            if s.qp_type == verbs::QpType::Srd {
+                self.set_srd_peer(k, r.qpn & 0xFF_FFFF, r.qkey);
+            }
             self.push_event(k, EventType::Established, 0, EventParam::Ud(data), None);
         } else {
             s.fsm = Fsm::Closed;
@@ -699,9 +727,15 @@ impl<P: Provider> State<P> {
         dport: u16,
     ) -> Option<Route> {
         let dev = self.devs.get(d)?;
+        // the datagram transport (EFA) may know the peer's device address
+        let dgid = dev
+            .transport
+            .as_ref()
+            .and_then(|t| t.peer_gid(dst))
+            .unwrap_or(Gid::from_ipv4(dst.octets()));
         Some(Route {
             sgid: dev.gid,
-            dgid: Gid::from_ipv4(dst.octets()),
+            dgid,
             dmac,
             mtu: dev.mtu,
             hop_limit: self.cfg.hop_limit,
@@ -750,6 +784,11 @@ impl<P: Provider> State<P> {
         let deadline = s.addr_deadline;
         let has_ref = s.has_dev_ref;
         let mut known = self.neighbor(*dst.ip());
+        // a device without Ethernet (EFA) has nothing to resolve: the peer's device address
+        // is its IPv4-mapped GID (`docs/cm.md#the-connection-manager-on-efa`)
+        if known.is_none() && !self.ib_cm(d) {
+            known = Some(crate::device::Neighbor { mac: [0; 6] });
+        }
         if known.is_none()
             && let Some(r) = self.devs.get(d).and_then(|x| x.resolver.clone())
         {

@@ -1,5 +1,8 @@
 //! The MAD transport: a device's GSI QP (QP1) with its buffers, carrying CM MADs to and from
-//! QP1 of the peers; the first [`Transport`] (the only place that knows of QP1).
+//! QP1 of the peers; the first [`Transport`] (the only place that knows of QP1). The same
+//! machinery, with another [`Framing`], carries the datagram transport of a device without
+//! QP1 ([`crate::dgram`]): a UD QP of the manager's own, each MAD behind a header that names
+//! its sender.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -13,7 +16,7 @@ use verbs::{
 
 use crate::conn::Peer;
 use crate::error::Error;
-use crate::mad::{self, GSI_QKEY, MadBytes};
+use crate::mad::{self, DGRAM_CM_QKEY, DGRAM_HEADER_SIZE, DgramHeader, GSI_QKEY, MadBytes};
 use crate::qp::{qp_init, qp_to_err};
 use crate::slab::Key;
 use crate::transport::{Received, Transport};
@@ -21,6 +24,42 @@ use crate::transport::{Received, Transport};
 const SLOT: usize = 512;
 const GRH: usize = 40;
 const SEND_BIT: u64 = 1 << 32;
+/// Peer device addresses the datagram transport remembers.
+const MAX_LEARNT_GIDS: usize = 4096;
+
+/// How MADs travel on the QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Framing {
+    /// The GSI QP: a bare MAD to QP1 with the GSI Q_Key; a receive starts with the 40-byte
+    /// GRH area, whose IP header names the sender.
+    Grh,
+    /// A UD QP of the manager's (a device without QP1): a [`DgramHeader`] naming this
+    /// manager (`ip`, `gid`; the QPN is the QP's) then the MAD, with [`DGRAM_CM_QKEY`]; a
+    /// receive has no GRH area, the sender is the one its header names.
+    Header { ip: Ipv4Addr, gid: Gid },
+}
+
+impl Framing {
+    /// Bytes in front of the MAD in a receive buffer.
+    fn prefix(&self) -> usize {
+        match self {
+            Framing::Grh => GRH,
+            Framing::Header { .. } => DGRAM_HEADER_SIZE,
+        }
+    }
+    fn qp_type(&self) -> QpType {
+        match self {
+            Framing::Grh => QpType::Gsi,
+            Framing::Header { .. } => QpType::Ud,
+        }
+    }
+    fn qkey(&self) -> u32 {
+        match self {
+            Framing::Grh => GSI_QKEY,
+            Framing::Header { .. } => DGRAM_CM_QKEY,
+        }
+    }
+}
 
 /// The MAD QP of a device: its GSI QP (QP1, [`QpType::Gsi`]; on Linux the kernel's MAD layer
 /// owns it), its CQ, and registered buffers: `recv` slots then `send` slots of 512 bytes.
@@ -35,7 +74,11 @@ pub(crate) struct Gsi<P: Provider> {
     recv_slots: u16,
     send_slots: u16,
     pub free_send: Vec<u16>,
-    ahs: Vec<(Ipv4Addr, P::Ah)>,
+    /// Address handles by peer address, with the GID each was made for.
+    ahs: Vec<(Ipv4Addr, Gid, P::Ah)>,
+    /// Device addresses the peers' datagram headers gave (the datagram transport).
+    gids: Vec<(Ipv4Addr, Gid)>,
+    framing: Framing,
     /// An error completion was seen: the QP is (or is going) to the error state, so it must
     /// be reset and its receives posted again.
     broken: bool,
@@ -45,6 +88,16 @@ pub(crate) struct Gsi<P: Provider> {
 
 impl<P: Provider> Gsi<P> {
     pub(crate) fn create(p: &P, recv_slots: u16, send_slots: u16) -> Result<Gsi<P>, Error> {
+        Self::create_framed(p, recv_slots, send_slots, Framing::Grh)
+    }
+
+    /// The QP of `framing` (GSI or UD) with its buffers, every receive posted.
+    pub(crate) fn create_framed(
+        p: &P,
+        recv_slots: u16,
+        send_slots: u16,
+        framing: Framing,
+    ) -> Result<Gsi<P>, Error> {
         let (recv_slots, send_slots) = (recv_slots.max(1), send_slots.max(1));
         let total = recv_slots as usize + send_slots as usize;
         let pd = p.alloc_pd()?;
@@ -69,7 +122,7 @@ impl<P: Provider> Gsi<P> {
             let qp = p.create_qp(
                 &pd,
                 &VerbsQpInitAttr {
-                    qp_type: QpType::Gsi,
+                    qp_type: framing.qp_type(),
                     send_cq: &cq,
                     recv_cq: &cq,
                     srq: None,
@@ -91,7 +144,13 @@ impl<P: Provider> Gsi<P> {
                     return Err(e.into());
                 }
             };
-            if let Err(e) = qp_init(p, &mut qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY) {
+            if let Err(e) = qp_init(
+                p,
+                &mut qp,
+                framing.qp_type(),
+                AccessFlags::empty(),
+                framing.qkey(),
+            ) {
                 let _ = p.destroy_qp(qp);
                 let _ = p.dereg_mr(mr);
                 let _ = p.destroy_cq(cq);
@@ -116,15 +175,35 @@ impl<P: Provider> Gsi<P> {
             send_slots,
             free_send: (0..send_slots).rev().collect(),
             ahs: Vec::new(),
+            gids: Vec::new(),
+            framing,
             broken: false,
         };
-        for s in 0..recv_slots {
-            if let Err(e) = g.post_recv(p, s) {
-                g.teardown(p);
-                return Err(e);
-            }
+        if let Err(e) = g.post_all_recvs(p) {
+            g.teardown(p);
+            return Err(e);
         }
         Ok(g)
+    }
+
+    /// The device address known for a peer's `ip` (the datagram transport: given, or from
+    /// the peer's header).
+    pub(crate) fn peer_gid(&self, ip: Ipv4Addr) -> Option<Gid> {
+        self.gids.iter().find(|(i, _)| *i == ip).map(|(_, g)| *g)
+    }
+
+    /// Records `gid` as the device address of the peer at `ip` (the oldest entry goes when
+    /// the table is full).
+    pub(crate) fn set_peer_gid(&mut self, ip: Ipv4Addr, gid: Gid) {
+        match self.gids.iter_mut().find(|(i, _)| *i == ip) {
+            Some(e) => e.1 = gid,
+            None => {
+                if self.gids.len() >= MAX_LEARNT_GIDS {
+                    self.gids.remove(0);
+                }
+                self.gids.push((ip, gid));
+            }
+        }
     }
 
     fn slot_addr(&self, slot: u32) -> u64 {
@@ -134,7 +213,7 @@ impl<P: Provider> Gsi<P> {
     fn post_recv(&mut self, p: &P, slot: u16) -> Result<(), Error> {
         let sge = [Sge {
             addr: self.slot_addr(slot as u32),
-            length: (GRH + mad::MAD_SIZE) as u32,
+            length: (self.framing.prefix() + mad::MAD_SIZE) as u32,
             lkey: self.mr.lkey(),
         }];
         p.post_recv(
@@ -153,13 +232,43 @@ impl<P: Provider> Gsi<P> {
         };
         let at = self.recv_slots as u32 + slot as u32;
         let off = at as usize * SLOT;
-        if self.buf.write(off, bytes).is_err() {
+        let head = match self.framing {
+            Framing::Grh => 0,
+            Framing::Header { ip, gid } => {
+                let h = DgramHeader {
+                    ip,
+                    qpn: self.qp.qp_num(),
+                    gid: gid.0,
+                }
+                .encode();
+                if self.buf.write(off, &h).is_err() {
+                    self.free_send.push(slot);
+                    return false;
+                }
+                DGRAM_HEADER_SIZE
+            }
+        };
+        if self.buf.write(off + head, bytes).is_err() {
             self.free_send.push(slot);
             return false;
         }
-        if !self.ahs.iter().any(|(ip, _)| *ip == to.ip) {
+        // the peer's device address: the one its header gave, else its IPv4-mapped GID
+        let dgid = self
+            .gids
+            .iter()
+            .find(|(ip, _)| *ip == to.ip)
+            .map_or(Gid::from_ipv4(to.ip.octets()), |(_, g)| *g);
+        if let Some(i) = self
+            .ahs
+            .iter()
+            .position(|(ip, g, _)| *ip == to.ip && *g != dgid)
+        {
+            let (_, _, ah) = self.ahs.swap_remove(i);
+            let _ = p.destroy_ah(ah);
+        }
+        if !self.ahs.iter().any(|(ip, _, _)| *ip == to.ip) {
             let attr = AhAttr {
-                dgid: Gid::from_ipv4(to.ip.octets()),
+                dgid,
                 sgid_index: 0,
                 hop_limit: 64,
                 is_global: true,
@@ -168,20 +277,20 @@ impl<P: Provider> Gsi<P> {
                 ..AhAttr::default()
             };
             match p.create_ah(&self.pd, &attr) {
-                Ok(ah) => self.ahs.push((to.ip, ah)),
+                Ok(ah) => self.ahs.push((to.ip, dgid, ah)),
                 Err(_) => {
                     self.free_send.push(slot);
                     return false;
                 }
             }
         }
-        let Some((_, ah)) = self.ahs.iter().find(|(ip, _)| *ip == to.ip) else {
+        let Some((_, _, ah)) = self.ahs.iter().find(|(ip, _, _)| *ip == to.ip) else {
             self.free_send.push(slot);
             return false;
         };
         let sge = [Sge {
             addr: self.slot_addr(at),
-            length: mad::MAD_SIZE as u32,
+            length: (head + mad::MAD_SIZE) as u32,
             lkey: self.mr.lkey(),
         }];
         let wr = SendWr {
@@ -192,7 +301,7 @@ impl<P: Provider> Gsi<P> {
             dest: Some(UdDest {
                 ah,
                 remote_qpn: to.qpn,
-                remote_qkey: GSI_QKEY,
+                remote_qkey: self.framing.qkey(),
             }),
             ..SendWr::default()
         };
@@ -244,20 +353,33 @@ impl<P: Provider> Gsi<P> {
                     self.broken = true;
                     continue;
                 }
+                let pre = self.framing.prefix();
                 let mut m = [0u8; GRH + mad::MAD_SIZE];
+                let m = &mut m[..pre + mad::MAD_SIZE];
                 let ok = w.byte_len as usize >= m.len()
-                    && self.buf.read(slot as usize * SLOT, &mut m).is_ok();
+                    && self.buf.read(slot as usize * SLOT, m).is_ok();
                 let _ = self.post_recv(p, slot);
                 if !ok {
                     *bad += 1;
                     continue;
                 }
-                let Some(src) = grh_source(&m[..GRH]) else {
+                let src = match self.framing {
+                    Framing::Grh => grh_source(&m[..GRH]),
+                    Framing::Header { .. } => match DgramHeader::decode(&m[..pre]) {
+                        // the header must name the QP the device says it came from
+                        Some(h) if h.qpn == w.src_qp && h.gid != [0; 16] => {
+                            self.set_peer_gid(h.ip, Gid(h.gid));
+                            Some(h.ip)
+                        }
+                        _ => None,
+                    },
+                };
+                let Some(src) = src else {
                     *bad += 1;
                     continue;
                 };
                 let mut b = Box::new([0u8; mad::MAD_SIZE]);
-                b.copy_from_slice(&m[GRH..]);
+                b.copy_from_slice(&m[pre..]);
                 out.push(Received {
                     dev: d,
                     src,
@@ -281,7 +403,7 @@ impl<P: Provider> Gsi<P> {
             ahs,
             ..
         } = self;
-        for (_, ah) in ahs {
+        for (_, _, ah) in ahs {
             let _ = p.destroy_ah(ah);
         }
         // Teardown goes on whatever fails (there is no one to report to), but memory the
@@ -321,10 +443,44 @@ impl<P: Provider> Gsi<P> {
         };
         p.modify_qp(&mut self.qp, &a, QpAttrMask::STATE)?;
         self.drain(p);
-        qp_init(p, &mut self.qp, QpType::Gsi, AccessFlags::empty(), GSI_QKEY)?;
+        qp_init(
+            p,
+            &mut self.qp,
+            self.framing.qp_type(),
+            AccessFlags::empty(),
+            self.framing.qkey(),
+        )?;
         self.free_send = (0..self.send_slots).rev().collect();
-        for s in 0..self.recv_slots {
-            self.post_recv(p, s)?;
+        self.post_all_recvs(p)
+    }
+
+    /// Posts every receive slot, a batch of work requests per call (one doorbell each).
+    fn post_all_recvs(&mut self, p: &P) -> Result<(), Error> {
+        const BATCH: u16 = 32;
+        let len = (self.framing.prefix() + mad::MAD_SIZE) as u32;
+        let lkey = self.mr.lkey();
+        let mut first = 0;
+        while first < self.recv_slots {
+            let n = BATCH.min(self.recv_slots - first);
+            let sges: Vec<[Sge; 1]> = (first..first + n)
+                .map(|s| {
+                    [Sge {
+                        addr: self.slot_addr(s as u32),
+                        length: len,
+                        lkey,
+                    }]
+                })
+                .collect();
+            let wrs: Vec<RecvWr<'_>> = sges
+                .iter()
+                .zip(first..)
+                .map(|(sge, s)| RecvWr {
+                    wr_id: s as u64,
+                    sg_list: sge,
+                })
+                .collect();
+            p.post_recv(&mut self.qp, &wrs)?;
+            first += n;
         }
         Ok(())
     }

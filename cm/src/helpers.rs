@@ -82,6 +82,8 @@ impl<P: Provider> CmId<P> {
         }
     }
 
+    /// Posts one work request (on an SRD id with a resolved peer, one that names no
+    /// destination goes there: [`DataPath::post_send`]).
     fn post(&self, wr: &SendWr<'_, P::Ah>) -> Result<(), Error> {
         self.dp()
             .post_send(core::slice::from_ref(wr))

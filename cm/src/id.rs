@@ -537,7 +537,8 @@ impl<P: Provider> CmId<P> {
     /// WR_FLUSH_ERR), then sends a DREQ (or the DREP to the peer's DREQ) and, for synchronous
     /// ids, waits for the next event: DISCONNECTED → Ok (at once if the peer disconnected
     /// first), −ETIMEDOUT after the DREQ retries. EINVAL for an id never bound or never
-    /// connected.
+    /// connected. A datagram id has no DREQ: its QP moves to ERR; an SRD id returns at once
+    /// (no event comes), a synchronous UD id waits as librdmacm's does.
     ///
     /// Once disconnected (DREP received or sent, or the DREQ retries exhausted) the id is in
     /// the IB CM timewait for 4.096 µs × 2^(the path's local ACK timeout) (≈ 537 ms with
@@ -546,7 +547,16 @@ impl<P: Provider> CmId<P> {
     /// connection", as is a REQ naming the QP of a live connection; a new connection from
     /// the same peer QP number is accepted (as Linux's ib_cm does).
     pub fn disconnect(&self) -> Result<(), Error> {
-        self.cm.with_state(|st| st.disconnect(self.key))?;
+        let srd = self.cm.with_state(|st| {
+            st.disconnect(self.key)?;
+            st.id(self.key).map(|s| s.qp_type == verbs::QpType::Srd)
+        })?;
+        // An SRD id (our extension) has no connection and gets no event to wait for: its QP
+        // is in the error state and the call returns at once. (A synchronous UD id waits, as
+        // librdmacm's `ucma_complete` does after the kernel's event-less disconnect.)
+        if srd {
+            return Ok(());
+        }
         self.cm.complete(self.key)
     }
 

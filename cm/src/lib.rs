@@ -71,6 +71,7 @@ mod config;
 mod conn;
 mod datapath;
 mod device;
+mod dgram;
 mod engine;
 mod error;
 mod event;

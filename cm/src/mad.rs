@@ -52,6 +52,65 @@ pub const GSI_QPN: u32 = 1;
 /// P_Key of RoCE paths (the default partition, full membership).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
+/// The datagram transport of a device without QP1 (EFA): the Q_Key of the manager's own UD
+/// QP, which every peer's manager also uses (bit 31 clear: an EFA work request with bit 31
+/// set would mean "the QP's own Q_Key").
+pub const DGRAM_CM_QKEY: u32 = 0x4346_4d31;
+/// First bytes of a datagram-transport message ("EFCM").
+pub const DGRAM_MAGIC: u32 = 0x4546_434d;
+/// Version of the datagram-transport header.
+pub const DGRAM_VERSION: u8 = 1;
+/// Size of the header in front of the MAD in a datagram-transport message.
+pub const DGRAM_HEADER_SIZE: usize = 32;
+
+/// The header in front of each MAD of the datagram transport (big-endian): magic u32 @0,
+/// version u8 @4, three reserved bytes, the sender's IPv4 address @8, the sender's manager
+/// QPN u32 @12, the sender's device GID (16 bytes) @16. A UD receive on EFA has no GRH, so
+/// the sender names itself here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DgramHeader {
+    /// The sender's IPv4 address (what its ids are bound to).
+    pub ip: core::net::Ipv4Addr,
+    /// The QP number of the sender's manager.
+    pub qpn: u32,
+    /// The sender's device address (its GID 0).
+    pub gid: [u8; 16],
+}
+
+impl DgramHeader {
+    /// The header's bytes.
+    pub fn encode(&self) -> [u8; DGRAM_HEADER_SIZE] {
+        let mut b = [0u8; DGRAM_HEADER_SIZE];
+        b[0..4].copy_from_slice(&DGRAM_MAGIC.to_be_bytes());
+        b[4] = DGRAM_VERSION;
+        b[8..12].copy_from_slice(&self.ip.octets());
+        b[12..16].copy_from_slice(&self.qpn.to_be_bytes());
+        b[16..32].copy_from_slice(&self.gid);
+        b
+    }
+
+    /// Decodes a header: `None` for a short buffer, another magic or version, or a QPN
+    /// wider than 24 bits.
+    pub fn decode(b: &[u8]) -> Option<DgramHeader> {
+        let b = b.get(..DGRAM_HEADER_SIZE)?;
+        let word = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        if word(0) != DGRAM_MAGIC || b[4] != DGRAM_VERSION {
+            return None;
+        }
+        let qpn = word(12);
+        if qpn > 0xFF_FFFF {
+            return None;
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[16..32]);
+        Some(DgramHeader {
+            ip: core::net::Ipv4Addr::new(b[8], b[9], b[10], b[11]),
+            qpn,
+            gid,
+        })
+    }
+}
+
 /// CM attribute IDs (`AttributeID` of the MAD header).
 pub mod attr {
     /// ClassPortInfo.

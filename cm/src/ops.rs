@@ -42,6 +42,8 @@ impl<P: Provider> State<P> {
         }
         let qp_type = match ps {
             PortSpace::TCP => QpType::Rc,
+            // SRD is a datagram type of the UDP port space (EFA's; an extension of ours)
+            PortSpace::UDP if qp_type == QpType::Srd => QpType::Srd,
             PortSpace::UDP | PortSpace::IPOIB => QpType::Ud,
             _ => qp_type,
         };
@@ -104,6 +106,11 @@ impl<P: Provider> State<P> {
         let (Some(d), Some(src), Some(dst), Some(nb)) = (s.dev, s.src, s.dst, s.peer) else {
             return Err(Error::InvalidArgument);
         };
+        // no IB CM on the device (EFA): the kernel's `rdma_resolve_route` gives ENOSYS; our
+        // datagram transport serves datagram ids
+        if !crate::qp::datagram(s.qp_type) && !self.ib_cm(d) {
+            return Err(Error::NotImplemented);
+        }
         let (tos, ack) = (s.tos, s.ack_timeout);
         let mut route = self
             .synth_route(d, *dst.ip(), nb.mac, src.port(), dst.port())
@@ -132,6 +139,14 @@ impl<P: Provider> State<P> {
         let s = self.ids.get(k).ok_or(Error::InvalidArgument)?;
         if s.fsm != Fsm::AddrBound {
             return Err(Error::InvalidArgument);
+        }
+        // bound to a device without IB CM (EFA): the kernel's `rdma_listen` gives ENOSYS for
+        // a connected id (a wildcard listener skips such devices)
+        if let Some(d) = s.dev
+            && !crate::qp::datagram(s.qp_type)
+            && !self.ib_cm(d)
+        {
+            return Err(Error::NotImplemented);
         }
         // REUSEADDR lets ids share a port, not listen on a shared one (`cma_bind_listen`)
         if s.reuseaddr
@@ -200,8 +215,10 @@ impl<P: Provider> State<P> {
         if s.fsm == Fsm::Listen || attr.qp_type != s.qp_type || attr.qp_type == QpType::Gsi {
             return Err(Error::InvalidArgument);
         }
-        // The manager brings up RC and UD QPs only (SRD, EFA's, has no rdma_cm).
-        if !matches!(attr.qp_type, QpType::Rc | QpType::Ud) {
+        // The manager brings up RC, UD and SRD QPs; whether the device has the type is the
+        // provider's answer (EFA: RC is EOPNOTSUPP, as rdma-core's efa provider and the
+        // kernel's efa driver answer `ibv_create_qp`; mlx5: SRD is EOPNOTSUPP).
+        if !matches!(attr.qp_type, QpType::Rc | QpType::Ud | QpType::Srd) {
             return Err(Error::NotSupported);
         }
         let passive_req = s.fsm == Fsm::ReqRcvd;
@@ -213,8 +230,14 @@ impl<P: Provider> State<P> {
             if !want || n == 0 {
                 return Ok(None);
             }
+            // A provider without completion channels (EFA's): the CQ has none, and
+            // `get_*_comp` polls
             let channel = if with_channel {
-                Some(p.create_comp_channel()?)
+                match p.create_comp_channel() {
+                    Ok(c) => Some(c),
+                    Err(verbs::Error::NotSupported) => None,
+                    Err(e) => return Err(e.into()),
+                }
             } else {
                 None
             };
@@ -290,10 +313,10 @@ impl<P: Provider> State<P> {
             }
         };
         let init = match attr.qp_type {
-            QpType::Ud => qp_init(
+            QpType::Ud | QpType::Srd => qp_init(
                 p,
                 &mut qp,
-                QpType::Ud,
+                attr.qp_type,
                 verbs::AccessFlags::empty(),
                 RDMA_UDP_QKEY,
             ),
@@ -339,12 +362,36 @@ impl<P: Provider> State<P> {
                 send_cq: send_auto,
                 recv_cq: recv_auto,
                 user,
+                peer: None,
             });
             drop(path);
             s.qp = Some(rec);
             s.pd = Some(pdk);
         }
         Ok(())
+    }
+
+    /// An SRD id's peer (QP `qpn` with `qkey` on its route's address), where the
+    /// `rdma_verbs.h` helpers send work requests that name no destination: an AH on the
+    /// QP's PD (a failure leaves the id without one; the application can still name its own).
+    pub(crate) fn set_srd_peer(&mut self, k: Key, qpn: u32, qkey: u32) {
+        let Some(s) = self.ids.get(k) else { return };
+        let (Some(d), Some(rec), Some(route)) = (s.dev, s.qp, s.route) else {
+            return;
+        };
+        let Some(dev) = self.devs.get(d) else { return };
+        let Some(pd) = dev.pds.get(rec.pd) else {
+            return;
+        };
+        let p = &*dev.provider;
+        let mut path = s.path.lock();
+        let Some(q) = path.qp.as_mut() else { return };
+        if let Some(old) = q.peer.take() {
+            let _ = p.destroy_ah(old.ah);
+        }
+        if let Ok(ah) = p.create_ah(&pd.pd, &route.ah_attr()) {
+            q.peer = Some(crate::resources::PeerDest { ah, qpn, qkey });
+        }
     }
 
     /// `rdma_destroy_qp`: the QP, then the auto CQs, then their channels (waiting for a post
@@ -362,6 +409,7 @@ impl<P: Provider> State<P> {
             send_cq,
             recv_cq,
             user,
+            peer,
         } = q;
         if let Err(e) = p.destroy_qp(qp) {
             if let Some(qp) = e.object {
@@ -370,11 +418,15 @@ impl<P: Provider> State<P> {
                     send_cq,
                     recv_cq,
                     user,
+                    peer,
                 });
             }
             return Err(e.error.into());
         }
         drop(path);
+        if let Some(d) = peer {
+            let _ = p.destroy_ah(d.ah);
+        }
         s.qp = None;
         // The caller's CQs and SRQ: released, not destroyed.
         drop(user);
@@ -513,7 +565,8 @@ impl<P: Provider> State<P> {
         if s.fsm != Fsm::RouteResolved {
             return Err(Error::InvalidArgument);
         }
-        let ud = s.qp_type == QpType::Ud;
+        let ud = crate::qp::datagram(s.qp_type);
+        let s_type = s.qp_type;
         let limit = if ud {
             limits::SIDR_CONNECT
         } else {
@@ -527,6 +580,10 @@ impl<P: Provider> State<P> {
         else {
             return Err(Error::InvalidArgument);
         };
+        // the kernel's `rdma_connect` on a device with neither IB CM nor iWARP CM: ENOSYS
+        if !ud && !self.ib_cm(d) {
+            return Err(Error::NotImplemented);
+        }
         let qpn = qpn_of(s.qp.as_ref(), param.map_or(0, |p| p.qp_num));
         // From the QP if the id has one (does it receive from an SRQ?), else from `param`.
         let srq = match &s.qp {
@@ -619,7 +676,17 @@ impl<P: Provider> State<P> {
             qpn: cm_qpn,
         };
         let timeout = self.cm_timeout_ns(cfg.cm_response_timeout);
-        self.send_for(k, tid, msg, Some((timeout, cfg.max_cm_retries.min(15))));
+        // an SRD id's SIDR_REQ names its QP in the attribute modifier (the IB CM leaves it 0;
+        // SRD exists only on the datagram transport, our own protocol), so that the passive
+        // side knows where its sends go
+        let attr_mod = if s_type == QpType::Srd { qpn } else { 0 };
+        self.send_for_attr(
+            k,
+            tid,
+            attr_mod,
+            msg,
+            Some((timeout, cfg.max_cm_retries.min(15))),
+        );
         Ok(())
     }
 
@@ -661,7 +728,7 @@ impl<P: Provider> State<P> {
         };
         let d = s.dev.ok_or(Error::InvalidArgument)?;
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
-        if s.qp_type == QpType::Ud {
+        if crate::qp::datagram(s.qp_type) {
             if user_pd.len() > limits::SIDR_REP {
                 return Err(Error::InvalidArgument);
             }
@@ -675,8 +742,12 @@ impl<P: Provider> State<P> {
                 additional_info: [0; limits::SIDR_REP_INFO],
                 private_data: padded(user_pd),
             });
+            let (srd, peer_qpn) = (s.qp_type == QpType::Srd, s.conn.remote_qpn);
             if let Some(s) = self.ids.get_mut(k) {
                 s.fsm = Fsm::Established;
+            }
+            if srd && peer_qpn != 0 {
+                self.set_srd_peer(k, peer_qpn, RDMA_UDP_QKEY);
             }
             self.send_for(k, tid, msg, None);
             return Ok(false);
@@ -757,7 +828,7 @@ impl<P: Provider> State<P> {
             return Err(Error::InvalidArgument);
         }
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
-        let msg = if s.qp_type == QpType::Ud {
+        let msg = if crate::qp::datagram(s.qp_type) {
             if private_data.len() > limits::SIDR_REP {
                 return Err(Error::InvalidArgument);
             }
@@ -803,7 +874,7 @@ impl<P: Provider> State<P> {
         }
         // A UD id has no connection: no DREQ or DREP (the kernel's `ib_send_cm_dreq` and
         // `ib_send_cm_drep` refuse its SIDR id, and `rdma_disconnect` returns 0).
-        if s.qp_type == QpType::Ud {
+        if crate::qp::datagram(s.qp_type) {
             return Ok(());
         }
         let c = &s.conn;
@@ -899,7 +970,7 @@ impl<P: Provider> State<P> {
     pub(crate) fn teardown(&mut self, k: Key) {
         let Some(s) = self.ids.get(k) else { return };
         let fsm = s.fsm;
-        let ud = s.qp_type == QpType::Ud;
+        let ud = crate::qp::datagram(s.qp_type);
         let (local, remote, tid) = (s.conn.local_comm_id, s.conn.remote_comm_id, s.conn.tid);
         let d = s.dev;
         match fsm {

@@ -179,7 +179,7 @@ impl<P: Provider> State<P> {
                 pkey_index: 0,
                 ..QpAttr::default()
             };
-            return Ok(if s.qp_type == QpType::Ud {
+            return Ok(if crate::qp::datagram(s.qp_type) {
                 a.qkey = RDMA_UDP_QKEY;
                 (
                     a,

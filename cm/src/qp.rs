@@ -9,6 +9,12 @@ use crate::error::Error;
 
 // ------------------------------------------------------------------ QP transitions
 
+/// A datagram QP type: UD, or EFA's SRD (reliable, unordered datagrams). Ids of these types
+/// are in the UDP port space, resolve services with SIDR and have no connection.
+pub(crate) const fn datagram(t: QpType) -> bool {
+    matches!(t, QpType::Ud | QpType::Srd)
+}
+
 /// RESET → INIT of a connected QP, or RESET → INIT → RTR → RTS of a UD (or the GSI) QP.
 pub(crate) fn qp_init<P: Provider>(
     p: &P,
@@ -34,7 +40,8 @@ pub(crate) fn qp_init<P: Provider>(
             .init_attr();
             p.modify_qp(qp, &a, m)?;
         }
-        QpType::Ud | QpType::Gsi => {
+        // SRD (EFA's reliable datagram) has UD's state machine and Q_Key
+        QpType::Ud | QpType::Gsi | QpType::Srd => {
             p.modify_qp(qp, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
             a.qp_state = QpState::Rtr;
             p.modify_qp(qp, &a, M::STATE)?;
@@ -42,7 +49,7 @@ pub(crate) fn qp_init<P: Provider>(
             a.sq_psn = 0;
             p.modify_qp(qp, &a, M::STATE | M::SQ_PSN)?;
         }
-        // Types the manager does not bring up (SRD has no rdma_cm).
+        // Types the manager does not bring up.
         _ => return Err(Error::NotSupported),
     }
     Ok(())

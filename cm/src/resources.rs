@@ -33,6 +33,16 @@ pub(crate) struct LiveQp<P: Provider> {
     /// The caller's CQs and SRQ the QP uses (held while it exists; never destroyed by the
     /// manager): the user send CQ, the user receive CQ, the SRQ (the caller's or the id's).
     pub user: UserObjs<P>,
+    /// An SRD id's peer once the service resolution completed: the `rdma_verbs.h` helpers
+    /// send there when the work request names no destination.
+    pub peer: Option<PeerDest<P>>,
+}
+
+/// Where an SRD id's work requests go: an AH on the QP's PD, the peer's QPN and Q_Key.
+pub(crate) struct PeerDest<P: Provider> {
+    pub ah: P::Ah,
+    pub qpn: u32,
+    pub qkey: u32,
 }
 
 impl<P: Provider> LiveQp<P> {

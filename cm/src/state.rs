@@ -159,7 +159,12 @@ impl<P: Provider> State<P> {
     /// message that asked is dropped, and its retransmission finds the answer, as a kernel's
     /// CM resolves the sender of a REQ).
     pub(crate) fn peer(&mut self, d: Key, ip: Ipv4Addr, qpn: u32) -> Option<Peer> {
+        let no_link = !self.ib_cm(d);
         let known = self.neighbor(ip).or_else(|| {
+            // a device without Ethernet (EFA): no link address to resolve
+            if no_link {
+                return Some(Neighbor { mac: [0; 6] });
+            }
             let r = self.devs.get(d)?.resolver.clone()?;
             let nb = r.resolve_neighbor(ip).ok()??;
             self.set_neighbor(ip, nb);
@@ -170,6 +175,18 @@ impl<P: Provider> State<P> {
             mac: nb.mac,
             qpn,
         })
+    }
+
+    /// Whether device `d` has the IB CM on QP1 (the MAD transport). A device with the
+    /// datagram transport (EFA) has neither the IB CM nor iWARP's: as on Linux, its ids can
+    /// resolve addresses but connected (RC) ids cannot resolve routes, listen or connect
+    /// (ENOSYS, the kernel rdma_cm's answer for such a device in `rdma_resolve_route`,
+    /// `rdma_listen` and `rdma_connect`).
+    pub(crate) fn ib_cm(&self, d: Key) -> bool {
+        self.devs
+            .get(d)
+            .and_then(|x| x.transport.as_ref())
+            .is_none_or(|t| t.ib_cm())
     }
 
     pub(crate) fn dev_ips(&self) -> Vec<Ipv4Addr> {
@@ -345,15 +362,22 @@ impl<P: Provider> State<P> {
     /// Sends `msg` for id `k` to its peer; with `retx`, arms the retransmission timer with
     /// `timeout_ns` and `retries`.
     pub(crate) fn send_for(&mut self, k: Key, tid: u64, msg: CmMessage, retx: Option<(u64, u8)>) {
+        self.send_for_attr(k, tid, 0, msg, retx)
+    }
+
+    /// [`send_for`](Self::send_for) with the MAD header's attribute modifier `attr_mod`.
+    pub(crate) fn send_for_attr(
+        &mut self,
+        k: Key,
+        tid: u64,
+        attr_mod: u32,
+        msg: CmMessage,
+        retx: Option<(u64, u8)>,
+    ) {
         let Some(s) = self.ids.get(k) else { return };
         let Some(d) = s.dev else { return };
         let peer = s.conn.peer;
-        let bytes = CmMad {
-            tid,
-            attr_mod: 0,
-            msg,
-        }
-        .encode();
+        let bytes = CmMad { tid, attr_mod, msg }.encode();
         self.send_to(d, &peer, &bytes);
         let now = self.now;
         if let Some(s) = self.ids.get_mut(k) {

@@ -14,6 +14,7 @@ use core::net::Ipv4Addr;
 use verbs::Provider;
 
 use crate::conn::Peer;
+use crate::dgram::Dgram;
 use crate::gsi::Gsi;
 use crate::mad::MadBytes;
 use crate::slab::Key;
@@ -53,42 +54,80 @@ pub(crate) trait Transport<P: Provider> {
 pub(crate) enum DevTransport<P: Provider> {
     /// IB CM MADs on the GSI QP.
     Mad(Gsi<P>),
+    /// The datagram exchange of a device without QP1 (EFA): the same MADs on a UD QP of the
+    /// manager's, behind a header naming the sender.
+    Dgram(Dgram<P>),
+}
+
+impl<P: Provider> DevTransport<P> {
+    /// Whether the device has the IB CM (QP1): only then can connected (RC) ids use it. A
+    /// device without it is as the kernel's rdma_cm sees an EFA: neither IB CM nor iWARP CM.
+    pub(crate) fn ib_cm(&self) -> bool {
+        matches!(self, DevTransport::Mad(_))
+    }
+
+    /// The device address known for the peer at `ip` (the datagram transport; RoCE peers'
+    /// GIDs come from their IPv4 addresses).
+    pub(crate) fn peer_gid(&self, ip: Ipv4Addr) -> Option<verbs::Gid> {
+        match self {
+            DevTransport::Mad(_) => None,
+            DevTransport::Dgram(g) => g.peer_gid(ip),
+        }
+    }
+
+    /// Records the device address of the peer at `ip`; false for the MAD transport.
+    pub(crate) fn set_peer_gid(&mut self, ip: Ipv4Addr, gid: verbs::Gid) -> bool {
+        match self {
+            DevTransport::Mad(_) => false,
+            DevTransport::Dgram(g) => {
+                g.set_peer_gid(ip, gid);
+                true
+            }
+        }
+    }
 }
 
 impl<P: Provider> Transport<P> for DevTransport<P> {
     fn local_endpoint(&self) -> u32 {
         match self {
             DevTransport::Mad(g) => g.local_endpoint(),
+            DevTransport::Dgram(g) => g.local_endpoint(),
         }
     }
     fn peer_endpoint(&self) -> u32 {
         match self {
             DevTransport::Mad(g) => g.peer_endpoint(),
+            DevTransport::Dgram(g) => g.peer_endpoint(),
         }
     }
     fn can_send(&self) -> bool {
         match self {
             DevTransport::Mad(g) => g.can_send(),
+            DevTransport::Dgram(g) => g.can_send(),
         }
     }
     fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
         match self {
             DevTransport::Mad(g) => g.send(p, to, msg),
+            DevTransport::Dgram(g) => g.send(p, to, msg),
         }
     }
     fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {
         match self {
             DevTransport::Mad(g) => g.poll(p, dev, out, bad),
+            DevTransport::Dgram(g) => g.poll(p, dev, out, bad),
         }
     }
     fn recover(&mut self, p: &P) -> Option<bool> {
         match self {
             DevTransport::Mad(g) => g.recover(p),
+            DevTransport::Dgram(g) => g.recover(p),
         }
     }
     fn destroy(self, p: &P) {
         match self {
             DevTransport::Mad(g) => g.destroy(p),
+            DevTransport::Dgram(g) => g.destroy(p),
         }
     }
 }

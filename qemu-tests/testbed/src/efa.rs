@@ -135,6 +135,24 @@ impl LlqMapping {
     }
 }
 
+/// Probes the EFA driver on `dev` with `platform` and gives it the data path's BARs (BAR2,
+/// mapped through `map` when given, and the doorbell BAR the device reported).
+fn probe_efa<P: nic_hal::Platform>(
+    dev: &Arc<Mutex<Device>>,
+    dma: Arc<dyn DmaAllocator>,
+    platform: P,
+    config: efa::Config,
+    map: Option<Arc<LlqMapping>>,
+) -> Result<efa::Device<EfaRegs, P>, efa::Error> {
+    let mut drv = efa::Device::probe(EfaRegs(dev.clone(), 0, None), dma, platform, config)?;
+    let db = u8::try_from(drv.attributes().db_bar).unwrap_or(u8::MAX);
+    drv.attach_data_bars(
+        EfaRegs(dev.clone(), nic_emulator::efa::MEM_BAR, map.clone()),
+        EfaRegs(dev.clone(), db, map),
+    );
+    Ok(drv)
+}
+
 /// The driver type as attached here.
 pub type EfaDevice = efa::Device<EfaRegs, EmuPlatform>;
 
@@ -243,17 +261,382 @@ impl EfaTestbed {
         config: efa::Config,
         map: Option<Arc<LlqMapping>>,
     ) -> Result<EfaDevice, efa::Error> {
-        let mut dev = efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)?;
-        let db = u8::try_from(dev.attributes().db_bar).unwrap_or(u8::MAX);
-        dev.attach_data_bars(
-            EfaRegs(self.dev.clone(), nic_emulator::efa::MEM_BAR, map.clone()),
-            EfaRegs(self.dev.clone(), db, map),
-        );
-        Ok(dev)
+        probe_efa(&self.dev, self.allocator(), self.platform(), config, map)
     }
 
     /// The device's live-object counters.
     pub fn live(&self) -> Live {
         self.device().live()
+    }
+}
+
+/// The driver type of an [`EfaPortNic`] on the UDP fabric.
+pub type EfaUdpDevice = efa::Device<EfaRegs, crate::RealTime>;
+
+/// The driver type of an [`EfaPortNic`] on an Ethernet link.
+pub type EfaEthDevice = efa::Device<EfaRegs, crate::YieldingTime>;
+
+/// An emulated EFA in real time with a port on a fabric shared with other processes (the UDP
+/// fabric, or an Ethernet link in QEMU's socket-netdev format): the EFA counterpart of
+/// [`UdpNic`](crate::UdpNic) and [`EthLinkNic`](crate::EthLinkNic). Its device runs on a
+/// poller thread of its own (frames in, SRD retransmissions); its GID is the IPv4-mapped GID
+/// of its address and its node GUID the EUI-64 of its MAC ([`EfaPortNic::mac`]).
+///
+/// Dropping it stops the poller: shut the driver down first.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use nic_testbed::efa::EfaPortNic;
+/// use verbs::{Gid, Provider};
+///
+/// let ip = Ipv4Addr::new(127, 0, 0, 31);
+/// let nic = EfaPortNic::udp(ip, 47_913, Default::default()).unwrap();
+/// let dev = nic.probe_udp().unwrap();
+/// assert_eq!(dev.query_gid(1, 0).unwrap(), Gid::from_ipv4(ip.octets()));
+/// dev.shutdown().unwrap();
+/// assert_eq!(nic.live(), Default::default());
+/// ```
+pub struct EfaPortNic {
+    /// The device model (the poller thread takes the same lock for each poll).
+    pub dev: Arc<Mutex<Device>>,
+    /// Host DMA memory, which is also the device's IOMMU.
+    pub dma: Arc<HeapDma>,
+    ip: std::net::Ipv4Addr,
+    mac: [u8; 6],
+    eth: Option<nic_emulator::roce_wire::fabric::EthHandle>,
+    poller: Option<nic_emulator::Poller>,
+}
+
+/// The EUI-64 node GUID of `mac` (`ff:fe` in the middle, the universal/local bit flipped).
+pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
+impl EfaPortNic {
+    /// An EFA built from `profile` whose port is a UDP socket bound to `ip:udp_port` (`ip`
+    /// in 127.0.0.0/8; MAC `02:00` and the address, the UDP fabric's rule).
+    ///
+    /// Fails if the address is not loopback or is already bound.
+    pub fn udp(
+        ip: std::net::Ipv4Addr,
+        udp_port: u16,
+        profile: Profile,
+    ) -> Result<EfaPortNic, nic_emulator::roce_wire::fabric::FabricError> {
+        let port = nic_emulator::roce_wire::fabric::UdpFabric::new(udp_port).bind(ip)?;
+        let mac = crate::udp::UdpResolver::mac_for(ip);
+        Ok(Self::build(Box::new(port), ip, mac, None, profile))
+    }
+
+    /// An EFA built from `profile` on the Ethernet link `link` at `ip` (MAC `link.mac`; the
+    /// port answers ARP and resolves its destinations by ARP).
+    ///
+    /// Fails if the link's sockets are not on 127.0.0.0/8, the MAC is multicast or zero, or
+    /// the local socket is taken.
+    pub fn eth(
+        link: nic_emulator::roce_wire::fabric::EthLink,
+        ip: std::net::Ipv4Addr,
+        profile: Profile,
+    ) -> Result<EfaPortNic, nic_emulator::roce_wire::fabric::FabricError> {
+        let mac = link.mac;
+        let port = link.bind(ip)?;
+        let eth = port.handle();
+        Ok(Self::build(Box::new(port), ip, mac, Some(eth), profile))
+    }
+
+    fn build(
+        port: Box<dyn nic_emulator::roce_wire::fabric::Port>,
+        ip: std::net::Ipv4Addr,
+        mac: [u8; 6],
+        eth: Option<nic_emulator::roce_wire::fabric::EthHandle>,
+        profile: Profile,
+    ) -> EfaPortNic {
+        let dma = HeapDma::new(0x1_0000_0000);
+        let mut dev = Device::new(
+            Profile {
+                gid: nic_emulator::roce_wire::gid_from_ipv4(ip),
+                guid: guid_from_mac(mac),
+                ..profile
+            },
+            Arc::new(IommuView(dma.clone())),
+        );
+        let epoch = std::time::Instant::now();
+        dev.set_clock(Arc::new(move || {
+            u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        }));
+        dev.attach(port);
+        let dev = Arc::new(Mutex::new(dev));
+        let poller = Some(nic_emulator::spawn_poller(dev.clone()));
+        EfaPortNic {
+            dev,
+            dma,
+            ip,
+            mac,
+            eth,
+            poller,
+        }
+    }
+
+    /// The port's IPv4 address.
+    pub fn ip(&self) -> std::net::Ipv4Addr {
+        self.ip
+    }
+
+    /// The port's MAC (an Ethernet link's; on the UDP fabric, the fabric's rule).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The Ethernet port, on an Ethernet link.
+    pub fn eth_handle(&self) -> Option<&nic_emulator::roce_wire::fabric::EthHandle> {
+        self.eth.as_ref()
+    }
+
+    /// The port's ARP as a connection manager's address resolution, on an Ethernet link.
+    pub fn resolver(&self) -> Option<crate::EthResolver> {
+        self.eth.clone().map(crate::EthResolver)
+    }
+
+    /// Locks the device model.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    /// The device's live-object counters.
+    pub fn live(&self) -> Live {
+        self.device().live()
+    }
+
+    /// The PCI device id of the emulated function.
+    pub fn device_id(&self) -> u16 {
+        self.device().profile().device_id
+    }
+
+    /// Probes the EFA driver with `platform` as its clock and relax hook, BAR2 mapped as
+    /// memory ([`LlqMapping`]) and the doorbell BAR attached.
+    pub fn probe_with<P: nic_hal::Platform>(
+        &self,
+        platform: P,
+        config: efa::Config,
+    ) -> Result<efa::Device<EfaRegs, P>, efa::Error> {
+        let p = self.device().profile().clone();
+        let len = p.max_qp as usize * p.max_llq_size as usize;
+        let config = efa::Config {
+            device_id: if config.device_id == 0 {
+                p.device_id
+            } else {
+                config.device_id
+            },
+            ..config
+        };
+        probe_efa(
+            &self.dev,
+            self.dma.clone(),
+            platform,
+            config,
+            Some(LlqMapping::new(len)),
+        )
+    }
+
+    /// [`probe_with`](Self::probe_with) on real time (a spin hint as relax): the driver of a
+    /// NIC on the UDP fabric.
+    pub fn probe_udp(&self) -> Result<EfaUdpDevice, efa::Error> {
+        self.probe_with(crate::RealTime::new(), efa::Config::default())
+    }
+
+    /// [`probe_with`](Self::probe_with) on real time that yields the CPU as relax: the
+    /// driver of a NIC on an Ethernet link to a QEMU guest.
+    pub fn probe_eth(&self) -> Result<EfaEthDevice, efa::Error> {
+        self.probe_with(crate::YieldingTime::new(), efa::Config::default())
+    }
+
+    /// Stops the device's poller (after the driver's shutdown; dropping does it too).
+    pub fn stop_poller(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for EfaPortNic {
+    fn drop(&mut self) {
+        self.stop_poller();
+    }
+}
+
+/// A window of a shared BAR mapping as one BAR of the driver: what a guest driver does with
+/// the shared memory BAR of `nic-emud --family efa` ([`nic_emulator::efa::ShmHeader`] says
+/// where each window is).
+pub struct ShmWindow {
+    bar: nic_hal::MmioBar,
+    _map: Arc<nic_emulator::host::SharedMapping>,
+}
+
+impl ShmWindow {
+    /// The `len` bytes at `off` of `map`; `None` when they are not inside it.
+    pub fn new(
+        map: &Arc<nic_emulator::host::SharedMapping>,
+        off: usize,
+        len: usize,
+    ) -> Option<ShmWindow> {
+        if off.checked_add(len)? > map.len() || len == 0 {
+            return None;
+        }
+        // In bounds (checked above).
+        let base = NonNull::new(map.as_ptr().as_ptr().wrapping_add(off))?;
+        // SAFETY: `base..base+len` lies inside the shared mapping (checked above), which the
+        // window keeps alive (`_map`); the mapping is accessed through raw pointers only.
+        let bar = unsafe { nic_hal::MmioBar::new(base, len) };
+        Some(ShmWindow {
+            bar,
+            _map: map.clone(),
+        })
+    }
+}
+
+impl RegisterIo for ShmWindow {
+    fn read32(&self, offset: usize) -> u32 {
+        self.bar.read32(offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        self.bar.write32(offset, value)
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        self.bar.write64(offset, value)
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        self.bar.write_block(offset, data)
+    }
+    fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        self.bar.mapped(offset, len)
+    }
+}
+
+/// The driver type of an [`EfaShmNic`] (its waits yield the CPU: the device is a thread
+/// that must get to run within the driver's read-less timeout on a loaded machine).
+pub type EfaShmDevice = efa::Device<ShmWindow, crate::YieldingTime>;
+
+/// An emulated EFA untrapped on a shared BAR file, as `nic-emud --family efa` runs it behind
+/// a QEMU guest: the device polls the file for the driver's writes on a thread of its own,
+/// and the driver (here, in-process) maps the file a second time and takes the windows the
+/// identity page names as its BARs. Its port is a UDP socket on the UDP fabric. DMA memory
+/// is a [`HeapDma`] (as for the other in-process attachments).
+pub struct EfaShmNic {
+    /// The device model.
+    pub dev: Arc<Mutex<Device>>,
+    /// Host DMA memory, which is also the device's IOMMU.
+    pub dma: Arc<HeapDma>,
+    /// The driver's mapping of the BAR file.
+    pub guest: Arc<nic_emulator::host::SharedMapping>,
+    poller: Option<nic_emulator::Poller>,
+}
+
+impl EfaShmNic {
+    /// A device of `profile` (GID the IPv4-mapped GID of `ip`) on the BAR file `path`
+    /// (created, sized to the layout's BAR), its port at `ip:udp_port` on the UDP fabric.
+    pub fn new(
+        path: &std::path::Path,
+        ip: std::net::Ipv4Addr,
+        udp_port: u16,
+        profile: Profile,
+    ) -> Result<EfaShmNic, String> {
+        let profile = Profile {
+            gid: nic_emulator::roce_wire::gid_from_ipv4(ip),
+            guid: guid_from_mac(crate::udp::UdpResolver::mac_for(ip)),
+            ..profile
+        };
+        let layout = nic_emulator::efa::ShmLayout::for_profile(&profile);
+        let map = nic_emulator::host::SharedMapping::open(path, Some(layout.len as u64), true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let port = nic_emulator::roce_wire::fabric::UdpFabric::new(udp_port)
+            .bind(ip)
+            .map_err(|e| format!("{ip}:{udp_port}: {e}"))?;
+        let dma = HeapDma::new(0x1_0000_0000);
+        let mut dev = Device::with_shared_bar(
+            profile,
+            Arc::new(IommuView(dma.clone())),
+            Box::new(nic_emulator::host::ShmBar::from_mapping(map)),
+        )?;
+        dev.attach(Box::new(port));
+        let guest = nic_emulator::host::SharedMapping::open(path, None, false)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let dev = Arc::new(Mutex::new(dev));
+        let poller = Some(nic_emulator::spawn_poller(dev.clone()));
+        Ok(EfaShmNic {
+            dev,
+            dma,
+            guest: Arc::new(guest),
+            poller,
+        })
+    }
+
+    /// The identity page as the driver's mapping shows it.
+    pub fn header(&self) -> Option<nic_emulator::efa::ShmHeader> {
+        let mut b = [0u8; nic_emulator::efa::HEADER_LEN];
+        self.guest.read(nic_emulator::efa::HEADER_OFF, &mut b);
+        nic_emulator::efa::ShmHeader::parse(&b)
+    }
+
+    /// Probes the EFA driver through the windows the identity page names (as a guest driver
+    /// would: nothing but the shared BAR), with BAR2 and the doorbell BAR attached.
+    pub fn probe(&self) -> Result<EfaShmDevice, String> {
+        let h = self
+            .header()
+            .ok_or("no EFA identity page in the shared BAR")?;
+        let win = |off: u32, len: u32| {
+            ShmWindow::new(&self.guest, off as usize, len as usize)
+                .ok_or_else(|| format!("window {off:#x}+{len:#x} outside the shared BAR"))
+        };
+        let config = efa::Config {
+            device_id: h.device,
+            ..Default::default()
+        };
+        let mut drv = efa::Device::probe(
+            win(h.regs.0, h.regs.1)?,
+            self.dma.clone(),
+            crate::YieldingTime::new(),
+            config,
+        )
+        .map_err(|e| format!("probe: {e:?}"))?;
+        if u32::from(drv.attributes().db_bar) != h.doorbells.0 {
+            let _ = drv.shutdown();
+            return Err("the doorbell BAR differs from the identity page's".into());
+        }
+        let mem = win(h.llq.0, h.llq.1);
+        let db = win(h.doorbells.1, h.doorbells.2);
+        match (mem, db) {
+            (Ok(m), Ok(d)) => drv.attach_data_bars(m, d),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = drv.shutdown();
+                return Err(e);
+            }
+        }
+        Ok(drv)
+    }
+
+    /// Locks the device model.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    /// Stops the device's poller (after the driver's shutdown; dropping does it too).
+    pub fn stop_poller(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for EfaShmNic {
+    fn drop(&mut self) {
+        self.stop_poller();
     }
 }

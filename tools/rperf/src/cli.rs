@@ -931,8 +931,11 @@ mod tests {
         assert_eq!(o.net().timeout, Duration::from_millis(2500));
         let o = run(&["send_lat", "--server", "--device", "vfio:0000:01:00.0"]);
         assert_eq!(o.family(), Family::Vfio("0000:01:00.0".into()));
+        // the emulated EFA opens (device-open); an EFA by name does not
+        let o = run(&["write_bw", "--server", "--device", "efa"]);
+        assert_eq!(o.family(), Family::Efa(None));
         assert!(matches!(
-            err(&["write_bw", "--server", "--device", "efa"]),
+            err(&["write_bw", "--server", "--device", "efa:rdmap0s6"]),
             CliError::Usage(m) if m.contains("not available")
         ));
         assert_eq!(run(&["write_bw", "-q", "4"]).qps(), 4);

@@ -103,6 +103,14 @@ impl<M: verbs::MemoryRegion> Buf<M> {
     }
 }
 
+/// Whether the run is on EFA's SRD (`--device efa`): the ids are datagram ids of the UDP
+/// port space (the connection manager resolves the service and remembers the peer, so the
+/// exchange posts as on RC), and with no connection to take down the client ends its run
+/// with an empty advertisement (address, rkey and length 0) before its disconnect.
+pub(crate) fn srd(o: &Options) -> bool {
+    matches!(o.device, device_open::Family::Efa(_))
+}
+
 pub(crate) fn qp_attr<P: Dev>() -> QpInitAttr<P::Cq, P::Srq> {
     QpInitAttr {
         cap: QpCap {
@@ -236,8 +244,12 @@ pub(crate) fn server_pings<P: Dev>(
         let Some(adv) = recv_info(conn, "server", recv)? else {
             return Ok(s);
         };
-        let t0 = *t0.get_or_insert_with(Instant::now);
         let (addr, rkey, len) = decode_info(&adv);
+        if srd(o) && (addr, rkey, len) == (0, 0, 0) {
+            // the SRD client's end of the run
+            return Ok(s);
+        }
+        let t0 = *t0.get_or_insert_with(Instant::now);
         if o.debug {
             println!("server: received source adv: rkey {rkey:#x} addr {addr:#x} len {len}");
         }
@@ -353,6 +365,12 @@ fn report_waits<P: Dev>(id: &CmId<P>, side: &str, o: &Options) {
             if o.events { "event" } else { "poll" },
             id.cm().stats().comp_channel_sleeps
         );
+        let st = id.cm().stats();
+        eprintln!(
+            "rping: {side}: connection manager: {} messages sent ({} retransmitted), {} \
+             received, {} bad",
+            st.mads_sent, st.retransmits, st.mads_received, st.bad_mads
+        );
     }
 }
 
@@ -433,6 +451,9 @@ pub(crate) fn client<P: Dev>(id: &CmId<P>, o: &Options) -> Result<Pinged, String
         id.connect(Some(&conn_param()))
             .map_err(|e| format!("client: connect: {e:?}"))?;
         let r = client_pings(id, o, &recv, &send, &start, &sink);
+        if r.is_ok() && srd(o) {
+            send_info(id, "client", &send, encode_info(0, 0, 0))?;
+        }
         id.disconnect().ok();
         r
     })();

@@ -241,6 +241,7 @@ pub(crate) fn where_(o: &Options, ip: Ipv4Addr) -> String {
 pub(crate) fn serve_on<P: Dev>(cm: &Cm<P>, ip: Ipv4Addr, o: &Options) -> Result<Served, String> {
     let passive = AddrInfo {
         ai_flags: RaiFlags::PASSIVE,
+        ai_qp_type: crate::exchange::srd(o).then_some(verbs::QpType::Srd),
         ..AddrInfo::default()
     };
     let res = getaddrinfo(
@@ -273,6 +274,7 @@ pub(crate) fn connect_on<P: Dev>(
 ) -> Result<Pinged, String> {
     let hints = AddrInfo {
         ai_src_addr: Some(std::net::SocketAddr::from((src, 0))),
+        ai_qp_type: crate::exchange::srd(o).then_some(verbs::QpType::Srd),
         ..AddrInfo::default()
     };
     let res = getaddrinfo(

@@ -393,7 +393,7 @@ fn an_ethernet_client_without_a_peer_fails_arp() {
 #[test]
 fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
     // A VFIO function no machine has, as server and as client: the first check that fails
-    // names what to fix; EFA: this build has no provider. Nothing is pinged.
+    // names what to fix; an EFA by name: not opened that way. Nothing is pinged.
     let bdf = "0000:ff:1f.7";
     let device = format!("vfio:{bdf}");
     let vfio_want = if std::path::Path::new("/dev/vfio/vfio").exists() {
@@ -419,8 +419,8 @@ fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
             vfio_want.as_str(),
         ),
         (
-            vec!["-s", "-a", "127.0.9.2", "--device", "efa"],
-            "efa: not available: this build has no EFA provider",
+            vec!["-s", "-a", "127.0.9.2", "--device", "efa:rdmap0s6"],
+            "efa:rdmap0s6: not available",
         ),
     ] {
         let out = rping(&args);
@@ -435,4 +435,73 @@ fn a_device_through_device_open_that_is_not_there_is_a_clear_error() {
     // The embedded mode runs two emulated NICs: --device is a usage error there.
     let out = rping(&["--device", &device]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// rping on EFA's SRD through the connection manager (`--device efa`: emulated EFAs on the
+/// UDP fabric at 127.0.7.40/.41, fabric port 47060; the service resolved with SIDR on the
+/// manager's datagram transport): server and client processes, 4 KiB pings verified on both
+/// sides, the server ending when the client ends its run.
+#[test]
+fn srd_server_and_client_on_emulated_efas() {
+    let common = [
+        "--device",
+        "efa",
+        "-S",
+        "4096",
+        "-v",
+        "--fabric-port",
+        "47060",
+        "--timeout",
+        "20",
+    ];
+    let srv_args: Vec<&str> = ["-s", "-a", "127.0.7.40"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let (srv, line) = Server::start(&srv_args);
+    assert!(line.contains("listening on 127.0.7.40:7174"), "{line}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rping"))
+        .args([
+            "-c",
+            "-a",
+            "127.0.7.40",
+            "-I",
+            "127.0.7.41",
+            "-V",
+            "-C",
+            "3",
+        ])
+        .args(common)
+        .output()
+        .expect("run the client");
+    let (status, sout, serr) = srv.finish();
+    let cout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{cout}\n{}\nserver:\n{sout}\n{serr}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status.success(), "{sout}\n{serr}");
+    let pings: Vec<&str> = cout
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), 3, "{cout}");
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+    }
+    assert_eq!(
+        cout.lines().last(),
+        Some("rping: client: 3 pings of 4096 bytes, validated")
+    );
+    // the server READ each ping's data from the client's buffer
+    let seen: Vec<&str> = sout
+        .lines()
+        .filter_map(|l| l.strip_prefix("server "))
+        .collect();
+    assert_eq!(seen, pings, "{sout}");
+    assert_eq!(
+        sout.lines().last(),
+        Some("rping: server: 3 pings of 4096 bytes; the client disconnected")
+    );
 }

@@ -33,7 +33,7 @@ use verbs::{
 
 use crate::Error;
 use crate::device::{Device, release_unless_unknown};
-use crate::dp::{CqShared, QpCore, QpDp};
+use crate::dp::{CqShared, QpCore, QpDp, SqParams};
 use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
@@ -637,22 +637,24 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let qpn = o::QP_NUM.get(&out) as u16;
         let core = QpCore::new(qpn, sq_depth, rq_depth);
         let rq_descs = if rq_ring == 0 { 0 } else { rq_ring / RX_DESC };
+        let sq = SqParams {
+            depth: sq_depth,
+            max_tx_batch: a.max_tx_batch,
+            max_sge: cap.max_send_sge,
+            max_inline: cap.max_inline_data.min(a.inline_buf_size),
+            mtu: a.mtu,
+            read_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_READ),
+            write_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_WRITE),
+            sig_all: attr.sq_sig_all,
+        };
         // SAFETY: the RQ ring is kept by the QP (`rq`, leak-on-drop) as long as its `dp`.
         let dp = unsafe {
             QpDp::new(
                 core.clone(),
                 (attr.send_cq.shared.clone(), attr.recv_cq.shared.clone()),
-                sq_depth,
-                a.max_tx_batch,
+                sq,
                 rq.as_deref(),
                 rq_descs,
-                attr.sq_sig_all,
-                cap.max_inline_data.min(a.inline_buf_size),
-                if cap.max_send_sge == 0 {
-                    0
-                } else {
-                    self.attrs.mtu
-                },
             )
         };
         let same = alloc::sync::Arc::ptr_eq(&attr.send_cq.shared, &attr.recv_cq.shared);
@@ -731,6 +733,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         s.qp_state = next;
         if mask.contains(M::QKEY) {
             s.qkey = attr.qkey;
+            qp.dp.ctx.qkey = attr.qkey;
         }
         if mask.contains(M::SQ_PSN) {
             s.sq_psn = attr.sq_psn;

@@ -694,3 +694,66 @@ fn the_device_refuses_driver_mistakes_on_the_data_path() {
     assert_eq!(tb.live(), Default::default());
     b.teardown();
 }
+
+/// A list with a refused WR in the middle: the WRs before it are posted (and rung), the
+/// refused one and those after it are not; `bad_wr` names it. On both LLQ paths (stored into
+/// the mapped BAR and written through the trapped one), for an SGE-less, a too-long and an
+/// atomic WR.
+#[test]
+fn a_refused_wr_stops_the_list_after_posting_the_ones_before_it() {
+    for mapped in [false, true] {
+        let (w, mut a, mut b) = pair_with(9, QpType::Srd, mapped);
+        b.post_recvs(0, 256, 8);
+        let good = [a.sge(0, 64)];
+        let long = [a.sge(0, 9000)];
+        let ok = |id| SendWr {
+            wr_id: id,
+            sg_list: &good,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        let bad = [
+            (
+                SendWr {
+                    wr_id: 90,
+                    sg_list: &long,
+                    dest: Some(dest!(a, b, QKEY)),
+                    ..Default::default()
+                },
+                Error::InvalidArgument,
+            ),
+            (
+                SendWr {
+                    wr_id: 91,
+                    dest: None,
+                    ..ok(91)
+                },
+                Error::InvalidArgument,
+            ),
+            (
+                SendWr {
+                    wr_id: 92,
+                    opcode: WrOpcode::AtomicFetchAndAdd,
+                    ..ok(92)
+                },
+                Error::NotSupported,
+            ),
+        ];
+        let mut id = 0;
+        for (wr, err) in bad {
+            let list = [ok(id), ok(id + 1), wr, ok(id + 2)];
+            let e = a.dev.post_send(&mut a.qp, &list).unwrap_err();
+            assert_eq!((e.error, e.bad_wr), (err, 2), "mapped: {mapped}");
+            let c = wait(&w, &a, 2);
+            let mut ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, [id, id + 1], "mapped: {mapped}");
+            assert!(c.iter().all(|c| c.status == WcStatus::Success));
+            wait(&w, &b, 2);
+            id += 3;
+        }
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+}

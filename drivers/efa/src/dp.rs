@@ -223,6 +223,15 @@ impl CqShared {
         }
     }
 
+    /// Entries consumed in all sub-CQs (what an arming CQ doorbell carries, 16 bits of it).
+    pub(crate) fn consumed(&self) -> u32 {
+        self.state
+            .lock()
+            .cc
+            .iter()
+            .fold(0u32, |a, &c| a.wrapping_add(c))
+    }
+
     /// Forgets QP `qpn`.
     pub(crate) fn detach(&self, qpn: u16) {
         self.state.lock().qps.retain(|a| a.qpn != qpn);

@@ -15,7 +15,9 @@
 //! - DMA memory comes from a [`HeapDma`], which is also the device's IOMMU ([`IommuView`]);
 //! - the platform is [`EmuPlatform`] of a [`World`]: `relax` runs the world's devices (the
 //!   EFA model executes inline, so it has nothing left to do) and moves the virtual clock, so
-//!   driver timeouts expire without wall time.
+//!   driver timeouts expire without wall time; the device's MSI-X vectors reach the driver
+//!   through [`IrqLines`] ([`EfaTestbed::interrupts`]), so a wait for a completion event
+//!   sleeps until the device raises the EQ's vector.
 //!
 //! ```
 //! use nic_testbed::efa::EfaTestbed;
@@ -36,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nic_emulator::efa::{Device, Live, Profile};
 use nic_hal::{DmaAllocator, HeapDma, RegisterIo};
 
+use crate::irq::IrqLines;
 use crate::{EmuPlatform, IommuView, World, lock};
 
 /// One BAR of the emulated EFA (0: registers, 2: low-latency queues, the profile's `db_bar`:
@@ -145,6 +148,7 @@ pub struct EfaTestbed {
     /// Host DMA memory, which is also the device's IOMMU.
     pub dma: Arc<HeapDma>,
     world: Arc<World>,
+    irq: Arc<IrqLines>,
 }
 
 impl World {
@@ -177,11 +181,14 @@ impl World {
     /// "unreachable"; the control plane is all there is to test).
     pub fn efa(self: &Arc<Self>, profile: Profile) -> EfaTestbed {
         let dma = HeapDma::new(0x1_0000_0000);
-        let dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
+        let irq = IrqLines::new(profile.msix_vectors);
+        let mut dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
+        dev.set_interrupt_sink(Some(irq.sink()));
         EfaTestbed {
             dev: Arc::new(Mutex::new(dev)),
             dma,
             world: self.clone(),
+            irq,
         }
     }
 }
@@ -212,11 +219,17 @@ impl EfaTestbed {
         EfaRegs(self.dev.clone(), bar, None)
     }
 
-    /// The platform backend.
+    /// The platform backend (the world's clock, the device's interrupt lines).
     pub fn platform(&self) -> EmuPlatform {
         EmuPlatform {
             world: self.world.clone(),
+            irq: Some(self.irq.clone()),
         }
+    }
+
+    /// The device's MSI-X vectors as the driver sees them.
+    pub fn interrupts(&self) -> &Arc<IrqLines> {
+        &self.irq
     }
 
     /// The DMA allocator handed to the driver.

@@ -159,6 +159,8 @@ impl Device {
                 depth: depth as u16,
                 vector,
                 armed: false,
+                pc: 0,
+                events: 0,
             },
         );
         let mut o = resp();
@@ -216,6 +218,8 @@ impl Device {
                 eqn,
                 uar,
                 pc: vec![0; subs as usize],
+                armed: false,
+                cmd_sn: 0,
             },
         );
         let mut o = resp();

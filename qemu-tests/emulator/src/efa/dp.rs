@@ -15,11 +15,17 @@
 //!   after [`RNR_DELAY_NS`] while the QP's `rnr_retry` allows (7: for ever);
 //! * RDMA read and write move up to `max_rdma_size` bytes in chunks of at most the MTU, each
 //!   acknowledged (write) or answered (read) on its own; a lost chunk is asked for again;
-//! * completion notifications (EQs) are not modelled: drivers poll.
+//! * completion events: a CQ doorbell with the arm bit arms an interrupt-mode CQ for one
+//!   event; the next completion written to it (any sub-CQ) writes one completion EQE into
+//!   its EQ and disarms it. Completions that came before the arm raise nothing. An EQ raises
+//!   its MSI-X vector for an EQE only while armed (an EQ_DB with the arm bit), and disarms;
+//!   EQEs written while it is not armed wait in the ring for the driver. Arming a CQ that
+//!   has no EQ is a driver mistake (recorded, ignored).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+use firmware_interface::efa::admin;
 use firmware_interface::efa::cmds::{create_qp_cmd, modify_qp_cmd};
 use firmware_interface::efa::feature::device_attr as d;
 use firmware_interface::efa::io::{
@@ -201,15 +207,26 @@ impl Device {
         let v = u32::from_le_bytes(b);
         let cq_base = super::commands::CQ_DB_BASE as usize;
         if off >= cq_base {
-            // CQ consumer index / arm: notifications are not modelled, the index is a hint.
-            let idx = (off - cq_base) / 4;
-            if !off.is_multiple_of(4)
-                || !u16::try_from(idx).is_ok_and(|i| self.obj.cqs.contains_key(&i))
-            {
+            // CQ consumer index (a hint) and arm.
+            let idx = u16::try_from((off - cq_base) / 4).ok();
+            let cq = idx.filter(|_| off.is_multiple_of(4)).and_then(|i| {
+                let c = self.obj.cqs.get_mut(&i)?;
+                Some((i, c))
+            });
+            let Some((i, c)) = cq else {
                 self.error(DeviceError::BadDoorbell {
                     offset: off,
                     value: v,
                 });
+                return;
+            };
+            if v & 1 << 31 != 0 {
+                if c.eqn.is_none() {
+                    self.error(DeviceError::ArmWithoutEq { cq: i });
+                } else {
+                    c.armed = true;
+                    c.cmd_sn = (v >> 29 & 3) as u8;
+                }
             }
             return;
         }
@@ -354,6 +371,36 @@ impl Device {
         let _ = self.dma_write(addr, &full[..3]);
         let _ = self.dma_write(addr + 4, &full[4..]);
         let _ = self.dma_write(addr + 3, &full[3..4]);
+        if let Some(c) = self.obj.cqs.get_mut(&cq)
+            && c.armed
+            && let Some(eqn) = c.eqn
+        {
+            c.armed = false;
+            self.completion_event(eqn, cq);
+        }
+    }
+
+    /// Writes a completion EQE for CQ `cq` into EQ `eqn` (the common word, with the phase,
+    /// last); raises the EQ's vector if it is armed.
+    fn completion_event(&mut self, eqn: u16, cq: u16) {
+        let Some(e) = self.obj.eqs.get_mut(&eqn) else {
+            return;
+        };
+        let depth = u32::from(e.depth).max(1);
+        let n = e.pc;
+        e.pc = n.wrapping_add(1);
+        e.events += 1;
+        let addr = e.base + u64::from(n % depth) * admin::EQE_SIZE as u64;
+        let phase = ((n / depth) & 1) ^ 1;
+        let common = phase | admin::EQE_EVENT_COMPLETION << admin::EQE_EVENT_TYPE_SHIFT;
+        let raise = std::mem::take(&mut e.armed).then_some(e.vector);
+        let mut data = [0u8; 12];
+        data[4..6].copy_from_slice(&cq.to_le_bytes());
+        let _ = self.dma_write(addr + 4, &data);
+        let _ = self.dma_write(addr, &common.to_le_bytes());
+        if let Some(v) = raise {
+            self.raise(v);
+        }
     }
 
     fn tx_complete(&mut self, h: u32, req_id: u16, op: u8, status: u8, comp: bool) {

@@ -211,6 +211,7 @@ pub(crate) fn attach_at(
         container,
         addr,
         group: ctx.group,
+        ctx,
         vendor_id,
         device_id,
         reset,
@@ -479,6 +480,8 @@ pub struct Attached {
     container: Arc<VfioContainer>,
     addr: PciAddress,
     group: u32,
+    /// What error messages of later mappings name.
+    ctx: Context,
     vendor_id: u16,
     device_id: u16,
     reset: bool,
@@ -533,6 +536,20 @@ impl Attached {
     /// The mapped BAR, for the driver (`mlx5::Device::probe(bar, ...)`).
     pub fn bar(&self) -> Arc<VfioBar> {
         self.bar.clone()
+    }
+
+    /// Maps another BAR of the function (a device whose registers and queues are in
+    /// several BARs, as EFA's BAR0, BAR2 and doorbell BAR), with the same checks as
+    /// [`attach`]'s. Each call makes a new mapping.
+    pub fn map_bar(&self, bar: u32) -> Result<Arc<VfioBar>, AttachError> {
+        if bar > VFIO_PCI_BAR5_REGION_INDEX {
+            return Err(AttachError::NoSuchBar { bar });
+        }
+        let ctx = Context {
+            bar,
+            ..self.ctx.clone()
+        };
+        map_bar(&self.device, bar, &ctx).map(Arc::new)
     }
 
     /// Reads config space at `offset`.

@@ -109,7 +109,7 @@ mod testmem;
 
 pub use connectx::{
     Clock, CmdRecord, Device, DeviceError, FailCommand, Faults, InterruptSink, Live, OutputHook,
-    PageRequests, Poller, PortStats, Profile, UarWrite, WqeFault, spawn_poller, syndrome,
+    PageRequests, Polled, Poller, PortStats, Profile, UarWrite, WqeFault, spawn_poller, syndrome,
 };
 pub use mem::{AddressSpace, BarMemory, DmaFault, VecBar};
 /// The RoCEv2 wire crate the ConnectX model speaks (packets, fabrics), re-exported so that

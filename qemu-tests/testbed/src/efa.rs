@@ -138,6 +138,24 @@ impl LlqMapping {
     }
 }
 
+/// Probes the EFA driver on `dev` with `platform` and gives it the data path's BARs (BAR2,
+/// mapped through `map` when given, and the doorbell BAR the device reported).
+fn probe_efa<P: nic_hal::Platform>(
+    dev: &Arc<Mutex<Device>>,
+    dma: Arc<dyn DmaAllocator>,
+    platform: P,
+    config: efa::Config,
+    map: Option<Arc<LlqMapping>>,
+) -> Result<efa::Device<EfaRegs, P>, efa::Error> {
+    let mut drv = efa::Device::probe(EfaRegs(dev.clone(), 0, None), dma, platform, config)?;
+    let db = u8::try_from(drv.attributes().db_bar).unwrap_or(u8::MAX);
+    drv.attach_data_bars(
+        EfaRegs(dev.clone(), nic_emulator::efa::MEM_BAR, map.clone()),
+        EfaRegs(dev.clone(), db, map),
+    );
+    Ok(drv)
+}
+
 /// The driver type as attached here.
 pub type EfaDevice = efa::Device<EfaRegs, EmuPlatform>;
 
@@ -256,17 +274,213 @@ impl EfaTestbed {
         config: efa::Config,
         map: Option<Arc<LlqMapping>>,
     ) -> Result<EfaDevice, efa::Error> {
-        let mut dev = efa::Device::probe(self.regs(), self.allocator(), self.platform(), config)?;
-        let db = u8::try_from(dev.attributes().db_bar).unwrap_or(u8::MAX);
-        dev.attach_data_bars(
-            EfaRegs(self.dev.clone(), nic_emulator::efa::MEM_BAR, map.clone()),
-            EfaRegs(self.dev.clone(), db, map),
-        );
-        Ok(dev)
+        probe_efa(&self.dev, self.allocator(), self.platform(), config, map)
     }
 
     /// The device's live-object counters.
     pub fn live(&self) -> Live {
         self.device().live()
+    }
+}
+
+/// The driver type of an [`EfaPortNic`] on the UDP fabric.
+pub type EfaUdpDevice = efa::Device<EfaRegs, crate::RealTime>;
+
+/// The driver type of an [`EfaPortNic`] on an Ethernet link.
+pub type EfaEthDevice = efa::Device<EfaRegs, crate::YieldingTime>;
+
+/// An emulated EFA in real time with a port on a fabric shared with other processes (the UDP
+/// fabric, or an Ethernet link in QEMU's socket-netdev format): the EFA counterpart of
+/// [`UdpNic`](crate::UdpNic) and [`EthLinkNic`](crate::EthLinkNic). Its device runs on a
+/// poller thread of its own (frames in, SRD retransmissions); its GID is the IPv4-mapped GID
+/// of its address and its node GUID the EUI-64 of its MAC ([`EfaPortNic::mac`]).
+///
+/// Dropping it stops the poller: shut the driver down first.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use nic_testbed::efa::EfaPortNic;
+/// use verbs::{Gid, Provider};
+///
+/// let ip = Ipv4Addr::new(127, 0, 0, 31);
+/// let nic = EfaPortNic::udp(ip, 47_913, Default::default()).unwrap();
+/// let dev = nic.probe_udp().unwrap();
+/// assert_eq!(dev.query_gid(1, 0).unwrap(), Gid::from_ipv4(ip.octets()));
+/// dev.shutdown().unwrap();
+/// assert_eq!(nic.live(), Default::default());
+/// ```
+pub struct EfaPortNic {
+    /// The device model (the poller thread takes the same lock for each poll).
+    pub dev: Arc<Mutex<Device>>,
+    /// Host DMA memory, which is also the device's IOMMU.
+    pub dma: Arc<HeapDma>,
+    ip: std::net::Ipv4Addr,
+    mac: [u8; 6],
+    eth: Option<nic_emulator::roce_wire::fabric::EthHandle>,
+    poller: Option<nic_emulator::Poller>,
+}
+
+/// The EUI-64 node GUID of `mac` (`ff:fe` in the middle, the universal/local bit flipped).
+pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
+impl EfaPortNic {
+    /// An EFA built from `profile` whose port is a UDP socket bound to `ip:udp_port` (`ip`
+    /// in 127.0.0.0/8; MAC `02:00` and the address, the UDP fabric's rule).
+    ///
+    /// Fails if the address is not loopback or is already bound.
+    pub fn udp(
+        ip: std::net::Ipv4Addr,
+        udp_port: u16,
+        profile: Profile,
+    ) -> Result<EfaPortNic, nic_emulator::roce_wire::fabric::FabricError> {
+        let port = nic_emulator::roce_wire::fabric::UdpFabric::new(udp_port).bind(ip)?;
+        let mac = crate::udp::UdpResolver::mac_for(ip);
+        Ok(Self::build(Box::new(port), ip, mac, None, profile))
+    }
+
+    /// An EFA built from `profile` on the Ethernet link `link` at `ip` (MAC `link.mac`; the
+    /// port answers ARP and resolves its destinations by ARP).
+    ///
+    /// Fails if the link's sockets are not on 127.0.0.0/8, the MAC is multicast or zero, or
+    /// the local socket is taken.
+    pub fn eth(
+        link: nic_emulator::roce_wire::fabric::EthLink,
+        ip: std::net::Ipv4Addr,
+        profile: Profile,
+    ) -> Result<EfaPortNic, nic_emulator::roce_wire::fabric::FabricError> {
+        let mac = link.mac;
+        let port = link.bind(ip)?;
+        let eth = port.handle();
+        Ok(Self::build(Box::new(port), ip, mac, Some(eth), profile))
+    }
+
+    fn build(
+        port: Box<dyn nic_emulator::roce_wire::fabric::Port>,
+        ip: std::net::Ipv4Addr,
+        mac: [u8; 6],
+        eth: Option<nic_emulator::roce_wire::fabric::EthHandle>,
+        profile: Profile,
+    ) -> EfaPortNic {
+        let dma = HeapDma::new(0x1_0000_0000);
+        let mut dev = Device::new(
+            Profile {
+                gid: nic_emulator::roce_wire::gid_from_ipv4(ip),
+                guid: guid_from_mac(mac),
+                ..profile
+            },
+            Arc::new(IommuView(dma.clone())),
+        );
+        let epoch = std::time::Instant::now();
+        dev.set_clock(Arc::new(move || {
+            u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        }));
+        dev.attach(port);
+        let dev = Arc::new(Mutex::new(dev));
+        let poller = Some(nic_emulator::spawn_poller(dev.clone()));
+        EfaPortNic {
+            dev,
+            dma,
+            ip,
+            mac,
+            eth,
+            poller,
+        }
+    }
+
+    /// The port's IPv4 address.
+    pub fn ip(&self) -> std::net::Ipv4Addr {
+        self.ip
+    }
+
+    /// The port's MAC (an Ethernet link's; on the UDP fabric, the fabric's rule).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The Ethernet port, on an Ethernet link.
+    pub fn eth_handle(&self) -> Option<&nic_emulator::roce_wire::fabric::EthHandle> {
+        self.eth.as_ref()
+    }
+
+    /// The port's ARP as a connection manager's address resolution, on an Ethernet link.
+    pub fn resolver(&self) -> Option<crate::EthResolver> {
+        self.eth.clone().map(crate::EthResolver)
+    }
+
+    /// Locks the device model.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    /// The device's live-object counters.
+    pub fn live(&self) -> Live {
+        self.device().live()
+    }
+
+    /// The PCI device id of the emulated function.
+    pub fn device_id(&self) -> u16 {
+        self.device().profile().device_id
+    }
+
+    /// Probes the EFA driver with `platform` as its clock and relax hook, BAR2 mapped as
+    /// memory ([`LlqMapping`]) and the doorbell BAR attached.
+    pub fn probe_with<P: nic_hal::Platform>(
+        &self,
+        platform: P,
+        config: efa::Config,
+    ) -> Result<efa::Device<EfaRegs, P>, efa::Error> {
+        let p = self.device().profile().clone();
+        let len = p.max_qp as usize * p.max_llq_size as usize;
+        let config = efa::Config {
+            device_id: if config.device_id == 0 {
+                p.device_id
+            } else {
+                config.device_id
+            },
+            ..config
+        };
+        probe_efa(
+            &self.dev,
+            self.dma.clone(),
+            platform,
+            config,
+            Some(LlqMapping::new(len)),
+        )
+    }
+
+    /// [`probe_with`](Self::probe_with) on real time (a spin hint as relax): the driver of a
+    /// NIC on the UDP fabric.
+    pub fn probe_udp(&self) -> Result<EfaUdpDevice, efa::Error> {
+        self.probe_with(crate::RealTime::new(), efa::Config::default())
+    }
+
+    /// [`probe_with`](Self::probe_with) on real time that yields the CPU as relax: the
+    /// driver of a NIC on an Ethernet link to a QEMU guest.
+    pub fn probe_eth(&self) -> Result<EfaEthDevice, efa::Error> {
+        self.probe_with(crate::YieldingTime::new(), efa::Config::default())
+    }
+
+    /// Stops the device's poller (after the driver's shutdown; dropping does it too).
+    pub fn stop_poller(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for EfaPortNic {
+    fn drop(&mut self) {
+        self.stop_poller();
     }
 }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 pub use dp::{Clock, PortStats};
 pub use faults::{FailCommand, Faults, OutputHook};
-pub use poller::{Poller, spawn_poller};
+pub use poller::{Polled, Poller, spawn_poller};
 pub use profile::{PageRequests, Profile};
 
 /// Live object counts: what the driver created and has not destroyed yet.

@@ -1,5 +1,6 @@
-//! A thread that runs [`Device::poll`] in a loop (benchmarks, QEMU backends, drivers that do
-//! not poll the device themselves).
+//! A thread that runs a device model's poll in a loop (benchmarks, QEMU backends, drivers that
+//! do not poll the device themselves): the ConnectX model's [`Device::poll`] or the EFA
+//! model's [`crate::efa::Device::poll`], through [`Polled`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,25 @@ use crate::Device;
 /// How long the poller sleeps when a poll found nothing to do.
 const IDLE_SLEEP: Duration = Duration::from_micros(20);
 
+/// A device model a [`Poller`] drives: one round of its background work (frames in from the
+/// port, transport timers, untrapped doorbells), and whether it made progress.
+pub trait Polled: Send + 'static {
+    /// One poll.
+    fn poll_once(&mut self) -> bool;
+}
+
+impl Polled for Device {
+    fn poll_once(&mut self) -> bool {
+        self.poll()
+    }
+}
+
+impl Polled for crate::efa::Device {
+    fn poll_once(&mut self) -> bool {
+        self.poll()
+    }
+}
+
 /// A running poller thread; stopped (and joined) by [`Poller::stop`] or on drop.
 #[derive(Debug)]
 pub struct Poller {
@@ -19,7 +39,7 @@ pub struct Poller {
 }
 
 /// Starts a thread that polls `dev` until the returned [`Poller`] is stopped or dropped. The
-/// device lock is taken for one [`Device::poll`] at a time, so other threads (the driver's
+/// device lock is taken for one [`Polled::poll_once`] at a time, so other threads (the driver's
 /// MMIO, a test) interleave with it. When a poll finds nothing to do the thread sleeps a few
 /// microseconds.
 ///
@@ -42,7 +62,7 @@ pub struct Poller {
 /// let poller = nic_emulator::spawn_poller(dev.clone());
 /// poller.stop();
 /// ```
-pub fn spawn_poller(dev: Arc<Mutex<Device>>) -> Poller {
+pub fn spawn_poller<D: Polled>(dev: Arc<Mutex<D>>) -> Poller {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let handle = std::thread::Builder::new()
@@ -50,7 +70,7 @@ pub fn spawn_poller(dev: Arc<Mutex<Device>>) -> Poller {
         .spawn(move || {
             while !flag.load(Ordering::Acquire) {
                 let did = match dev.lock() {
-                    Ok(mut d) => d.poll(),
+                    Ok(mut d) => d.poll_once(),
                     // A panic elsewhere while holding the lock: the device is gone.
                     Err(_) => return,
                 };

@@ -593,6 +593,17 @@ impl Device {
         }
     }
 
+    /// The SQ of QP number `qpn` as the device consumes it: its consumer counter (16 bits,
+    /// running, as the doorbell counts) and its depth in WQEs; `None` for no such QP. (What an
+    /// attachment that maps BAR2 as memory needs to hand over only the WQEs a doorbell adds.)
+    pub fn sq_position(&self, qpn: u16) -> Option<(u16, u32)> {
+        self.obj
+            .qps
+            .values()
+            .find(|q| q.qpn == qpn)
+            .map(|q| (q.dp.sq_cc, q.dp.sq_depth))
+    }
+
     /// Whether CQ `idx` is armed (a CQ doorbell with the arm bit since its last event).
     pub fn cq_armed(&self, idx: u16) -> Option<bool> {
         self.obj.cqs.get(&idx).map(|c| c.armed)

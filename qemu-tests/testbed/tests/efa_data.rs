@@ -930,3 +930,67 @@ fn a_thread_waiting_for_a_completion_event_is_woken_by_the_eq_vector() {
     a.teardown();
     b.teardown();
 }
+
+/// A QP moved to ERR: the device completes every receive still posted with FLUSHED, in the
+/// order posted (one completion per WR, whatever its SGE count), and nothing after them.
+#[test]
+fn a_qp_moved_to_err_flushes_its_posted_receives() {
+    for qp_type in [QpType::Srd, QpType::Ud] {
+        let (w, mut a, mut b) = pair(13, qp_type);
+        b.post_recvs(0, 256, 3);
+        // One WR of two SGEs.
+        let sges = [b.sge(4096, 100), b.sge(8192, 100)];
+        b.dev
+            .post_recv(
+                &mut b.qp,
+                &[RecvWr {
+                    wr_id: 2000,
+                    sg_list: &sges,
+                }],
+            )
+            .unwrap();
+        // One of them is taken by a message first.
+        send_one_to(&w, &mut a, &b);
+        let got = wait(&w, &b, 1);
+        assert_eq!((got[0].wr_id, got[0].status), (1000, WcStatus::Success));
+        let err = QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        };
+        b.dev.modify_qp(&mut b.qp, &err, M::STATE).unwrap();
+        let c = wait(&w, &b, 3);
+        let ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+        assert_eq!(ids, [1001, 1002, 2000], "{qp_type:?}");
+        assert!(c.iter().all(|c| c.status == WcStatus::WrFlushErr), "{c:?}");
+        // Posting to a QP in ERR: EINVAL.
+        let sge = [b.sge(0, 64)];
+        let e = b
+            .dev
+            .post_recv(
+                &mut b.qp,
+                &[RecvWr {
+                    wr_id: 9,
+                    sg_list: &sge,
+                }],
+            )
+            .unwrap_err();
+        assert_eq!((e.error, e.bad_wr), (Error::InvalidArgument, 0));
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+}
+
+/// `a` sends 64 bytes to `b` and waits for the send's completion.
+fn send_one_to(w: &World, a: &mut Node, b: &Node) {
+    let sge = [a.sge(0, 64)];
+    let qkey = QKEY;
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, qkey)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(w, a, 1)[0].status, WcStatus::Success);
+}

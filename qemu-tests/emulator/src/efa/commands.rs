@@ -404,6 +404,10 @@ impl Device {
             // Operations in flight end: flushed into the CQ on ERR, dropped on RESET.
             self.drop_qp_transport(handle, new == m::QP_STATE_ERR);
         }
+        if new == m::QP_STATE_ERR && cur != m::QP_STATE_ERR {
+            // Posted receives complete with FLUSHED.
+            self.flush_rq(handle);
+        }
         Ok(resp())
     }
 

@@ -878,6 +878,46 @@ impl Device {
         Some(status)
     }
 
+    /// A QP moved to ERR: every receive WR posted and not yet taken completes with FLUSHED,
+    /// in order (its `req_id` from its first descriptor, length 0); the RQ is then empty.
+    pub(crate) fn flush_rq(&mut self, handle: u32) {
+        let Some(q) = self.obj.qps.get(&handle) else {
+            return;
+        };
+        let (qpn, base, descs, cq, sub) = (q.qpn, q.dp.rq_base, q.dp.rq_descs, q.cqs.1, q.subs.1);
+        let (pc, mut cc) = (q.dp.rq_pc, q.dp.rq_cc);
+        let mut first: Option<u16> = None;
+        while cc != pc && descs > 0 {
+            let at = base + u64::from(u32::from(cc) % descs) * io::RX_DESC_SIZE as u64;
+            let mut raw = [0u8; io::RX_DESC_SIZE];
+            if self.dma_read(at, &mut raw).is_err() {
+                break;
+            }
+            cc = cc.wrapping_add(1);
+            let dsc = RxDesc::from_bytes(&raw);
+            let ctrl = dsc.lkey_ctrl.get();
+            if ctrl & RX_FIRST != 0 {
+                first = Some(dsc.req_id.get());
+            }
+            if ctrl & RX_LAST != 0
+                && let Some(req_id) = first.take()
+            {
+                let c = RxCqe {
+                    req_id: Le16::new(req_id),
+                    status: cs::FLUSHED,
+                    flags: Q_TYPE_RECV << CDESC_Q_TYPE_SHIFT,
+                    qp_num: Le16::new(qpn),
+                    ah: Le16::new(io::UNKNOWN_AH),
+                    ..Default::default()
+                };
+                self.write_cqe(cq, sub, c.to_bytes());
+            }
+        }
+        if let Some(q) = self.obj.qps.get_mut(&handle) {
+            q.dp.rq_cc = pc;
+        }
+    }
+
     fn ack(&mut self, to: Ipv4Addr, h: &Hdr, chunk: u16, status: u8) {
         let a = Hdr {
             op: wire::OP_SRD_ACK,

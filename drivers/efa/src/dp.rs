@@ -22,9 +22,9 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use firmware_interface::efa::io::{
-    self, CDESC_HAS_IMM, CTRL1_HAS_IMM, CTRL1_INLINE_MSG, CTRL1_META_DESC, CTRL2_COMP_REQ,
-    CTRL2_FIRST, CTRL2_LAST, LKEY_MASK, Q_TYPE_RECV, Q_TYPE_SEND, RX_FIRST, RX_LAST,
-    comp_status as cs, op_type,
+    self, CDESC_HAS_IMM, CDESC_OP_TYPE_MASK, CDESC_OP_TYPE_SHIFT, CTRL1_HAS_IMM, CTRL1_INLINE_MSG,
+    CTRL1_META_DESC, CTRL2_COMP_REQ, CTRL2_FIRST, CTRL2_LAST, LKEY_MASK, Q_TYPE_RECV, Q_TYPE_SEND,
+    RX_FIRST, RX_LAST, comp_status as cs, op_type,
 };
 use nic_hal::barrier::{dma_rmb, dma_wmb, mmio_wmb};
 use nic_hal::{DmaBuf, Platform, RegisterIo};
@@ -52,6 +52,9 @@ pub enum CqeFault {
     Length(u16),
     /// A status the contract does not define.
     Status(u8),
+    /// A receive completion of an op type the driver cannot take (an RDMA write without
+    /// immediate data).
+    OpType(u8),
 }
 
 /// The verbs status of an EFA completion status (as rdma-core's EFA provider maps them);
@@ -605,7 +608,14 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
                 // SAFETY: as above.
                 let w1 = u64::from_le(unsafe { core::ptr::read_volatile(p.add(1)) });
-                match take(st, w0, w1, &mut wc[n]) {
+                // Bytes 16..24 of an extended entry (`length_hi`); none in 16-byte entries.
+                let w2 = if entry >= 32 {
+                    // SAFETY: as above: entries of 32 bytes hold this word.
+                    u64::from_le(unsafe { core::ptr::read_volatile(p.add(2)) })
+                } else {
+                    0
+                };
+                match take(st, w0, w1, w2, &mut wc[n]) {
                     Ok(report) => {
                         cc = cc.wrapping_add(1);
                         n += usize::from(report);
@@ -981,6 +991,14 @@ fn build(
                     wc_op = WcOpcode::RdmaWrite;
                     op_type::RDMA_WRITE
                 }
+                WrOpcode::RdmaWriteWithImm if ctx.write_ok => {
+                    // The responder consumes a receive WR for it (its completion carries the
+                    // immediate and the write's length).
+                    imm = u64::from(imm_host(wr.imm_data));
+                    ctrl1 |= u64::from(CTRL1_HAS_IMM);
+                    wc_op = WcOpcode::RdmaWrite;
+                    op_type::RDMA_WRITE
+                }
                 op => return Err(refused(op)),
             };
             let (area, l) = rdma_area(wr, *remote_addr, *rkey)?;
@@ -1014,10 +1032,17 @@ fn build(
     Ok(())
 }
 
-/// Checks one completion entry (`w0`, `w1`: its two little-endian words) against the
-/// bookkeeping and fills `out`; `Ok(false)` for a consumed completion that is not reported.
+/// Checks one completion entry (`w0`, `w1`: its first two little-endian words; `w2`: the
+/// third of an extended entry, else 0) against the bookkeeping and fills `out`; `Ok(false)`
+/// for a consumed completion that is not reported.
 #[inline(always)]
-fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Result<bool, CqeFault> {
+fn take(
+    st: &mut PollState,
+    w0: u64,
+    w1: u64,
+    w2: u64,
+    out: &mut WorkCompletion,
+) -> Result<bool, CqeFault> {
     let req_id = w0 as u16;
     let status = (w0 >> 16) as u8;
     let flags = (w0 >> 24) as u8;
@@ -1062,17 +1087,31 @@ fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Resul
         }
         let slot = &q.rq[usize::from(req_id)];
         let length = (w0 >> 48) as u16;
-        if u32::from(length) > slot.len.load(Relaxed) {
-            return Err(CqeFault::Length(length));
-        }
         let imm = flags & CDESC_HAS_IMM != 0;
+        // An RDMA write with immediate took this receive: the length is the write's (bits
+        // 31:16 in `length_hi`), the receive's buffers untouched.
+        let write = (flags >> CDESC_OP_TYPE_SHIFT) & CDESC_OP_TYPE_MASK == op_type::RDMA_WRITE;
+        let byte_len = if write {
+            if !imm {
+                return Err(CqeFault::OpType(op_type::RDMA_WRITE));
+            }
+            u32::from(length) | u32::from(w2 as u16) << 16
+        } else if u32::from(length) > slot.len.load(Relaxed) {
+            return Err(CqeFault::Length(length));
+        } else {
+            length.into()
+        };
         *out = WorkCompletion {
             wr_id: slot.wr_id.load(Relaxed),
             status: wst,
-            opcode: WcOpcode::Recv,
+            opcode: if write {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
             qp_num: qpn.into(),
             vendor_err: status.into(),
-            byte_len: length.into(),
+            byte_len,
             imm_data: if imm { (w1 >> 32) as u32 } else { 0 }.to_be(),
             wc_flags: if imm {
                 WcFlags::WITH_IMM

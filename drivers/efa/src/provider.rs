@@ -1069,8 +1069,9 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     /// One 64-byte WQE per WR through the low-latency queue (`dp` module). The QP must be in
     /// RTS; every WR names a destination (AH, QPN, Q_Key; bit 31 of the Q_Key: the QP's
     /// own). SEND and SEND_WITH_IMM (up to `max_send_sge` SGEs or `max_inline_data` inline
-    /// bytes, at most the MTU); on SRD, RDMA READ and RDMA WRITE when the device has them
-    /// (one local SGE); everything else EOPNOTSUPP. ENOMEM when the SQ is full.
+    /// bytes, at most the MTU); on SRD, RDMA READ and RDMA WRITE (also with immediate, which
+    /// consumes a receive WR at the target) when the device has them (one local SGE);
+    /// everything else EOPNOTSUPP. ENOMEM when the SQ is full.
     fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
         self.post_send_dp(qp, wrs)
     }

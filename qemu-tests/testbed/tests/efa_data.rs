@@ -373,8 +373,9 @@ fn srd_send_recv_with_immediate() {
         a.dev.post_send(&mut a.qp, &[wr]).unwrap_err().error,
         Error::InvalidArgument
     );
-    // Write with immediate and atomics do not exist on EFA.
-    for op in [WrOpcode::RdmaWriteWithImm, WrOpcode::AtomicFetchAndAdd] {
+    // Atomics do not exist on EFA (write with immediate does where the device has RDMA
+    // write: `srd_rdma_write_with_immediate_consumes_a_receive`).
+    for op in [WrOpcode::AtomicFetchAndAdd, WrOpcode::AtomicCmpAndSwp] {
         let wr = SendWr {
             opcode: op,
             sg_list: &sge,
@@ -993,4 +994,76 @@ fn send_one_to(w: &World, a: &mut Node, b: &Node) {
     };
     a.dev.post_send(&mut a.qp, &[wr]).unwrap();
     assert_eq!(wait(w, a, 1)[0].status, WcStatus::Success);
+}
+
+/// RDMA WRITE with immediate on SRD (the device has RDMA write): the data lands in the
+/// peer's MR, the peer's oldest receive WR completes as `RecvRdmaWithImm` with the
+/// immediate and the write's length (beyond 16 bits: `length_hi` of the extended entry), its
+/// buffer untouched; the writer's completion is an RDMA write. On UD: EOPNOTSUPP.
+#[test]
+fn srd_rdma_write_with_immediate_consumes_a_receive() {
+    for mapped in [false, true] {
+        let (w, mut a, mut b) = pair_with(14, QpType::Srd, mapped);
+        b.post_recvs(0, 256, 2);
+        b.buf().fill(0, 256, 0xee).unwrap();
+        let len = 70_000u32;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        a.buf().write(4096, &data).unwrap();
+        let sge = [a.sge(4096, len)];
+        let wr = SendWr {
+            wr_id: 77,
+            opcode: WrOpcode::RdmaWriteWithImm,
+            imm_data: 0xfeed_f00du32.to_be(),
+            sg_list: &sge,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + 8192,
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status, c[0].opcode),
+            (77, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let r = wait(&w, &b, 1);
+        assert_eq!(r[0].wr_id, 1000);
+        assert_eq!(r[0].status, WcStatus::Success);
+        assert_eq!(r[0].opcode, WcOpcode::RecvRdmaWithImm);
+        assert_eq!(r[0].byte_len, len);
+        assert!(r[0].wc_flags.contains(WcFlags::WITH_IMM));
+        assert_eq!(r[0].imm_data, 0xfeed_f00du32.to_be());
+        let mut got = vec![0u8; len as usize];
+        b.buf().read(8192, &mut got).unwrap();
+        assert!(got == data, "the written data");
+        let mut rx = [0u8; 256];
+        b.buf().read(0, &mut rx).unwrap();
+        assert!(
+            rx.iter().all(|&x| x == 0xee),
+            "the receive buffer is untouched"
+        );
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+    let (w, mut a, b) = pair(15, QpType::Ud);
+    let sge = [a.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::RdmaWriteWithImm,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    let e = a.dev.post_send(&mut a.qp, &[wr]).unwrap_err();
+    assert_eq!((e.error, e.bad_wr), (Error::NotSupported, 0));
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
 }

@@ -8,7 +8,8 @@
 //! `+crt-static` for `x86_64-unknown-linux-gnu` and `nic-emud` natively, both by a nested
 //! cargo in `<target>/guest-build`.
 //!
-//! Addresses: 127.0.6.0/24; UDP ports 46000-46099.
+//! Addresses: 127.0.6.0/24; UDP ports 46000-46099. The EFA case runs the same way with
+//! `nic-emud --family efa` and `vfio-guest --mode efa-loopback`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
@@ -375,6 +376,47 @@ fn loopback_in_the_guest_through_vfio() {
     let summary = emud.stop();
     eprintln!("--- nic-emud ---\n{summary}");
     expect_ok(&log, "loopback", &Exchange::default());
+}
+
+/// The EFA in the Linux guest through real kernel VFIO: nic-emud serves the emulated EFA
+/// (`--family efa`) behind the ivshmem function; `vfio-guest --mode efa-loopback` finds it
+/// through the identity page in BAR2, probes the EFA driver on the BAR2 windows with DMA at
+/// IOVA = guest-physical address, and sends to itself on SRD and UD and RDMA-READs its own
+/// buffer, every byte checked; the device is left with nothing alive and no errors.
+#[test]
+fn efa_loopback_in_the_guest_through_vfio() {
+    let b = built();
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let shm = Shm::new("efa");
+    let ip = Ipv4Addr::new(127, 0, 6, 8);
+    let emud = Emud::start_with(b, &shm, ip, 46008, &["--family", "efa"]);
+    let log = run_guest(
+        b,
+        &shm,
+        &format!("vg_mode=efa-loopback vg_ip={ip} vg_port=7478 vg_checks=no"),
+    );
+    let summary = emud.stop();
+    eprintln!("--- nic-emud ---\n{summary}");
+    assert_eq!(
+        result_line(&log, "efa-loopback").trim_end(),
+        "VFIO-GUEST RESULT efa-loopback ok sends=6 reads=1 writes=0 rdma_bytes=6000"
+    );
+    for needle in [
+        "GUEST-INIT driver vfio-pci",
+        "EFA probe ok: 1d0f:efa1",
+        "EFA Srd: 3 SENDs of 6000 bytes to itself, data checked",
+        "EFA Srd: RDMA READ of 6000 bytes from itself, data checked",
+        "EFA Ud: 3 SENDs of 1000 bytes to itself, data checked",
+        "DMA allocator and device released",
+        "GUEST-INIT vfio-guest exit 0",
+    ] {
+        assert!(log.contains(needle), "missing {needle:?} in the serial log");
+    }
+    assert!(!log.contains("vfio-attach:"), "teardown error");
+    assert!(
+        summary.contains(" 0 device errors; nothing alive;"),
+        "nic-emud: {summary}"
+    );
 }
 
 #[test]

@@ -556,3 +556,172 @@ impl Drop for EfaPortNic {
         self.stop_poller();
     }
 }
+
+/// A window of a shared BAR mapping as one BAR of the driver: what a guest driver does with
+/// the shared memory BAR of `nic-emud --family efa` ([`nic_emulator::efa::ShmHeader`] says
+/// where each window is).
+pub struct ShmWindow {
+    bar: nic_hal::MmioBar,
+    _map: Arc<nic_emulator::host::SharedMapping>,
+}
+
+impl ShmWindow {
+    /// The `len` bytes at `off` of `map`; `None` when they are not inside it.
+    pub fn new(
+        map: &Arc<nic_emulator::host::SharedMapping>,
+        off: usize,
+        len: usize,
+    ) -> Option<ShmWindow> {
+        if off.checked_add(len)? > map.len() || len == 0 {
+            return None;
+        }
+        // In bounds (checked above).
+        let base = NonNull::new(map.as_ptr().as_ptr().wrapping_add(off))?;
+        // SAFETY: `base..base+len` lies inside the shared mapping (checked above), which the
+        // window keeps alive (`_map`); the mapping is accessed through raw pointers only.
+        let bar = unsafe { nic_hal::MmioBar::new(base, len) };
+        Some(ShmWindow {
+            bar,
+            _map: map.clone(),
+        })
+    }
+}
+
+impl RegisterIo for ShmWindow {
+    fn read32(&self, offset: usize) -> u32 {
+        self.bar.read32(offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        self.bar.write32(offset, value)
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        self.bar.write64(offset, value)
+    }
+    fn write_block(&self, offset: usize, data: &[u8]) {
+        self.bar.write_block(offset, data)
+    }
+    fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
+        self.bar.mapped(offset, len)
+    }
+}
+
+/// The driver type of an [`EfaShmNic`] (its waits yield the CPU: the device is a thread
+/// that must get to run within the driver's read-less timeout on a loaded machine).
+pub type EfaShmDevice = efa::Device<ShmWindow, crate::YieldingTime>;
+
+/// An emulated EFA untrapped on a shared BAR file, as `nic-emud --family efa` runs it behind
+/// a QEMU guest: the device polls the file for the driver's writes on a thread of its own,
+/// and the driver (here, in-process) maps the file a second time and takes the windows the
+/// identity page names as its BARs. Its port is a UDP socket on the UDP fabric. DMA memory
+/// is a [`HeapDma`] (as for the other in-process attachments).
+pub struct EfaShmNic {
+    /// The device model.
+    pub dev: Arc<Mutex<Device>>,
+    /// Host DMA memory, which is also the device's IOMMU.
+    pub dma: Arc<HeapDma>,
+    /// The driver's mapping of the BAR file.
+    pub guest: Arc<nic_emulator::host::SharedMapping>,
+    poller: Option<nic_emulator::Poller>,
+}
+
+impl EfaShmNic {
+    /// A device of `profile` (GID the IPv4-mapped GID of `ip`) on the BAR file `path`
+    /// (created, sized to the layout's BAR), its port at `ip:udp_port` on the UDP fabric.
+    pub fn new(
+        path: &std::path::Path,
+        ip: std::net::Ipv4Addr,
+        udp_port: u16,
+        profile: Profile,
+    ) -> Result<EfaShmNic, String> {
+        let profile = Profile {
+            gid: nic_emulator::roce_wire::gid_from_ipv4(ip),
+            guid: guid_from_mac(crate::udp::UdpResolver::mac_for(ip)),
+            ..profile
+        };
+        let layout = nic_emulator::efa::ShmLayout::for_profile(&profile);
+        let map = nic_emulator::host::SharedMapping::open(path, Some(layout.len as u64), true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let port = nic_emulator::roce_wire::fabric::UdpFabric::new(udp_port)
+            .bind(ip)
+            .map_err(|e| format!("{ip}:{udp_port}: {e}"))?;
+        let dma = HeapDma::new(0x1_0000_0000);
+        let mut dev = Device::with_shared_bar(
+            profile,
+            Arc::new(IommuView(dma.clone())),
+            Box::new(nic_emulator::host::ShmBar::from_mapping(map)),
+        )?;
+        dev.attach(Box::new(port));
+        let guest = nic_emulator::host::SharedMapping::open(path, None, false)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let dev = Arc::new(Mutex::new(dev));
+        let poller = Some(nic_emulator::spawn_poller(dev.clone()));
+        Ok(EfaShmNic {
+            dev,
+            dma,
+            guest: Arc::new(guest),
+            poller,
+        })
+    }
+
+    /// The identity page as the driver's mapping shows it.
+    pub fn header(&self) -> Option<nic_emulator::efa::ShmHeader> {
+        let mut b = [0u8; nic_emulator::efa::HEADER_LEN];
+        self.guest.read(nic_emulator::efa::HEADER_OFF, &mut b);
+        nic_emulator::efa::ShmHeader::parse(&b)
+    }
+
+    /// Probes the EFA driver through the windows the identity page names (as a guest driver
+    /// would: nothing but the shared BAR), with BAR2 and the doorbell BAR attached.
+    pub fn probe(&self) -> Result<EfaShmDevice, String> {
+        let h = self
+            .header()
+            .ok_or("no EFA identity page in the shared BAR")?;
+        let win = |off: u32, len: u32| {
+            ShmWindow::new(&self.guest, off as usize, len as usize)
+                .ok_or_else(|| format!("window {off:#x}+{len:#x} outside the shared BAR"))
+        };
+        let config = efa::Config {
+            device_id: h.device,
+            ..Default::default()
+        };
+        let mut drv = efa::Device::probe(
+            win(h.regs.0, h.regs.1)?,
+            self.dma.clone(),
+            crate::YieldingTime::new(),
+            config,
+        )
+        .map_err(|e| format!("probe: {e:?}"))?;
+        if u32::from(drv.attributes().db_bar) != h.doorbells.0 {
+            let _ = drv.shutdown();
+            return Err("the doorbell BAR differs from the identity page's".into());
+        }
+        let mem = win(h.llq.0, h.llq.1);
+        let db = win(h.doorbells.1, h.doorbells.2);
+        match (mem, db) {
+            (Ok(m), Ok(d)) => drv.attach_data_bars(m, d),
+            (Err(e), _) | (_, Err(e)) => {
+                let _ = drv.shutdown();
+                return Err(e);
+            }
+        }
+        Ok(drv)
+    }
+
+    /// Locks the device model.
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.dev)
+    }
+
+    /// Stops the device's poller (after the driver's shutdown; dropping does it too).
+    pub fn stop_poller(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.stop();
+        }
+    }
+}
+
+impl Drop for EfaShmNic {
+    fn drop(&mut self) {
+        self.stop_poller();
+    }
+}

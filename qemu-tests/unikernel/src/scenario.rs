@@ -21,6 +21,13 @@
 //!   enough to see the CPU asleep; the share of the wait spent outside `hlt` is printed
 //!   (`CPU busy`).
 //!
+//! * `efa-loopback`: the emulated EFA behind ivshmem (`nic-emud --family efa`): the identity
+//!   page at offset 0x1000 of the BAR names its PCI ids and where the doorbell and memory
+//!   BARs are; the EFA driver probes it through those windows, creates a PD, a CQ, an SRD and
+//!   a UD QP, an MR and an address handle to its own address, sends messages on both QPs and
+//!   RDMA-READs its own buffer on the SRD QP, checking every completion and every byte, and
+//!   tears everything down with all DMA memory returned.
+//!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
 //! Ethernet address for the neighbour table).
@@ -147,6 +154,7 @@ pub fn run(boot: &BootInfo, entry_tsc: u64, name: &str) -> Result<(), String> {
         "server" => server(&env),
         "fault" => fault(),
         "irq" => irq_wait(&env),
+        "efa-loopback" => efa_loopback(&env),
         other => Err(format!("unknown scenario {other:?}")),
     }
 }
@@ -854,5 +862,301 @@ fn irq_wait(env: &Env) -> Result<(), String> {
         .map_err(|err| format!("destroy_comp_channel: {err:?}"))?;
     Provider::dealloc_pd(&dev, pd).map_err(|err| format!("dealloc_pd: {err:?}"))?;
     dev.shutdown().map_err(|err| format!("shutdown: {err}"))?;
+    check_dma_returned(env)
+}
+
+// ------------------------------------------------------------------ EFA
+
+type EfaDev = efa::Device<MmioBar, TscClock>;
+
+/// The emulated EFA's identity page in the ivshmem BAR (written by `nic-emud --family efa`).
+const EFA_HEADER_OFF: u64 = 0x1000;
+/// Its magic.
+const EFA_MAGIC: [u8; 8] = *b"EFAEMU01";
+
+/// A window of the NIC's BAR as a register backend.
+fn window(bar: &pci::Bar, off: u32, len: u32) -> Result<MmioBar, String> {
+    let (off, len) = (u64::from(off), u64::from(len));
+    if len == 0 || off.checked_add(len).is_none_or(|e| e > bar.size) {
+        return Err(format!(
+            "EFA window {off:#x}+{len:#x} outside the {:#x}-byte BAR",
+            bar.size
+        ));
+    }
+    let base = NonNull::new((bar.addr + off) as *mut u8).ok_or("BAR at address 0")?;
+    // SAFETY: `off..off+len` lies inside the BAR (checked), which is identity-mapped device
+    // memory (map_nic) owned by this driver alone and never covered by a Rust reference.
+    Ok(unsafe { MmioBar::new(base, len as usize) })
+}
+
+/// Reads the identity page and probes the EFA driver through the windows it names.
+fn efa_probe(env: &Env) -> Result<EfaDev, String> {
+    let (_, bar) = env.nic.ok_or("no NIC found on PCI")?;
+    if bar.size < EFA_HEADER_OFF + 0x1000 {
+        return Err("the BAR is too small for the EFA's identity page".into());
+    }
+    let page = window(&bar, EFA_HEADER_OFF as u32, 64)?;
+    let mut h = [0u8; 40];
+    for (i, c) in h.chunks_mut(4).enumerate() {
+        c.copy_from_slice(&nic_hal::RegisterIo::read32(&page, i * 4).to_le_bytes());
+    }
+    if h[..8] != EFA_MAGIC {
+        return Err("no EFA identity page (is nic-emud running with --family efa?)".into());
+    }
+    let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let (vendor, device) = (
+        u16::from_le_bytes([h[8], h[9]]),
+        u16::from_le_bytes([h[10], h[11]]),
+    );
+    kprintln!("UK: EFA {vendor:04x}:{device:04x} behind ivshmem");
+    if !efa::is_supported_pci(vendor, device) {
+        return Err(format!("{vendor:04x}:{device:04x} is not an EFA"));
+    }
+    let regs = window(&bar, w(12), w(16))?;
+    let (db_bar, db_off, db_len) = (w(20), w(24), w(28));
+    let (llq_off, llq_len) = (w(32), w(36));
+    let t0 = rdtsc();
+    let config = efa::Config {
+        device_id: device,
+        admin_timeout_ns: Some(10_000_000_000),
+        ..efa::Config::default()
+    };
+    let mut dev = EfaDev::probe(regs, env.dma_dyn(), env.clock, config)
+        .map_err(|e| format!("EFA bring-up: {e:?}"))?;
+    let attached = if u32::from(dev.attributes().db_bar) != db_bar {
+        Err(format!(
+            "the device's doorbell BAR {} is not the identity page's {db_bar}",
+            dev.attributes().db_bar
+        ))
+    } else {
+        window(&bar, llq_off, llq_len).and_then(|m| Ok((m, window(&bar, db_off, db_len)?)))
+    };
+    match attached {
+        Ok((m, d)) => dev.attach_data_bars(m, d),
+        Err(e) => {
+            let _ = dev.shutdown();
+            return Err(e);
+        }
+    }
+    kprintln!(
+        "UK: EFA bring-up ok in {} us: firmware {}, {} QPs, MTU {}",
+        env.us(rdtsc() - t0),
+        dev.attributes().fw_version_text(),
+        dev.attributes().max_qp,
+        dev.attributes().mtu
+    );
+    Ok(dev)
+}
+
+/// Polls `cq` until `n` completions came (30 s), sorted by `wr_id`.
+fn efa_wait(
+    env: &Env,
+    dev: &EfaDev,
+    cq: &efa::Cq,
+    n: usize,
+) -> Result<Vec<verbs::WorkCompletion>, String> {
+    use verbs::Provider;
+    let mut got = Vec::new();
+    let mut wc = [verbs::WorkCompletion::default(); 4];
+    let end = rdtsc() + env.clock.hz() * 30;
+    while got.len() < n {
+        let k = dev
+            .poll_cq(cq, &mut wc)
+            .map_err(|e| format!("poll_cq: {e:?} ({:?})", dev.bad_cqes()))?;
+        got.extend_from_slice(&wc[..k]);
+        if rdtsc() > end {
+            return Err(format!("{} of {n} completions within 30 s", got.len()));
+        }
+        core::hint::spin_loop();
+    }
+    if got.len() > n {
+        return Err(format!("{} completions, {n} expected", got.len()));
+    }
+    got.sort_by_key(|w| w.wr_id);
+    if let Some(w) = got.iter().find(|w| w.status != WcStatus::Success) {
+        return Err(format!("completion {} failed: {:?}", w.wr_id, w.status));
+    }
+    Ok(got)
+}
+
+fn efa_loopback(env: &Env) -> Result<(), String> {
+    use verbs::{
+        AccessFlags, AhAttr, Provider, QpAttr, QpAttrMask as M, QpInitAttr as VQpInit, QpState,
+        QpType, QueuePair, RecvWr, RemoteOp, SendWr, Sge, UdDest, WrOpcode,
+    };
+    const QKEY: u32 = 0x1234;
+    let dev = efa_probe(env)?;
+    let gid = dev
+        .query_gid(1, 0)
+        .map_err(|e| format!("query_gid: {e:?}"))?;
+    if gid != Gid::from_ipv4(env.ip.octets()) {
+        return Err(format!("GID {gid:?} is not the IPv4-mapped {}", env.ip));
+    }
+    let e = |what: &'static str| move |e: verbs::Error| format!("{what}: {e:?}");
+    let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
+    let cq = dev.create_cq(64, 0, None).map_err(e("create_cq"))?;
+    let buf = dev.alloc_buf(1 << 16).map_err(e("alloc_buf"))?;
+    let mr = dev
+        .reg_mr(
+            &pd,
+            buf,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+        .map_err(e("reg_mr"))?;
+    let ah = dev
+        .create_ah(
+            &pd,
+            &AhAttr {
+                dgid: gid,
+                port_num: 1,
+                ..Default::default()
+            },
+        )
+        .map_err(e("create_ah"))?;
+    let b = mr.buffer().ok_or("the MR has no buffer")?;
+    let sge = |off: u64, len: u32| Sge {
+        addr: mr.addr() + off,
+        length: len,
+        lkey: mr.lkey(),
+    };
+    for qp_type in [QpType::Srd, QpType::Ud] {
+        let (mut qp, _) = dev
+            .create_qp(
+                &pd,
+                &VQpInit {
+                    qp_type,
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 16,
+                        max_recv_wr: 16,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: true,
+                },
+            )
+            .map_err(e("create_qp"))?;
+        let steps = [
+            (
+                QpAttr {
+                    qp_state: QpState::Init,
+                    port_num: 1,
+                    qkey: QKEY,
+                    ..Default::default()
+                },
+                M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY,
+            ),
+            (
+                QpAttr {
+                    qp_state: QpState::Rtr,
+                    ..Default::default()
+                },
+                M::STATE,
+            ),
+            (
+                QpAttr {
+                    qp_state: QpState::Rts,
+                    ..Default::default()
+                },
+                M::STATE | M::SQ_PSN,
+            ),
+        ];
+        for (a, m) in &steps {
+            dev.modify_qp(&mut qp, a, *m).map_err(e("modify_qp"))?;
+        }
+        let qpn = qp.qp_num();
+        let len: u32 = if qp_type == QpType::Srd { 6000 } else { 1000 };
+        for m in 0..3u32 {
+            let msg: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(29) ^ m as u8)
+                .collect();
+            b.write(0, &msg).map_err(|e| format!("write: {e:?}"))?;
+            b.write(16384, &vec![0u8; len as usize])
+                .map_err(|e| format!("write: {e:?}"))?;
+            let r = [sge(16384, 16384)];
+            dev.post_recv(
+                &mut qp,
+                &[RecvWr {
+                    wr_id: 100 + u64::from(m),
+                    sg_list: &r,
+                }],
+            )
+            .map_err(|e| format!("post_recv: {e:?}"))?;
+            let s = [sge(0, len)];
+            let wr = SendWr {
+                wr_id: u64::from(m),
+                sg_list: &s,
+                dest: Some(UdDest {
+                    ah: &ah,
+                    remote_qpn: qpn,
+                    remote_qkey: QKEY,
+                }),
+                ..Default::default()
+            };
+            dev.post_send(&mut qp, &[wr])
+                .map_err(|e| format!("post_send: {e:?}"))?;
+            let c = efa_wait(env, &dev, &cq, 2)?;
+            if (c[0].wr_id, c[0].opcode) != (u64::from(m), WcOpcode::Send)
+                || (c[1].wr_id, c[1].opcode, c[1].byte_len)
+                    != (100 + u64::from(m), WcOpcode::Recv, len)
+            {
+                return Err(format!("{qp_type:?} message {m}: completions {c:?}"));
+            }
+            let mut back = vec![0u8; len as usize];
+            b.read(16384, &mut back)
+                .map_err(|e| format!("read: {e:?}"))?;
+            if back != msg {
+                return Err(format!("{qp_type:?} message {m}: data differs"));
+            }
+        }
+        kprintln!("UK: EFA {qp_type:?} SEND 3 x {len} bytes to itself ok, data checked");
+        if qp_type == QpType::Srd {
+            let mut want = vec![0u8; len as usize];
+            b.read(0, &mut want).map_err(|e| format!("read: {e:?}"))?;
+            let l = [sge(32768, len)];
+            let wr = SendWr {
+                wr_id: 9,
+                opcode: WrOpcode::RdmaRead,
+                sg_list: &l,
+                remote: RemoteOp::Rdma {
+                    remote_addr: mr.addr(),
+                    rkey: mr.rkey(),
+                },
+                dest: Some(UdDest {
+                    ah: &ah,
+                    remote_qpn: qpn,
+                    remote_qkey: QKEY,
+                }),
+                ..Default::default()
+            };
+            dev.post_send(&mut qp, &[wr])
+                .map_err(|e| format!("post_send: {e:?}"))?;
+            let c = efa_wait(env, &dev, &cq, 1)?;
+            if (c[0].wr_id, c[0].opcode) != (9, WcOpcode::RdmaRead) {
+                return Err(format!("RDMA READ: completion {c:?}"));
+            }
+            let mut back = vec![0u8; len as usize];
+            b.read(32768, &mut back)
+                .map_err(|e| format!("read: {e:?}"))?;
+            if back != want {
+                return Err("RDMA READ: data differs".into());
+            }
+            kprintln!("UK: EFA RDMA READ {len} bytes from itself ok, data checked");
+        }
+        dev.destroy_qp(qp)
+            .map_err(|e| format!("destroy_qp: {:?}", e.error))?;
+    }
+    dev.destroy_ah(ah)
+        .map_err(|e| format!("destroy_ah: {:?}", e.error))?;
+    dev.dereg_mr(mr)
+        .map_err(|e| format!("dereg_mr: {:?}", e.error))?;
+    dev.destroy_cq(cq)
+        .map_err(|e| format!("destroy_cq: {:?}", e.error))?;
+    dev.dealloc_pd(pd)
+        .map_err(|e| format!("dealloc_pd: {:?}", e.error))?;
+    dev.shutdown().map_err(|e| format!("shutdown: {e:?}"))?;
     check_dma_returned(env)
 }

@@ -933,11 +933,13 @@ mod tests {
         assert_eq!(o.net().timeout, Duration::from_millis(2500));
         let o = run(&["send_lat", "--server", "--device", "vfio:0000:01:00.0"]);
         assert_eq!(o.family(), Family::Vfio("0000:01:00.0".into()));
-        // The emulated EFA is there in a build with the emulator (and embedded too).
-        assert_eq!(
-            run(&["write_bw", "--server", "--device", "efa"]).family(),
-            Family::Efa(None)
-        );
+        // the emulated EFA opens (device-open); an EFA by name does not
+        let o = run(&["write_bw", "--server", "--device", "efa"]);
+        assert_eq!(o.family(), Family::Efa(None));
+        assert!(matches!(
+            err(&["write_bw", "--server", "--device", "efa:rdmap0s6"]),
+            CliError::Usage(m) if m.contains("not available")
+        ));
         assert_eq!(run(&["write_bw", "--device", "efa"]).mode(), Mode::Embedded);
         assert_eq!(run(&["write_bw", "-q", "4"]).qps(), 4);
         for bad in [

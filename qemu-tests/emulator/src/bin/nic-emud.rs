@@ -1,4 +1,5 @@
-//! `nic-emud`: the emulated ConnectX-class NIC as a host process behind a QEMU guest.
+//! `nic-emud`: an emulated NIC as a host process behind a QEMU guest: the ConnectX-class NIC
+//! (default, `--family mlx5`) or the AWS EFA (`--family efa`, see below).
 //!
 //! QEMU gives the guest an `ivshmem-plain` PCI function (1af4:1110) whose BAR2 is a
 //! shared-memory file: that file is the NIC's BAR0 (offset 0), which `nic-emud` maps too.
@@ -16,14 +17,26 @@
 //! doorbell records in guest RAM. Its port is a UDP socket on 127/8 (the UDP fabric of
 //! `roce-wire`; every NIC of one fabric uses the same UDP port number on its own address).
 //!
+//! With `--family efa` the BAR file holds the emulated EFA untrapped
+//! (`nic_emulator::efa::Device::with_shared_bar`): its BAR0 register file at offset 0, an
+//! identity page at 0x1000 (magic `EFAEMU01`, the EFA's PCI vendor and device id — the guest
+//! sees ivshmem's ids on the bus —, and where the doorbell BAR and the memory BAR are in the
+//! file: `nic_emulator::efa::ShmHeader`), the doorbell BAR and the memory BAR (the
+//! low-latency send queues). The device finds the driver's register and doorbell writes by
+//! polling; it raises no interrupts (the EFA driver polls), so `--ivshmem-server` and
+//! `--fault` are mlx5 only. The default BAR size is the layout's (8 MiB); its GID is the
+//! IPv4-mapped GID of `--ip` and its node GUID the EUI-64 of MAC `02:00` and the address.
+//!
 //! ```text
 //! nic-emud --bar FILE --ram FILE --ram-size SIZE --ip 127.0.x.y --udp-port PORT
-//!          [--bar-size SIZE] [--profile default] [--fault SPEC]... [--ignore-stdin]
-//!          [--ivshmem-server SOCKET [--vectors N]]
+//!          [--family mlx5|efa] [--bar-size SIZE] [--profile default] [--fault SPEC]...
+//!          [--ignore-stdin] [--ivshmem-server SOCKET [--vectors N]]
 //!
+//!   --family NAME     the device: mlx5 (default; also `connectx`) or efa
 //!   --bar FILE        the ivshmem BAR file (e.g. /dev/shm/NAME); created or extended to
 //!                     --bar-size if needed (a larger existing file is an error)
-//!   --bar-size SIZE   BAR size (default 32M, the profile's BAR0; a power of two for QEMU)
+//!   --bar-size SIZE   BAR size (default 32M, the profile's BAR0, for mlx5; 8M, the
+//!                     windows' layout, for efa; a power of two for QEMU)
 //!   --ram FILE        the guest RAM backend file; created or extended to --ram-size
 //!   --ram-size SIZE   guest RAM size, = QEMU's -m and the memory-backend-file size
 //!   --ip ADDR         the NIC's IPv4 address on the UDP fabric (127.0.0.0/8 only)
@@ -50,10 +63,12 @@
 //!
 //! Once the device polls, one line goes to stdout:
 //! `READY nic-emud bar=FILE bar_size=N ram=FILE ram_size=N ip=ADDR udp_port=PORT`, followed
-//! by ` ivshmem_server=SOCKET vectors=N` with `--ivshmem-server` (QEMU may connect then).
+//! by ` ivshmem_server=SOCKET vectors=N` with `--ivshmem-server` (QEMU may connect then), or
+//! ` family=efa pci=1d0f:efa1` for the EFA.
 //! It exits with status 0 on stdin EOF (unless `--ignore-stdin`) or on SIGTERM / SIGINT,
 //! after stopping the poller; a summary goes to stderr:
-//! `nic-emud: stopped; N commands, M device errors[ (first: ...)]; nothing alive|live {...}; port {...}`. A bad
+//! `nic-emud: stopped; N commands, M device errors[ (first: ...)]; nothing alive|live {...}; port {...}`
+//! (for the EFA, `data {...}`, its data-path counters, in place of `port`). A bad
 //! command line exits with 2, a setup failure (files, socket) with 1.
 //!
 //! QEMU side (the BAR file and the RAM file must be the ones given here):
@@ -82,14 +97,16 @@ use firmware_interface::status::cmd_status as cs;
 use nic_emulator::host::{GuestRam, ShmBar};
 use nic_emulator::ivshmem::DoorbellServer;
 use nic_emulator::roce_wire::fabric::UdpFabric;
-use nic_emulator::{Device, FailCommand, Faults, Live, Profile, spawn_poller};
+use nic_emulator::{Device, FailCommand, Faults, Live, Polled, Profile, spawn_poller};
 
 const USAGE: &str =
     "usage: nic-emud --bar FILE --ram FILE --ram-size SIZE --ip 127.0.x.y --udp-port PORT
-                [--bar-size SIZE] [--profile default] [--fault SPEC]... [--ignore-stdin]
-                [--ivshmem-server SOCKET [--vectors N]]
+                [--family mlx5|efa] [--bar-size SIZE] [--profile default] [--fault SPEC]...
+                [--ignore-stdin] [--ivshmem-server SOCKET [--vectors N]]
+  --family NAME     mlx5 (default) or efa: the EFA's BARs are windows of the BAR file (an
+                    identity page at 0x1000 says where); polled, no MSI-X, no --fault
   --bar FILE        ivshmem BAR file (NIC BAR0 at offset 0); created/extended to --bar-size
-  --bar-size SIZE   BAR size (default 32M; a power of two for QEMU)
+  --bar-size SIZE   BAR size (default 32M for mlx5, 8M for efa; a power of two for QEMU)
   --ram FILE        guest RAM backend file (memory-backend-file share=on); created/extended
   --ram-size SIZE   guest RAM size (= QEMU -m); q35 layout: < 0xb0000000 all low, else 2G
                     low + the rest at 4G; DMA addresses are guest-physical
@@ -125,8 +142,18 @@ enum Fault {
     StallCommands,
 }
 
+/// The device model behind the BAR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// The ConnectX-class NIC (the mlx5 driver's).
+    Mlx5,
+    /// The AWS EFA (the EFA driver's).
+    Efa,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Options {
+    family: Family,
     bar: PathBuf,
     bar_size: u64,
     ram: PathBuf,
@@ -242,7 +269,8 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
     let mut bar = None;
     let mut ram = None;
     let mut ram_size = None;
-    let mut bar_size = Profile::default().bar_size as u64;
+    let mut bar_size = None;
+    let mut family = Family::Mlx5;
     let mut ip = None;
     let mut udp_port = None;
     let mut faults = Vec::new();
@@ -268,7 +296,14 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
             "--bar-size" => {
                 let v = value()?;
                 bar_size =
-                    parse_size(&v).ok_or_else(|| CliError::Bad(format!("bad size {v:?}")))?;
+                    Some(parse_size(&v).ok_or_else(|| CliError::Bad(format!("bad size {v:?}")))?);
+            }
+            "--family" => {
+                family = match value()?.as_str() {
+                    "mlx5" | "connectx" => Family::Mlx5,
+                    "efa" => Family::Efa,
+                    v => return bad(format!("unknown family {v:?} (known: mlx5, efa)")),
+                }
             }
             "--ip" => {
                 let v = value()?;
@@ -314,6 +349,24 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         }
     }
     let missing = |n: &str| CliError::Bad(format!("{n} is required"));
+    let efa_len = efa_layout().len as u64;
+    let bar_size = bar_size.unwrap_or(match family {
+        Family::Mlx5 => Profile::default().bar_size as u64,
+        Family::Efa => efa_len,
+    });
+    if family == Family::Efa {
+        if !faults.is_empty() {
+            return bad("--fault is for the mlx5 family (the EFA has none here)");
+        }
+        if server.is_some() {
+            return bad("--ivshmem-server is for the mlx5 family (the EFA is polled: no MSI-X)");
+        }
+        if bar_size < efa_len {
+            return bad(format!(
+                "--bar-size: the EFA's windows need {efa_len:#x} bytes"
+            ));
+        }
+    }
     let ram_size = ram_size.ok_or_else(|| missing("--ram-size"))?;
     if ram_size == 0 || !ram_size.is_multiple_of(4096) {
         return bad("--ram-size must be a nonzero multiple of 4 KiB");
@@ -329,6 +382,7 @@ fn parse(args: &[String]) -> Result<Options, CliError> {
         return bad("--bar-size must be a power of two for an ivshmem-doorbell BAR");
     }
     Ok(Options {
+        family,
         bar: bar.ok_or_else(|| missing("--bar"))?,
         bar_size,
         ram: ram.ok_or_else(|| missing("--ram"))?,
@@ -371,6 +425,11 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// The EFA's shared-BAR layout for the profile `nic-emud` serves.
+fn efa_layout() -> nic_emulator::efa::ShmLayout {
+    nic_emulator::efa::ShmLayout::for_profile(&nic_emulator::efa::Profile::default())
+}
+
 fn run(o: &Options) -> Result<(), String> {
     let bar = ShmBar::open(&o.bar, Some(o.bar_size))
         .map_err(|e| format!("bar {}: {e}", o.bar.display()))?;
@@ -379,6 +438,18 @@ fn run(o: &Options) -> Result<(), String> {
     let port = UdpFabric::new(o.udp_port)
         .bind(o.ip)
         .map_err(|e| format!("fabric port {}:{}: {e:?}", o.ip, o.udp_port))?;
+    match o.family {
+        Family::Mlx5 => run_mlx5(o, bar, ram, port),
+        Family::Efa => run_efa(o, bar, ram, port),
+    }
+}
+
+fn run_mlx5(
+    o: &Options,
+    bar: ShmBar,
+    ram: GuestRam,
+    port: nic_emulator::roce_wire::fabric::UdpPort,
+) -> Result<(), String> {
     let profile = Profile {
         ipv4: Some(o.ip),
         bar_size: o.bar_size as usize,
@@ -403,7 +474,100 @@ fn run(o: &Options) -> Result<(), String> {
     };
     dev.attach(Box::new(port));
     let dev = Arc::new(Mutex::new(dev));
+    let extra = match &server {
+        Some(s) => format!(
+            " ivshmem_server={} vectors={}",
+            s.path().display(),
+            o.vectors
+        ),
+        None => String::new(),
+    };
+    serve(o, &dev, &extra, |d| {
+        let errs = d.errors();
+        let live = d.live();
+        let irq = match &server {
+            Some(s) => format!("; interrupts {:?}", s.stats()),
+            None => String::new(),
+        };
+        format!(
+            "{} commands, {} device errors{}; {}; port {:?}{irq}",
+            d.command_log().len(),
+            errs.len(),
+            match errs.first() {
+                Some(e) => format!(" (first: {e:?})"),
+                None => String::new(),
+            },
+            if live == Live::default() {
+                "nothing alive".to_string()
+            } else {
+                format!("live {live:?}")
+            },
+            d.port_stats()
+        )
+    })
+}
 
+/// The emulated EFA untrapped on the BAR file (`nic_emulator::efa::ShmLayout`: registers at
+/// 0, the identity page, the doorbell BAR and the memory BAR), its GID the IPv4-mapped GID of
+/// `--ip`, its node GUID the EUI-64 of MAC `02:00` and the address.
+fn run_efa(
+    o: &Options,
+    bar: ShmBar,
+    ram: GuestRam,
+    port: nic_emulator::roce_wire::fabric::UdpPort,
+) -> Result<(), String> {
+    use nic_emulator::efa;
+    let ip = o.ip.octets();
+    let mac = [0x02, 0, ip[0], ip[1], ip[2], ip[3]];
+    let profile = efa::Profile {
+        gid: nic_emulator::roce_wire::gid_from_ipv4(o.ip),
+        guid: u64::from_be_bytes([
+            mac[0] ^ 2,
+            mac[1],
+            mac[2],
+            0xff,
+            0xfe,
+            mac[3],
+            mac[4],
+            mac[5],
+        ]),
+        ..efa::Profile::default()
+    };
+    let (vendor, device) = profile.pci_ids();
+    let mut dev = efa::Device::with_shared_bar(profile, Arc::new(ram), Box::new(bar))?;
+    dev.attach(Box::new(port));
+    let dev = Arc::new(Mutex::new(dev));
+    let extra = format!(" family=efa pci={vendor:04x}:{device:04x}");
+    serve(o, &dev, &extra, |d| {
+        let errs = d.errors();
+        let live = d.live();
+        format!(
+            "{} commands, {} device errors{}; {}; data {:?}",
+            d.command_log().len(),
+            errs.len(),
+            match errs.first() {
+                Some(e) => format!(" (first: {e:?})"),
+                None => String::new(),
+            },
+            if live == efa::Live::default() {
+                "nothing alive".to_string()
+            } else {
+                format!("live {live:?}")
+            },
+            d.data_stats()
+        )
+    })
+}
+
+/// What both families share: stop on SIGTERM / SIGINT (and stdin EOF unless
+/// `--ignore-stdin`), poll `dev` on a thread, print the READY line (with `extra` at its end),
+/// wait, stop the poller and print `summary` of the device.
+fn serve<D: Polled>(
+    o: &Options,
+    dev: &Arc<Mutex<D>>,
+    extra: &str,
+    summary: impl FnOnce(&D) -> String,
+) -> Result<(), String> {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         let handler: extern "C" fn(libc::c_int) = on_signal;
         // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
@@ -431,9 +595,9 @@ fn run(o: &Options) -> Result<(), String> {
     let poller = spawn_poller(dev.clone());
     {
         let mut out = std::io::stdout().lock();
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "READY nic-emud bar={} bar_size={} ram={} ram_size={} ip={} udp_port={}",
+            "READY nic-emud bar={} bar_size={} ram={} ram_size={} ip={} udp_port={}{extra}",
             o.bar.display(),
             o.bar_size,
             o.ram.display(),
@@ -441,15 +605,6 @@ fn run(o: &Options) -> Result<(), String> {
             o.ip,
             o.udp_port
         );
-        if let Some(s) = &server {
-            let _ = write!(
-                out,
-                " ivshmem_server={} vectors={}",
-                s.path().display(),
-                o.vectors
-            );
-        }
-        let _ = writeln!(out);
         let _ = out.flush();
     }
     while !STOP.load(Ordering::SeqCst) {
@@ -460,27 +615,7 @@ fn run(o: &Options) -> Result<(), String> {
     }
     poller.stop();
     let d = dev.lock().unwrap_or_else(|e| e.into_inner());
-    let errs = d.errors();
-    let live = d.live();
-    let irq = match &server {
-        Some(s) => format!("; interrupts {:?}", s.stats()),
-        None => String::new(),
-    };
-    eprintln!(
-        "nic-emud: stopped; {} commands, {} device errors{}; {}; port {:?}{irq}",
-        d.command_log().len(),
-        errs.len(),
-        match errs.first() {
-            Some(e) => format!(" (first: {e:?})"),
-            None => String::new(),
-        },
-        if live == Live::default() {
-            "nothing alive".to_string()
-        } else {
-            format!("live {live:?}")
-        },
-        d.port_stats()
-    );
+    eprintln!("nic-emud: stopped; {}", summary(&d));
     Ok(())
 }
 
@@ -579,6 +714,30 @@ mod tests {
         assert_eq!((o.server, o.vectors), (None, 8));
         let o = with(&["--ivshmem-server", "/tmp/s", "--vectors", "4"]).unwrap();
         assert_eq!((o.server, o.vectors), (Some(PathBuf::from("/tmp/s")), 4));
+        assert_eq!(o.family, Family::Mlx5);
+    }
+
+    #[test]
+    fn the_efa_family_takes_its_layout_and_refuses_mlx5_options() {
+        let o = with(&["--family", "efa"]).unwrap();
+        assert_eq!(o.family, Family::Efa);
+        assert_eq!(o.bar_size, efa_layout().len as u64);
+        assert_eq!(o.bar_size, 8 << 20);
+        assert_eq!(
+            with(&["--family", "connectx"]).unwrap().family,
+            Family::Mlx5
+        );
+        for extra in [
+            &["--family", "efa", "--fault", "never-ready"][..],
+            &["--family", "efa", "--ivshmem-server", "/tmp/s"],
+            &["--family", "efa", "--bar-size", "1M"],
+            &["--family", "ib"],
+        ] {
+            assert!(
+                matches!(with(extra), Err(CliError::Bad(_))),
+                "{extra:?} accepted"
+            );
+        }
     }
 
     #[test]

@@ -321,6 +321,7 @@ impl Device {
                 },
             },
         );
+        self.shm_new_qp(qpn);
         let mut o = resp();
         use create_qp_resp as r;
         r::QP_HANDLE.set(&mut o, handle);

@@ -46,6 +46,7 @@ mod commands;
 mod dp;
 mod objects;
 mod regs;
+mod shm;
 mod wire;
 
 #[cfg(test)]
@@ -58,6 +59,7 @@ use crate::{AddressSpace, DmaFault};
 use firmware_interface::efa::{feature, pci};
 
 pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_NS};
+pub use shm::{HEADER_LEN, HEADER_OFF, MAGIC, ShmHeader, ShmLayout};
 
 /// BAR of the low-latency send queues.
 pub const MEM_BAR: u8 = 2;
@@ -414,6 +416,8 @@ pub struct Device {
     /// Where raised vectors go besides `irqs` (the MSI-X messages of an attachment).
     pub(crate) irq_sink: Option<crate::InterruptSink>,
     pub(crate) net: dp::Net,
+    /// The shared BAR of an untrapped device ([`Device::with_shared_bar`]).
+    pub(crate) shm: Option<shm::Shm>,
 }
 
 impl core::fmt::Debug for Device {
@@ -441,6 +445,7 @@ impl Device {
             irqs: BTreeSet::new(),
             irq_sink: None,
             net: dp::Net::default(),
+            shm: None,
         }
     }
 
@@ -481,10 +486,11 @@ impl Device {
         self.net.clock = clock;
     }
 
-    /// Takes frames in from the port and runs the SRD retransmission timers; whether
+    /// Takes frames in from the port and runs the SRD retransmission timers (and, on a
+    /// shared BAR, delivers the register and doorbell writes found there first); whether
     /// anything happened.
     pub fn poll(&mut self) -> bool {
-        self.poll_net()
+        self.poll_shm() | self.poll_net()
     }
 
     /// The earliest time (on the device clock) at which [`Device::poll`] has timer work.

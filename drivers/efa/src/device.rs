@@ -29,7 +29,7 @@ pub const DEFAULT_READ_TIMEOUT_NS: u64 = r::READ_TIMEOUT_US as u64 * 1000;
 const CAPS_UNIT_NS: u64 = r::caps::TIMEOUT_UNIT_MS as u64 * 1_000_000;
 const AQ_DEPTH: u16 = admin::AQ_DEPTH;
 const AENQ_DEPTH: u16 = admin::AENQ_DEPTH;
-const ENTRY: usize = admin::ENTRY_SIZE;
+pub(crate) const ENTRY: usize = admin::ENTRY_SIZE;
 
 /// The phase bit of pass `counter / depth` of a ring whose first pass has phase 1.
 pub(crate) fn phase(counter: u16, depth: u16) -> u8 {
@@ -101,6 +101,8 @@ pub struct Device<R: RegisterIo, P: Platform> {
     bad_cqes: AtomicU64,
     /// The last refused completion entry.
     last_bad_cqe: Mutex<Option<crate::dp::CqeFault>>,
+    /// Completion channels made so far (the next one's vector).
+    pub(crate) channels_made: core::sync::atomic::AtomicU32,
 }
 
 impl<R: RegisterIo, P: Platform> core::fmt::Debug for Device<R, P> {
@@ -184,6 +186,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             data: None,
             bad_cqes: AtomicU64::new(0),
             last_bad_cqe: Mutex::new(None),
+            channels_made: core::sync::atomic::AtomicU32::new(0),
         };
         dev.write_resp_addr();
         if let Err(e) = dev.bring_up() {

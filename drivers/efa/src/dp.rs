@@ -22,14 +22,14 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use firmware_interface::efa::io::{
-    self, CDESC_HAS_IMM, CTRL1_HAS_IMM, CTRL1_INLINE_MSG, CTRL1_META_DESC, CTRL2_COMP_REQ,
-    CTRL2_FIRST, CTRL2_LAST, LKEY_MASK, Q_TYPE_RECV, Q_TYPE_SEND, RX_FIRST, RX_LAST,
-    comp_status as cs, op_type,
+    self, CDESC_HAS_IMM, CDESC_OP_TYPE_MASK, CDESC_OP_TYPE_SHIFT, CTRL1_HAS_IMM, CTRL1_INLINE_MSG,
+    CTRL1_META_DESC, CTRL2_COMP_REQ, CTRL2_FIRST, CTRL2_LAST, LKEY_MASK, Q_TYPE_RECV, Q_TYPE_SEND,
+    RX_FIRST, RX_LAST, comp_status as cs, op_type,
 };
 use nic_hal::barrier::{dma_rmb, dma_wmb, mmio_wmb};
 use nic_hal::{DmaBuf, Platform, RegisterIo};
 use verbs::{
-    PostError, QpState, QpType, RecvWr, RemoteOp, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus,
+    PostError, QpState, RecvWr, RemoteOp, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
 
@@ -52,6 +52,9 @@ pub enum CqeFault {
     Length(u16),
     /// A status the contract does not define.
     Status(u8),
+    /// A receive completion of an op type the driver cannot take (an RDMA write without
+    /// immediate data).
+    OpType(u8),
 }
 
 /// The verbs status of an EFA completion status (as rdma-core's EFA provider maps them);
@@ -223,39 +226,89 @@ impl CqShared {
         }
     }
 
+    /// Entries consumed in all sub-CQs (what an arming CQ doorbell carries, 16 bits of it).
+    pub(crate) fn consumed(&self) -> u32 {
+        self.state
+            .lock()
+            .cc
+            .iter()
+            .fold(0u32, |a, &c| a.wrapping_add(c))
+    }
+
     /// Forgets QP `qpn`.
     pub(crate) fn detach(&self, qpn: u16) {
         self.state.lock().qps.retain(|a| a.qpn != qpn);
     }
 }
 
-/// The driver's side of a QP's queues.
-pub(crate) struct QpDp {
-    pub core: Arc<QpCore>,
-    pub cqs: (Arc<CqShared>, Arc<CqShared>),
-    /// SQ producer counter (what the SQ doorbell receives) and depth.
-    sq_pc: u16,
-    sq_mask: u16,
-    sq_shift: u32,
-    /// WQEs per doorbell.
-    batch: u16,
+/// The SQ's counters (written by `post_send` only).
+#[derive(Debug, Default)]
+struct SqCursor {
+    /// SQ producer counter (what the SQ doorbell receives).
+    pc: u16,
     /// The send slot tried first by the next WR (round robin).
-    next_id: u32,
+    next: u32,
+}
+
+/// What every WQE of a QP shares (fixed per QP but the Q_Key, which `modify_qp` sets).
+#[derive(Debug)]
+pub(crate) struct PostCtx {
+    /// The QP's Q_Key (a WR's Q_Key with bit 31 set names it).
+    pub(crate) qkey: u32,
+    /// SQ depth minus one (the depth is a power of two).
+    mask: u32,
+    /// log2 of the SQ depth.
+    shift: u32,
+    /// WQEs per doorbell.
+    batch: usize,
     /// The first word of a one-SGE SEND WQE without the send id, the phase, and the
-    /// destination QP (fixed per QP).
+    /// destination QP.
     hdr: u64,
-    /// The meta of a fast-path send slot but the byte count and the WR's `SIGNALED` (fixed
-    /// per QP: `sq_sig_all` decides).
+    /// The meta of a fast-path send slot but the byte count and the WR's `SIGNALED`
+    /// (`sq_sig_all` decides).
     meta0: u64,
     /// One-SGE SENDs of `1..=fast_len` bytes take the fast path (the MTU; 0 when the QP
     /// takes no send SGE).
     fast_len: u32,
+    max_sge: usize,
+    mtu: u32,
+    read_ok: bool,
+    write_ok: bool,
+    sig_all: bool,
+    max_inline: u32,
+}
+
+/// How `create_qp` sized a QP's send side.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SqParams {
+    /// WQEs (a power of two).
+    pub depth: u32,
+    /// The device's `max_tx_batch` (64-byte units; 0 = unlimited).
+    pub max_tx_batch: u16,
+    /// `max_send_sge`.
+    pub max_sge: u32,
+    /// Inline bytes a WR may carry.
+    pub max_inline: u32,
+    /// The device MTU.
+    pub mtu: u32,
+    /// RDMA READ and WRITE may be posted.
+    pub read_ok: bool,
+    /// As `read_ok`, for RDMA WRITE.
+    pub write_ok: bool,
+    /// `sq_sig_all`.
+    pub sig_all: bool,
+}
+
+/// The driver's side of a QP's queues.
+pub(crate) struct QpDp {
+    pub core: Arc<QpCore>,
+    pub cqs: (Arc<CqShared>, Arc<CqShared>),
+    sq: SqCursor,
+    pub(crate) ctx: PostCtx,
     /// RQ: descriptors posted (what the RQ doorbell receives), descriptor ring.
     rq_pc: u16,
     rq_ring: Option<NonNull<u8>>,
     rq_desc_mask: u32,
-    sig_all: bool,
-    max_inline: u32,
 }
 
 // SAFETY: `rq_ring` points into the QP's RQ DMA buffer, owned by the same `Qp` (leaked if the
@@ -268,7 +321,7 @@ impl core::fmt::Debug for QpDp {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QpDp")
             .field("qpn", &self.core.qpn)
-            .field("sq_pc", &self.sq_pc)
+            .field("sq_pc", &self.sq.pc)
             .field("rq_pc", &self.rq_pc)
             .finish_non_exhaustive()
     }
@@ -281,49 +334,52 @@ impl QpDp {
     ///
     /// `rq` (the RQ ring, `rq_descs` descriptors) outlives the returned value: its owner keeps
     /// it (leak-on-drop) at least as long.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn new(
         core: Arc<QpCore>,
         cqs: (Arc<CqShared>, Arc<CqShared>),
-        sq_depth: u32,
-        max_tx_batch: u16,
+        sq: SqParams,
         rq: Option<&DmaBuf>,
         rq_descs: u32,
-        sig_all: bool,
-        max_inline: u32,
-        fast_len: u32,
     ) -> QpDp {
+        let depth = sq.depth.max(1);
         // `max_tx_batch` counts 64-byte units; 0 = unlimited (one doorbell per list).
-        let batch = if max_tx_batch == 0 {
-            u16::MAX
+        let batch = if sq.max_tx_batch == 0 {
+            usize::MAX
         } else {
-            max_tx_batch.min((sq_depth as u16).max(1))
+            usize::from(sq.max_tx_batch).min(depth as usize)
         };
         QpDp {
             core,
             cqs,
-            sq_pc: 0,
-            sq_mask: (sq_depth - 1) as u16,
-            sq_shift: sq_depth.trailing_zeros(),
-            batch,
-            next_id: 0,
-            hdr: u64::from(CTRL1_META_DESC) << 16
-                | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ) << 24
-                | 1 << 48,
-            meta0: send_meta(sig_all, WcOpcode::Send, 0),
-            fast_len,
+            sq: SqCursor::default(),
+            ctx: PostCtx {
+                qkey: 0,
+                mask: depth - 1,
+                shift: depth.trailing_zeros(),
+                batch,
+                hdr: u64::from(CTRL1_META_DESC) << 16
+                    | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ) << 24
+                    | 1 << 48,
+                meta0: send_meta(sq.sig_all, WcOpcode::Send, 0),
+                fast_len: if sq.max_sge == 0 { 0 } else { sq.mtu },
+                max_sge: (sq.max_sge as usize).min(io::TX_BUF_DESCS),
+                mtu: sq.mtu,
+                read_ok: sq.read_ok,
+                write_ok: sq.write_ok,
+                sig_all: sq.sig_all,
+                max_inline: sq.max_inline,
+            },
             rq_pc: 0,
             rq_ring: rq.and_then(|b| NonNull::new(b.va())),
             rq_desc_mask: rq_descs.saturating_sub(1),
-            sig_all,
-            max_inline,
         }
     }
 
     /// After a transition to RESET: the device starts its queues over, so does the driver
     /// (outstanding receive WRs are forgotten).
     pub(crate) fn reset(&mut self) {
-        self.sq_pc = 0;
+        self.sq.pc = 0;
+        self.ctx.qkey = 0;
         self.rq_pc = 0;
         let head = self.core.rq_head.load(Relaxed);
         self.core.rq_tail.store(head, Release);
@@ -338,7 +394,9 @@ fn imm_host(v: u32) -> u32 {
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// `post_send`: one 64-byte WQE per WR through the LLQ, a doorbell every `max_tx_batch`
-    /// WQEs and at the end.
+    /// WQEs and at the end. Where the memory BAR is mapped, a one-SGE SEND takes the fast
+    /// path (its WQE stored straight into its LLQ slot); any other WR, and every WR where the
+    /// BAR is not mapped, is built by [`build`], every field checked.
     pub(crate) fn post_send_dp(
         &self,
         qp: &mut Qp,
@@ -351,110 +409,89 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if qp.state != QpState::Rts {
             return Err(fail(verbs::Error::InvalidArgument, 0));
         }
-        let srd = qp.qp_type == QpType::Srd;
-        use firmware_interface::efa::feature::device_attr as d;
-        let ctx = PostCtx {
-            qkey: qp.attr.qkey,
-            max_sge: (qp.cap.max_send_sge as usize).min(io::TX_BUF_DESCS),
-            mtu: self.attrs.mtu,
-            read_ok: srd && self.attrs.has(d::CAP_RDMA_READ),
-            write_ok: srd && self.attrs.has(d::CAP_RDMA_WRITE),
-        };
         let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
-        let dp = &mut qp.dp;
-        // The one-SGE SEND fast path's limit: a length in `1..=fast_len`.
-        let fast_len = dp.fast_len;
-        let meta0 = dp.meta0;
-        // The QP's constants and counters in registers for the call (the counters are
-        // written back before the general path and at the end).
-        let core = Arc::clone(&dp.core);
-        let (mask, shift, hdr, batch) = (dp.sq_mask, dp.sq_shift, dp.hdr, dp.batch);
+        let QpDp { core, sq, ctx, .. } = &mut qp.dp;
+        let ctx: &PostCtx = ctx;
         // The send slots, `mask + 1` of them (the SQ depth).
-        let Some(sq) = core.sq.get(..=usize::from(mask)) else {
+        let Some(slots) = core.sq.get(..=ctx.mask as usize) else {
             return Err(fail(verbs::Error::Io, 0));
         };
-        // The LLQ's mapping, where the BAR is mapped (8-byte aligned): the fast path stores
-        // the WQE straight into its slot.
-        let map = bars
+        // The LLQ's mapping, where the BAR is mapped (8-byte aligned).
+        let Some(map) = bars
             .mem
-            .mapped(llq, sq.len() * io::TX_WQE_SIZE)
-            .filter(|p| p.as_ptr().cast::<u64>().is_aligned());
-        let mut pc = dp.sq_pc;
+            .mapped(llq, slots.len() * io::TX_WQE_SIZE)
+            .filter(|p| p.as_ptr().cast::<u64>().is_aligned())
+        else {
+            return post_unmapped(bars, llq, sq_db, slots, sq, ctx, wrs);
+        };
+        let map = map.as_ptr().cast::<u64>();
+        let (mask, fast_len, meta0, qkey0) = (ctx.mask, ctx.fast_len, ctx.meta0, ctx.qkey);
+        // The SQ counter, 16 bits wide, in a full register (truncated where it is stored).
+        let mut pc = u32::from(sq.pc);
+        let mut next = sq.next;
         // The header with the SQ phase of slot `pc` (bit 24: 0 on the first pass, flipped on
         // every wrap).
-        let mut hp = hdr | u64::from((u32::from(pc) >> shift) & 1) << 24;
-        let mut next = dp.next_id;
-        let mut pending = 0u16;
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            let id = next & u32::from(mask);
-            let at = usize::from(pc & mask) * io::TX_WQE_SIZE;
-            // SAFETY: `id <= mask` and `sq` holds `mask + 1` slots (checked above).
-            let slot = unsafe { sq.get_unchecked(id as usize) };
-            if let (RemoteOp::None, WrOpcode::Send, [s], Some(dest)) =
-                (&wr.remote, wr.opcode, wr.sg_list, &wr.dest)
-                && wr.flags.bits() & SendFlags::INLINE.bits() == 0
-                && s.length.wrapping_sub(1) < fast_len
-                && dest.remote_qpn <= 0xffff
-                && slot.meta.load(Acquire) == 0
-            {
-                // The common case: a one-SGE SEND, its send slot free at the cursor.
-                next = id.wrapping_add(1);
-                slot.wr_id.store(wr.wr_id, Relaxed);
-                // `OUT_SIGNALED` (bit 63) from `SIGNALED` (bit 1) or `sq_sig_all` (`meta0`;
-                // a slot with both outstanding bits is signalled).
-                let signaled = u64::from(wr.flags.bits() & SendFlags::SIGNALED.bits()) << 62;
-                slot.meta.store(
-                    meta0 | signaled | u64::from(s.length) << META_LEN_SHIFT,
-                    Relaxed,
-                );
-                let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
-                    ctx.qkey
+        let mut hp = ctx.hdr | u64::from((pc >> ctx.shift) & 1) << 24;
+        for chunk in wrs.chunks(ctx.batch) {
+            let first = pc;
+            for wr in chunk {
+                let id = next & mask;
+                // SAFETY: `id <= mask` and `slots` holds `mask + 1` slots (checked above).
+                let slot = unsafe { slots.get_unchecked(id as usize) };
+                // SAFETY: slot `pc & mask` of the LLQ, 64 bytes (8 words) at word
+                // `(pc & mask) * 8`, lies in the mapped range (`mask + 1` slots), which lives
+                // as long as `bars`; the base is 8-byte aligned (checked).
+                let q = unsafe { map.add((pc & mask) as usize * 8) };
+                if let (RemoteOp::None, WrOpcode::Send, [s], Some(dest)) =
+                    (&wr.remote, wr.opcode, wr.sg_list, &wr.dest)
+                    && wr.flags.bits() & SendFlags::INLINE.bits() == 0
+                    && s.length.wrapping_sub(1) < fast_len
+                    && dest.remote_qpn <= 0xffff
+                    && slot.meta.load(Acquire) == 0
+                {
+                    // The common case: a one-SGE SEND, its send slot free at the cursor.
+                    next = id.wrapping_add(1);
+                    slot.wr_id.store(wr.wr_id, Relaxed);
+                    // `OUT_SIGNALED` (bit 63) from `SIGNALED` (bit 1) or `sq_sig_all`
+                    // (`meta0`; a slot with both outstanding bits is signalled).
+                    let signaled = u64::from(wr.flags.bits() & SendFlags::SIGNALED.bits()) << 62;
+                    slot.meta.store(
+                        meta0 | signaled | u64::from(s.length) << META_LEN_SHIFT,
+                        Relaxed,
+                    );
+                    let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
+                        qkey0
+                    } else {
+                        dest.remote_qkey
+                    };
+                    // `desc` with the L_Key's low 24 bits (`LKEY_MASK`) by two shifts.
+                    let d0 = (u64::from(s.length) | u64::from(s.lkey << 8) << 24).to_le();
+                    let d1 = s.addr.to_le();
+                    let w0 = (u64::from(id) | hp | u64::from(dest.remote_qpn) << 32).to_le();
+                    let w1 = (u64::from(dest.ah.handle()) << 32).to_le();
+                    let w2 = u64::from(qkey).to_le();
+                    // SAFETY: `q` is the slot's 8 words (above).
+                    unsafe { store_wqe(q, [w0, w1, w2, 0, d0, d1, 0, 0]) };
                 } else {
-                    dest.remote_qkey
-                };
-                let [d0, d1] = desc(s.length, s.lkey & LKEY_MASK, s.addr);
-                let w0 = (u64::from(id) | hp | u64::from(dest.remote_qpn) << 32).to_le();
-                let w1 = (u64::from(dest.ah.handle()) << 32).to_le();
-                let w2 = u64::from(qkey).to_le();
-                if let Some(m) = map {
-                    let q = m.as_ptr().wrapping_add(at).cast::<u64>();
-                    // SAFETY: slot `pc & mask` of the LLQ, bytes `at..at + 64`, lies in the
-                    // mapped range (`mask + 1` slots), which lives as long as `bars`; the base
-                    // is 8-byte aligned (checked) and so is `at`.
-                    unsafe {
-                        for (k, x) in [w0, w1, w2, 0, d0, d1, 0, 0].into_iter().enumerate() {
-                            core::ptr::write_volatile(q.add(k), x);
-                        }
+                    let mut w = [0u64; 8];
+                    if let Err(e) = build(slots, &mut next, ctx, wr, hp & 1 << 24, &mut w) {
+                        sq.next = next;
+                        let pcs = (first as u16, pc as u16);
+                        return Err(fail(e, stop(bars, sq_db, sq, pcs, wrs, wr)));
                     }
-                } else {
-                    write_wqe(&bars.mem, llq + at, &[w0, w1, w2, 0, d0, d1, 0, 0]);
+                    // SAFETY: as above.
+                    unsafe { store_wqe(q, w) };
                 }
-            } else {
-                (dp.sq_pc, dp.next_id) = (pc, next);
-                if let Err(e) = post_general(&bars.mem, llq + at, dp, wr, &ctx) {
-                    result = Err(fail(e, i));
-                    break;
+                pc = pc.wrapping_add(1);
+                if pc & mask == 0 {
+                    hp = next_pass(hp);
                 }
-                next = dp.next_id;
             }
-            pc = pc.wrapping_add(1);
-            if pc & mask == 0 {
-                hp = next_pass(hp);
-            }
-            pending += 1;
-            if pending == batch {
-                mmio_wmb();
-                bars.db.write32(sq_db, pc.into());
-                pending = 0;
-            }
-        }
-        (dp.sq_pc, dp.next_id) = (pc, next);
-        if pending > 0 {
             mmio_wmb();
-            bars.db.write32(sq_db, pc.into());
+            bars.db.write32(sq_db, pc & 0xffff);
         }
-        result
+        (sq.pc, sq.next) = (pc as u16, next);
+        Ok(())
     }
 
     /// `post_recv`: one RX descriptor per SGE (at least one), then the RQ doorbell.
@@ -571,7 +608,14 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 let w0 = u64::from_le(unsafe { core::ptr::read_volatile(p) });
                 // SAFETY: as above.
                 let w1 = u64::from_le(unsafe { core::ptr::read_volatile(p.add(1)) });
-                match take(st, w0, w1, &mut wc[n]) {
+                // Bytes 16..24 of an extended entry (`length_hi`); none in 16-byte entries.
+                let w2 = if entry >= 32 {
+                    // SAFETY: as above: entries of 32 bytes hold this word.
+                    u64::from_le(unsafe { core::ptr::read_volatile(p.add(2)) })
+                } else {
+                    0
+                };
+                match take(st, w0, w1, w2, &mut wc[n]) {
                     Ok(report) => {
                         cc = cc.wrapping_add(1);
                         n += usize::from(report);
@@ -669,6 +713,8 @@ fn fast_sends(
 
 const _: () = {
     use core::mem::{offset_of, size_of};
+    // The fast path keeps an L_Key's low 24 bits with two shifts.
+    assert!(LKEY_MASK == 0x00ff_ffff);
     assert!(offset_of!(WorkCompletion, wr_id) == 0);
     assert!(offset_of!(WorkCompletion, status) == 8 && size_of::<WcStatus>() == 1);
     assert!(offset_of!(WorkCompletion, opcode) == 9 && size_of::<WcOpcode>() == 1);
@@ -714,15 +760,6 @@ const SEND_OPS: [WcOpcode; 4] = [
     WcOpcode::RdmaRead,
     WcOpcode::Send,
 ];
-
-/// What every WQE of one `post_send` call shares.
-struct PostCtx {
-    qkey: u32,
-    max_sge: usize,
-    mtu: u32,
-    read_ok: bool,
-    write_ok: bool,
-}
 
 /// A buffer descriptor (or remote address) as its two little-endian words.
 #[inline(always)]
@@ -794,42 +831,89 @@ fn next_pass(hp: u64) -> u64 {
     hp ^ 1 << 24
 }
 
-/// A WQE (`w`: its eight little-endian words) into the LLQ at `at` of a BAR that is not
-/// mapped, in one block.
-#[cold]
-#[inline(never)]
-fn write_wqe<R: RegisterIo>(mem: &R, at: usize, w: &[u64; 8]) {
-    // SAFETY: `w` is 64 initialised bytes (the WQE's byte image), borrowed for the call only.
-    let bytes = unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE) };
-    mem.write_block(at, bytes);
+/// Stores a WQE (`w`: its eight little-endian words) at `q`, word by word (what a
+/// write-combining BAR takes in as one 64-byte line).
+///
+/// # Safety
+///
+/// `q` is valid for volatile writes of 8 aligned words (an LLQ slot in the mapped BAR).
+#[inline(always)]
+unsafe fn store_wqe(q: *mut u64, w: [u64; 8]) {
+    for (k, x) in w.into_iter().enumerate() {
+        // SAFETY: word `k < 8` of the slot (the caller's contract).
+        unsafe { core::ptr::write_volatile(q.add(k), x) };
+    }
 }
 
-/// Any WR but the fast path's: its WQE built by [`build`] and written to the LLQ at `at`
-/// (eight 8-byte stores, each the WQE's little-endian bytes at its place).
+/// A WR refused by `post_send` (`wr`, one of `wrs`): the WQEs of its batch before it (SQ
+/// counter `pc.0` to `pc.1`) get their doorbell, the counter is kept; returns the WR's
+/// index (`PostError::bad_wr`).
+#[cold]
 #[inline(never)]
-fn post_general<R: RegisterIo>(
-    mem: &R,
-    at: usize,
-    dp: &mut QpDp,
+fn stop<R: RegisterIo>(
+    bars: &DataBars<R>,
+    sq_db: usize,
+    sq: &mut SqCursor,
+    pc: (u16, u16),
+    wrs: &[SendWr<'_, Ah>],
     wr: &SendWr<'_, Ah>,
-    ctx: &PostCtx,
-) -> Result<(), verbs::Error> {
-    let mut w = [0u64; 8];
-    build(dp, wr, ctx, &mut w)?;
-    // Word by word: the fast path is the only caller of `write_block`, which keeps it small
-    // enough to be inlined there.
-    for (k, x) in w.iter().enumerate() {
-        mem.write64(at + 8 * k, *x);
+) -> usize {
+    if pc.1 != pc.0 {
+        mmio_wmb();
+        bars.db.write32(sq_db, pc.1.into());
     }
+    sq.pc = pc.1;
+    (core::ptr::from_ref(wr).addr() - wrs.as_ptr().addr()) / core::mem::size_of::<SendWr<'_, Ah>>()
+}
+
+/// `post_send` where the memory BAR is not mapped: every WQE built by [`build`] and written
+/// with one [`RegisterIo::write_block`].
+#[cold]
+#[inline(never)]
+fn post_unmapped<R: RegisterIo>(
+    bars: &DataBars<R>,
+    llq: usize,
+    sq_db: usize,
+    slots: &[SqSlot],
+    sq: &mut SqCursor,
+    ctx: &PostCtx,
+    wrs: &[SendWr<'_, Ah>],
+) -> Result<(), PostError> {
+    let mut pc = sq.pc;
+    for chunk in wrs.chunks(ctx.batch) {
+        let first = pc;
+        for wr in chunk {
+            let phase = u64::from((u32::from(pc) >> ctx.shift) & 1) << 24;
+            let mut w = [0u64; 8];
+            if let Err(error) = build(slots, &mut sq.next, ctx, wr, phase, &mut w) {
+                let bad_wr = stop(bars, sq_db, sq, (first, pc), wrs, wr);
+                return Err(PostError { error, bad_wr });
+            }
+            // SAFETY: `w` is 64 initialised bytes (the WQE's byte image), borrowed for the
+            // call only.
+            let bytes =
+                unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE) };
+            let at = (u32::from(pc) & ctx.mask) as usize * io::TX_WQE_SIZE;
+            bars.mem.write_block(llq + at, bytes);
+            pc = pc.wrapping_add(1);
+        }
+        mmio_wmb();
+        bars.db.write32(sq_db, pc.into());
+    }
+    sq.pc = pc;
     Ok(())
 }
 
-/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot.
-#[inline(always)]
+/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot at or
+/// after the cursor `next` (which moves past it); `phase` is the SQ phase of the WQE's slot
+/// in bit 24.
+#[inline(never)]
 fn build(
-    dp: &mut QpDp,
-    wr: &SendWr<'_, Ah>,
+    slots: &[SqSlot],
+    next: &mut u32,
     ctx: &PostCtx,
+    wr: &SendWr<'_, Ah>,
+    phase: u64,
     w: &mut [u64; 8],
 ) -> Result<(), verbs::Error> {
     use verbs::Error::{InvalidArgument as Inval, NoMemory};
@@ -854,7 +938,7 @@ fn build(
             }
             wc_op = WcOpcode::Send;
             if wr.flags.contains(SendFlags::INLINE) {
-                let (area, l) = inline_area(wr, dp.max_inline)?;
+                let (area, l) = inline_area(wr, ctx.max_inline)?;
                 w[4..].copy_from_slice(&area);
                 ctrl1 |= u64::from(CTRL1_INLINE_MSG);
                 n = u64::from(l);
@@ -907,6 +991,14 @@ fn build(
                     wc_op = WcOpcode::RdmaWrite;
                     op_type::RDMA_WRITE
                 }
+                WrOpcode::RdmaWriteWithImm if ctx.write_ok => {
+                    // The responder consumes a receive WR for it (its completion carries the
+                    // immediate and the write's length).
+                    imm = u64::from(imm_host(wr.imm_data));
+                    ctrl1 |= u64::from(CTRL1_HAS_IMM);
+                    wc_op = WcOpcode::RdmaWrite;
+                    op_type::RDMA_WRITE
+                }
                 op => return Err(refused(op)),
             };
             let (area, l) = rdma_area(wr, *remote_addr, *rkey)?;
@@ -918,24 +1010,20 @@ fn build(
         _ => return Err(refused(wr.opcode)),
     }
     // A free send slot: the cursor's, else the next free one after it.
-    let core = &*dp.core;
-    let sq = &*core.sq;
-    let Some(id) = free_slot(sq, dp.next_id) else {
+    let Some(id) = free_slot(slots, *next) else {
         return Err(NoMemory);
     };
-    let slot = &sq[id as usize];
-    dp.next_id = id.wrapping_add(1);
+    let slot = &slots[id as usize];
+    *next = id.wrapping_add(1);
     slot.wr_id.store(wr.wr_id, Relaxed);
-    let signaled = dp.sig_all || wr.flags.contains(SendFlags::SIGNALED);
+    let signaled = ctx.sig_all || wr.flags.contains(SendFlags::SIGNALED);
     slot.meta.store(send_meta(signaled, wc_op, len), Relaxed);
     let qkey = if dest.remote_qkey & 0x8000_0000 != 0 {
         ctx.qkey
     } else {
         dest.remote_qkey
     };
-    // The SQ phase starts at 0 and flips on every wrap.
-    let phase = u64::from((u32::from(dp.sq_pc) >> dp.sq_shift) & 1);
-    let ctrl2 = phase | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ);
+    let ctrl2 = phase >> 24 | u64::from(CTRL2_FIRST | CTRL2_LAST | CTRL2_COMP_REQ);
     w[0] = (u64::from(id) | ctrl1 << 16 | ctrl2 << 24 | u64::from(dest.remote_qpn) << 32 | n << 48)
         .to_le();
     w[1] = (imm | u64::from(dest.ah.handle()) << 32).to_le();
@@ -944,10 +1032,17 @@ fn build(
     Ok(())
 }
 
-/// Checks one completion entry (`w0`, `w1`: its two little-endian words) against the
-/// bookkeeping and fills `out`; `Ok(false)` for a consumed completion that is not reported.
+/// Checks one completion entry (`w0`, `w1`: its first two little-endian words; `w2`: the
+/// third of an extended entry, else 0) against the bookkeeping and fills `out`; `Ok(false)`
+/// for a consumed completion that is not reported.
 #[inline(always)]
-fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Result<bool, CqeFault> {
+fn take(
+    st: &mut PollState,
+    w0: u64,
+    w1: u64,
+    w2: u64,
+    out: &mut WorkCompletion,
+) -> Result<bool, CqeFault> {
     let req_id = w0 as u16;
     let status = (w0 >> 16) as u8;
     let flags = (w0 >> 24) as u8;
@@ -992,17 +1087,31 @@ fn take(st: &mut PollState, w0: u64, w1: u64, out: &mut WorkCompletion) -> Resul
         }
         let slot = &q.rq[usize::from(req_id)];
         let length = (w0 >> 48) as u16;
-        if u32::from(length) > slot.len.load(Relaxed) {
-            return Err(CqeFault::Length(length));
-        }
         let imm = flags & CDESC_HAS_IMM != 0;
+        // An RDMA write with immediate took this receive: the length is the write's (bits
+        // 31:16 in `length_hi`), the receive's buffers untouched.
+        let write = (flags >> CDESC_OP_TYPE_SHIFT) & CDESC_OP_TYPE_MASK == op_type::RDMA_WRITE;
+        let byte_len = if write {
+            if !imm {
+                return Err(CqeFault::OpType(op_type::RDMA_WRITE));
+            }
+            u32::from(length) | u32::from(w2 as u16) << 16
+        } else if u32::from(length) > slot.len.load(Relaxed) {
+            return Err(CqeFault::Length(length));
+        } else {
+            length.into()
+        };
         *out = WorkCompletion {
             wr_id: slot.wr_id.load(Relaxed),
             status: wst,
-            opcode: WcOpcode::Recv,
+            opcode: if write {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
             qp_num: qpn.into(),
             vendor_err: status.into(),
-            byte_len: length.into(),
+            byte_len,
             imm_data: if imm { (w1 >> 32) as u32 } else { 0 }.to_be(),
             wc_flags: if imm {
                 WcFlags::WITH_IMM

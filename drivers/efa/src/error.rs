@@ -29,6 +29,8 @@ pub enum Error {
     NotSupported,
     /// EBUSY: the object is in use.
     Busy,
+    /// EIO: the platform could not enable or wait on an interrupt vector.
+    Interrupt(nic_hal::IrqError),
     /// DEV_STS.ready did not read 1 in time (before the reset, or at admin init): the device
     /// refuses bring-up.
     NotReady,
@@ -145,7 +147,8 @@ impl From<Error> for verbs::Error {
             Error::BadReadless { .. }
             | Error::BadRegister { .. }
             | Error::BadCompletion { .. }
-            | Error::BadOutput { .. } => verbs::Error::Io,
+            | Error::BadOutput { .. }
+            | Error::Interrupt(_) => verbs::Error::Io,
             Error::AdminDown => verbs::Error::NoDevice,
         }
     }

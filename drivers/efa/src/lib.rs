@@ -66,6 +66,7 @@ extern crate alloc;
 mod device;
 mod dp;
 mod error;
+mod events;
 mod mem;
 mod provider;
 #[cfg(test)]
@@ -74,7 +75,8 @@ mod tests;
 pub use device::{AenqCounters, DEFAULT_ADMIN_TIMEOUT_NS, DEFAULT_READ_TIMEOUT_NS, Device};
 pub use dp::{CqeFault, wc_status};
 pub use error::{CompletionFault, Error};
-pub use provider::{Ah, CompChannel, Cq, Mr, Pd, Qp, Srq};
+pub use events::{CHANNEL_EQ_DEPTH, CompChannel, WAIT_RECHECK_NS};
+pub use provider::{Ah, Cq, Mr, Pd, Qp, Srq};
 
 use firmware_interface::efa::pci;
 

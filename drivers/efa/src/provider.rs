@@ -6,7 +6,8 @@
 //! | `Mr` | [`Mr`] (REG_MR over 4 KiB pages: up to 4 inline, up to 510 in one page-list buffer, more in a chain of 4 KiB chunks) |
 //! | `Cq` | [`Cq`] (CREATE_CQ: `sub_cqs_per_cq` sub-CQs of `2^n ≥ cqe` entries in one DMA ring; 32-byte entries when the device has RDMA write, else 16) |
 //! | `Qp` | [`Qp`] (CREATE_QP, UD or SRD; RC and every other type: EOPNOTSUPP) |
-//! | `Srq`, `CompChannel` | [`Srq`], [`CompChannel`]: cannot be made (EOPNOTSUPP) |
+//! | `Srq` | [`Srq`]: cannot be made (EOPNOTSUPP) |
+//! | `CompChannel` | [`CompChannel`] (CREATE_EQ: an EQ of its own; its CQs are created with interrupts enabled and armed through their doorbell, see the `events` module) |
 //! | `Ah` | [`Ah`] (CREATE_AH for the destination GID) |
 //!
 //! QP sizes (`create_qp`): the SQ is a low-latency queue of `2^n ≥ max(max_send_wr,
@@ -33,7 +34,8 @@ use verbs::{
 
 use crate::Error;
 use crate::device::{Device, release_unless_unknown};
-use crate::dp::{CqShared, QpCore, QpDp};
+use crate::dp::{CqShared, QpCore, QpDp, SqParams};
+use crate::events::{CompChannel, CqNotify};
 use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
@@ -113,11 +115,32 @@ pub struct Cq {
     context: u64,
     ring: Option<Shared>,
     shared: alloc::sync::Arc<CqShared>,
+    /// The channel's part and the CQ's event state, for a CQ on a channel.
+    channel: Option<(
+        alloc::sync::Arc<crate::events::ChannelShared>,
+        alloc::sync::Arc<CqNotify>,
+    )>,
 }
 
 impl Cq {
     pub(crate) fn shared(&self) -> &CqShared {
         &self.shared
+    }
+
+    pub(crate) fn notify(&self) -> Option<&CqNotify> {
+        self.channel.as_ref().map(|c| &*c.1)
+    }
+
+    /// The EQ of the CQ's completion events (a CQ on a completion channel).
+    pub fn eqn(&self) -> Option<u16> {
+        self.channel.as_ref().map(|c| c.0.eqn)
+    }
+
+    /// Completion events of this CQ consumed so far (the CQ doorbell's `cmd_sn` is the low
+    /// two bits); 0 for a CQ not on a channel.
+    pub fn events(&self) -> u32 {
+        self.notify()
+            .map_or(0, |n| n.events.load(core::sync::atomic::Ordering::Relaxed))
     }
 
     /// Entries of each sub-CQ.
@@ -239,10 +262,6 @@ impl verbs::SharedReceiveQueue for Srq {
         match self.0 {}
     }
 }
-
-/// A completion channel: not offered before the data path, so none is ever made.
-#[derive(Debug)]
-pub struct CompChannel(Infallible);
 
 fn state_of(v: u32) -> Option<QpState> {
     Some(match v {
@@ -438,8 +457,18 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         self.exec(opcode, 0, &c).is_ok()
     }
 
-    fn create_cq_inner(&self, cqe: u32, context: u64) -> Result<Cq, Error> {
+    fn create_cq_inner(
+        &self,
+        cqe: u32,
+        context: u64,
+        channel: Option<&CompChannel>,
+    ) -> Result<Cq, Error> {
         let a = &self.attrs;
+        if let Some(ch) = channel
+            && ch.cqs() >= ch.shared().max_cqs
+        {
+            return Err(Error::NoMemory);
+        }
         if cqe == 0 || cqe > a.max_cq_depth {
             return Err(Error::InvalidArgument);
         }
@@ -464,6 +493,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         m::CQ_BA_HI.set(&mut c, (ring.iova() >> 32) as u32);
         m::NUM_SUB_CQS.set(&mut c, a.sub_cqs_per_cq.into());
         m::UAR.set(&mut c, self.uar.into());
+        if let Some(ch) = channel {
+            m::INTERRUPT_MODE_ENABLED.set(&mut c, 1);
+            m::EQN.set(&mut c, ch.eqn().into());
+        }
         let out = match self.exec(op::CREATE_CQ, 0, &c) {
             Ok(o) => o,
             Err(e) => {
@@ -485,6 +518,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             ))
         } else if db_valid && !db.is_multiple_of(4) {
             Some(bad(op::CREATE_CQ, "create_cq_resp.db_offset", db.into()))
+        } else if channel.is_some() && !db_valid {
+            // Arming needs the doorbell, which the device gives whenever interrupts are on.
+            Some(bad(op::CREATE_CQ, "create_cq_resp.db_valid", 0))
         } else {
             None
         };
@@ -507,6 +543,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                 actual.into(),
             ));
         };
+        let channel = channel.map(|ch| {
+            let n = CqNotify::new(context);
+            ch.shared().cqs.lock().insert(idx, n.clone());
+            (ch.shared().clone(), n)
+        });
         Ok(Cq {
             idx,
             depth: actual,
@@ -516,6 +557,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             context,
             ring: Some(ring),
             shared,
+            channel,
         })
     }
 
@@ -637,22 +679,24 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         let qpn = o::QP_NUM.get(&out) as u16;
         let core = QpCore::new(qpn, sq_depth, rq_depth);
         let rq_descs = if rq_ring == 0 { 0 } else { rq_ring / RX_DESC };
+        let sq = SqParams {
+            depth: sq_depth,
+            max_tx_batch: a.max_tx_batch,
+            max_sge: cap.max_send_sge,
+            max_inline: cap.max_inline_data.min(a.inline_buf_size),
+            mtu: a.mtu,
+            read_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_READ),
+            write_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_WRITE),
+            sig_all: attr.sq_sig_all,
+        };
         // SAFETY: the RQ ring is kept by the QP (`rq`, leak-on-drop) as long as its `dp`.
         let dp = unsafe {
             QpDp::new(
                 core.clone(),
                 (attr.send_cq.shared.clone(), attr.recv_cq.shared.clone()),
-                sq_depth,
-                a.max_tx_batch,
+                sq,
                 rq.as_deref(),
                 rq_descs,
-                attr.sq_sig_all,
-                cap.max_inline_data.min(a.inline_buf_size),
-                if cap.max_send_sge == 0 {
-                    0
-                } else {
-                    self.attrs.mtu
-                },
             )
         };
         let same = alloc::sync::Arc::ptr_eq(&attr.send_cq.shared, &attr.recv_cq.shared);
@@ -731,6 +775,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         s.qp_state = next;
         if mask.contains(M::QKEY) {
             s.qkey = attr.qkey;
+            qp.dp.ctx.qkey = attr.qkey;
         }
         if mask.contains(M::SQ_PSN) {
             s.sq_psn = attr.sq_psn;
@@ -907,30 +952,47 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         }
     }
 
+    /// An EQ of its own (the `events` module); EOPNOTSUPP when the device has no EQs.
     fn create_comp_channel(&self) -> Result<CompChannel, verbs::Error> {
-        Err(verbs::Error::NotSupported)
+        Ok(self.channel_create()?)
     }
 
+    /// DESTROY_EQ; EBUSY while CQs use the channel.
     fn destroy_comp_channel(&self, channel: CompChannel) -> Result<(), DestroyError<CompChannel>> {
-        match channel.0 {}
+        self.channel_destroy(channel)
     }
 
     fn get_cq_event(&self, channel: &mut CompChannel) -> Result<Option<CqEvent>, verbs::Error> {
-        match channel.0 {}
+        Ok(self.cq_event(channel)?)
+    }
+
+    /// Sleeps on the channel's vector where the platform delivers interrupts.
+    fn wait_cq_event(
+        &self,
+        channel: &mut CompChannel,
+        timeout_ns: u64,
+    ) -> Result<Option<CqEvent>, verbs::Error> {
+        Ok(self.wait_event(channel, timeout_ns)?)
+    }
+
+    fn wait_cq_events(
+        &self,
+        channels: &mut [&mut CompChannel],
+        timeout_ns: u64,
+    ) -> Result<Option<(usize, CqEvent)>, verbs::Error> {
+        Ok(self.wait_events(channels, timeout_ns)?)
     }
 
     /// A CQ of `sub_cqs_per_cq` sub-CQs of `2^n ≥ cqe` entries each (EINVAL for 0 or more
-    /// than `max_cqe`). Completion channels do not exist yet: with one, EOPNOTSUPP.
+    /// than `max_cqe`). With a channel, the CQ is created with interrupts enabled on the
+    /// channel's EQ (ENOMEM when the channel has as many CQs as its EQ has entries).
     fn create_cq(
         &self,
         cqe: u32,
         cq_context: u64,
         channel: Option<&CompChannel>,
     ) -> Result<Cq, verbs::Error> {
-        if let Some(ch) = channel {
-            match ch.0 {}
-        }
-        Ok(self.create_cq_inner(cqe, cq_context)?)
+        Ok(self.create_cq_inner(cqe, cq_context, channel)?)
     }
 
     fn destroy_cq(&self, cq: Cq) -> Result<(), DestroyError<Cq>> {
@@ -941,6 +1003,9 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
                 let mut cq = cq;
                 if let Some(r) = cq.ring.take() {
                     r.release();
+                }
+                if let Some((ch, _)) = cq.channel.take() {
+                    ch.cqs.lock().remove(&cq.idx);
                 }
                 Ok(())
             }
@@ -957,8 +1022,10 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
         self.poll_cq_dp(cq, wc)
     }
 
-    fn req_notify_cq(&self, _cq: &Cq, _solicited_only: bool) -> Result<(), verbs::Error> {
-        Err(verbs::Error::NotSupported)
+    /// The CQ doorbell with the arm bit (EINVAL for a CQ not on a channel; EOPNOTSUPP for
+    /// `solicited_only`).
+    fn req_notify_cq(&self, cq: &Cq, solicited_only: bool) -> Result<(), verbs::Error> {
+        Ok(self.notify_cq(cq, solicited_only)?)
     }
 
     /// UD or SRD (every other type: EOPNOTSUPP; with an SRQ: EOPNOTSUPP); sizes as the
@@ -1002,8 +1069,9 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
     /// One 64-byte WQE per WR through the low-latency queue (`dp` module). The QP must be in
     /// RTS; every WR names a destination (AH, QPN, Q_Key; bit 31 of the Q_Key: the QP's
     /// own). SEND and SEND_WITH_IMM (up to `max_send_sge` SGEs or `max_inline_data` inline
-    /// bytes, at most the MTU); on SRD, RDMA READ and RDMA WRITE when the device has them
-    /// (one local SGE); everything else EOPNOTSUPP. ENOMEM when the SQ is full.
+    /// bytes, at most the MTU); on SRD, RDMA READ and RDMA WRITE (also with immediate, which
+    /// consumes a receive WR at the target) when the device has them (one local SGE);
+    /// everything else EOPNOTSUPP. ENOMEM when the SQ is full.
     fn post_send(&self, qp: &mut Qp, wrs: &[SendWr<'_, Ah>]) -> Result<(), PostError> {
         self.post_send_dp(qp, wrs)
     }

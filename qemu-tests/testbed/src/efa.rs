@@ -15,7 +15,9 @@
 //! - DMA memory comes from a [`HeapDma`], which is also the device's IOMMU ([`IommuView`]);
 //! - the platform is [`EmuPlatform`] of a [`World`]: `relax` runs the world's devices (the
 //!   EFA model executes inline, so it has nothing left to do) and moves the virtual clock, so
-//!   driver timeouts expire without wall time.
+//!   driver timeouts expire without wall time; the device's MSI-X vectors reach the driver
+//!   through [`IrqLines`] ([`EfaTestbed::interrupts`]), so a wait for a completion event
+//!   sleeps until the device raises the EQ's vector.
 //!
 //! ```
 //! use nic_testbed::efa::EfaTestbed;
@@ -36,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nic_emulator::efa::{Device, Live, Profile};
 use nic_hal::{DmaAllocator, HeapDma, RegisterIo};
 
+use crate::irq::IrqLines;
 use crate::{EmuPlatform, IommuView, World, lock};
 
 /// One BAR of the emulated EFA (0: registers, 2: low-latency queues, the profile's `db_bar`:
@@ -45,13 +48,14 @@ use crate::{EmuPlatform, IommuView, World, lock};
 pub struct EfaRegs(pub Arc<Mutex<Device>>, pub u8, pub Option<Arc<LlqMapping>>);
 
 impl EfaRegs {
-    /// Before a doorbell: the LLQ entries stored through the mapping reach the device.
-    fn flush(&self) {
+    /// Before a doorbell at `offset`: the LLQ entries stored through the mapping reach the
+    /// device.
+    fn flush(&self, offset: usize, value: u32) {
         if let Some(m) = &self.2
             && self.1 != 0
             && self.1 != nic_emulator::efa::MEM_BAR
         {
-            m.flush(&self.0);
+            m.flush(&self.0, offset, value);
         }
     }
 }
@@ -65,16 +69,17 @@ impl RegisterIo for EfaRegs {
         u32::from_ne_bytes(b)
     }
     fn write32(&self, offset: usize, value: u32) {
-        self.flush();
+        self.flush(offset, value);
         lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write64(&self, offset: usize, value: u64) {
-        self.flush();
+        self.flush(offset, value as u32);
         // EFA registers are 32 bits: the device records an 8-byte access as a mistake.
         lock(&self.0).bar_write(self.1, offset, &value.to_ne_bytes());
     }
     fn write_block(&self, offset: usize, data: &[u8]) {
-        self.flush();
+        let value = data.first_chunk().map_or(0, |b| u32::from_ne_bytes(*b));
+        self.flush(offset, value);
         lock(&self.0).bar_write(self.1, offset, data);
     }
     fn mapped(&self, offset: usize, len: usize) -> Option<NonNull<u8>> {
@@ -88,12 +93,22 @@ impl RegisterIo for EfaRegs {
 /// BAR2 (the low-latency queues) as mapped memory, as a program that mmaps the BAR sees it:
 /// the driver's stores land here, and before each doorbell every 64-byte entry that changed
 /// since the last one is written to the device, as write-combining buffers are flushed ahead
-/// of the doorbell's uncached write.
+/// of the doorbell's uncached write. With [`LlqMapping::per_queue`], an SQ doorbell (QP
+/// number `n` at `n * 8` of the doorbell BAR, below the CQ doorbells at `0x10000`, as the
+/// emulated EFA lays them out) hands over only the WQEs it adds to QP `n`'s LLQ (`n * queue`
+/// onwards), from the device's consumer counter to the doorbell's value, and the other
+/// doorbells nothing: a doorbell costs what it posts, not a scan of the BAR.
 pub struct LlqMapping {
     mem: Box<[AtomicU64]>,
     /// What the device was last given, word by word.
     sent: Mutex<Vec<u64>>,
+    /// Bytes of one QP's LLQ (`None`: every doorbell flushes the whole mapping).
+    queue: Option<usize>,
 }
+
+/// Where the emulated EFA's CQ doorbells start in the doorbell BAR (the SQ and RQ doorbells
+/// are below).
+const CQ_DB_BASE: usize = 0x1_0000;
 
 impl LlqMapping {
     /// A mapping of `len` bytes (a multiple of 64).
@@ -102,6 +117,18 @@ impl LlqMapping {
         Arc::new(LlqMapping {
             mem: (0..words).map(|_| AtomicU64::new(0)).collect(),
             sent: Mutex::new(vec![0; words]),
+            queue: None,
+        })
+    }
+
+    /// A mapping of `len` bytes holding LLQs of `queue` bytes each (the profile's
+    /// `max_llq_size`, a multiple of 64), flushed per queue.
+    pub fn per_queue(len: usize, queue: usize) -> Arc<LlqMapping> {
+        let words = len / 8;
+        Arc::new(LlqMapping {
+            mem: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            sent: Mutex::new(vec![0; words]),
+            queue: Some(queue).filter(|&q| q > 0 && q.is_multiple_of(64)),
         })
     }
 
@@ -121,15 +148,62 @@ impl LlqMapping {
         )
     }
 
-    /// Writes the entries that changed since the last flush to the device.
-    fn flush(&self, dev: &Arc<Mutex<Device>>) {
+    /// Before a write at `offset` of the doorbell BAR: hands the device what the driver
+    /// stored. Per queue, an SQ doorbell (value `pc`) hands over the WQE slots of QP `n`'s
+    /// LLQ from the device's consumer counter up to `pc` (what the doorbell adds; the
+    /// device checks each one's phase); otherwise every 64-byte entry that changed since the
+    /// last flush.
+    fn flush(&self, dev: &Arc<Mutex<Device>>, offset: usize, value: u32) {
+        let Some(q) = self.queue else {
+            return self.flush_changed(dev, 0..self.mem.len());
+        };
+        if offset >= CQ_DB_BASE || !offset.is_multiple_of(8) {
+            return;
+        }
+        let qpn = offset / 8;
+        let Some((cc, depth)) = u16::try_from(qpn)
+            .ok()
+            .and_then(|n| lock(dev).sq_position(n))
+        else {
+            return;
+        };
+        let depth = depth as usize;
+        if depth == 0 || depth * 64 > q {
+            return;
+        }
+        let base = qpn * q / 8;
+        let new = usize::from((value as u16).wrapping_sub(cc)).min(depth);
+        for k in 0..new {
+            let slot = (usize::from(cc) + k) % depth;
+            let at = base + slot * 8;
+            let Some(now) = self.mem.get(at..at + 8) else {
+                return;
+            };
+            let mut bytes = [0u8; 64];
+            for (b, a) in bytes.chunks_mut(8).zip(now) {
+                b.copy_from_slice(&a.load(Ordering::Acquire).to_ne_bytes());
+            }
+            lock(dev).bar_write(nic_emulator::efa::MEM_BAR, at * 8, &bytes);
+        }
+    }
+
+    /// Writes the entries of `words` that changed since the last flush to the device.
+    fn flush_changed(&self, dev: &Arc<Mutex<Device>>, words: std::ops::Range<usize>) {
         let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        for (i, (now, was)) in self.mem.chunks(8).zip(sent.chunks_mut(8)).enumerate() {
-            let words: Vec<u64> = now.iter().map(|w| w.load(Ordering::Acquire)).collect();
-            if words[..] != was[..] {
-                was.copy_from_slice(&words);
-                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-                lock(dev).bar_write(nic_emulator::efa::MEM_BAR, i * 64, &bytes);
+        let first = words.start / 8;
+        let (now, was) = (&self.mem[words.clone()], &mut sent[words]);
+        for (i, (now, was)) in now.chunks(8).zip(was.chunks_mut(8)).enumerate() {
+            let mut w = [0u64; 8];
+            for (x, a) in w.iter_mut().zip(now) {
+                *x = a.load(Ordering::Acquire);
+            }
+            if w[..] != was[..] {
+                was.copy_from_slice(&w);
+                let mut bytes = [0u8; 64];
+                for (b, x) in bytes.chunks_mut(8).zip(w) {
+                    b.copy_from_slice(&x.to_ne_bytes());
+                }
+                lock(dev).bar_write(nic_emulator::efa::MEM_BAR, (first + i) * 64, &bytes);
             }
         }
     }
@@ -163,6 +237,7 @@ pub struct EfaTestbed {
     /// Host DMA memory, which is also the device's IOMMU.
     pub dma: Arc<HeapDma>,
     world: Arc<World>,
+    irq: Arc<IrqLines>,
 }
 
 impl World {
@@ -195,11 +270,14 @@ impl World {
     /// "unreachable"; the control plane is all there is to test).
     pub fn efa(self: &Arc<Self>, profile: Profile) -> EfaTestbed {
         let dma = HeapDma::new(0x1_0000_0000);
-        let dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
+        let irq = IrqLines::new(profile.msix_vectors);
+        let mut dev = Device::new(profile, Arc::new(IommuView(dma.clone())));
+        dev.set_interrupt_sink(Some(irq.sink()));
         EfaTestbed {
             dev: Arc::new(Mutex::new(dev)),
             dma,
             world: self.clone(),
+            irq,
         }
     }
 }
@@ -230,11 +308,17 @@ impl EfaTestbed {
         EfaRegs(self.dev.clone(), bar, None)
     }
 
-    /// The platform backend.
+    /// The platform backend (the world's clock, the device's interrupt lines).
     pub fn platform(&self) -> EmuPlatform {
         EmuPlatform {
             world: self.world.clone(),
+            irq: Some(self.irq.clone()),
         }
+    }
+
+    /// The device's MSI-X vectors as the driver sees them.
+    pub fn interrupts(&self) -> &Arc<IrqLines> {
+        &self.irq
     }
 
     /// The DMA allocator handed to the driver.
@@ -253,7 +337,8 @@ impl EfaTestbed {
     pub fn probe_mapped(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
         let p = self.device().profile().clone();
         let len = p.max_qp as usize * p.max_llq_size as usize;
-        self.probe_with(config, Some(LlqMapping::new(len)))
+        let map = LlqMapping::per_queue(len, p.max_llq_size as usize);
+        self.probe_with(config, Some(map))
     }
 
     fn probe_with(
@@ -442,7 +527,7 @@ impl EfaPortNic {
             self.dma.clone(),
             platform,
             config,
-            Some(LlqMapping::new(len)),
+            Some(LlqMapping::per_queue(len, p.max_llq_size as usize)),
         )
     }
 

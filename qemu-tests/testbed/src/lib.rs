@@ -279,10 +279,11 @@ impl World {
 }
 
 /// Relax hook and clock for a driver attached to an emulated device: both belong to the
-/// device's [`World`].
+/// device's [`World`]; with interrupt lines (the emulated EFA's), the device's MSI-X vectors.
 #[derive(Clone)]
 pub struct EmuPlatform {
     world: Arc<World>,
+    irq: Option<Arc<irq::IrqLines>>,
 }
 
 impl Platform for EmuPlatform {
@@ -291,6 +292,9 @@ impl Platform for EmuPlatform {
     }
     fn now_ns(&self) -> u64 {
         self.world.now_ns()
+    }
+    fn interrupts(&self) -> Option<&dyn nic_hal::Interrupts> {
+        self.irq.as_deref().map(|i| i as &dyn nic_hal::Interrupts)
     }
 }
 
@@ -350,6 +354,7 @@ impl Testbed {
     pub fn platform(&self) -> EmuPlatform {
         EmuPlatform {
             world: self.world.clone(),
+            irq: None,
         }
     }
 

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use nic_emulator::efa::Profile;
 use nic_emulator::roce_wire::fabric::FaultConfig;
+use nic_hal::Interrupts;
 use nic_testbed::World;
 use nic_testbed::efa::{EfaDevice, EfaTestbed};
 use verbs::{
-    AccessFlags, AhAttr, Error, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, QueuePair, RecvWr, RemoteOp, SendFlags, SendWr, Sge, UdDest,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, CompletionQueue, Error, Gid, MemoryRegion, Provider, QpAttr,
+    QpAttrMask as M, QpCap, QpInitAttr, QpState, QpType, QueuePair, RecvWr, RemoteOp, SendFlags,
+    SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 const QKEY: u32 = 0x1111;
@@ -28,12 +29,28 @@ struct Node {
     qp: efa::Qp,
     mr: efa::Mr,
     ah: Option<efa::Ah>,
+    /// The completion channel of the CQ, when made with one.
+    ch: Option<efa::CompChannel>,
 }
+
+/// The context value of CQs on a channel.
+const CQ_CONTEXT: u64 = 0xc0ffee;
 
 impl Node {
     /// With `mapped`, BAR2 is mapped memory: the driver's fast path stores each WQE straight
     /// into its LLQ slot instead of a trapped block write.
     fn with(world: &Arc<World>, ip: Ipv4Addr, qp_type: QpType, mapped: bool) -> Node {
+        Node::build(world, ip, qp_type, mapped, false)
+    }
+
+    /// [`Node::with`]; with `events`, the CQ is on a completion channel.
+    fn build(
+        world: &Arc<World>,
+        ip: Ipv4Addr,
+        qp_type: QpType,
+        mapped: bool,
+        events: bool,
+    ) -> Node {
         let tb = world.efa_at(ip, Profile::default());
         let config = efa::Config {
             device_id: 0xefa1,
@@ -46,7 +63,8 @@ impl Node {
         }
         .expect("bring-up");
         let pd = dev.alloc_pd().unwrap();
-        let cq = dev.create_cq(1024, 0, None).unwrap();
+        let ch = events.then(|| dev.create_comp_channel().unwrap());
+        let cq = dev.create_cq(1024, CQ_CONTEXT, ch.as_ref()).unwrap();
         let (mut qp, _) = dev
             .create_qp(
                 &pd,
@@ -101,6 +119,7 @@ impl Node {
             qp,
             mr,
             ah: None,
+            ch,
         }
     }
 
@@ -161,6 +180,7 @@ impl Node {
             qp,
             mr,
             ah,
+            ch,
         } = self;
         dev.destroy_qp(qp).unwrap();
         if let Some(ah) = ah {
@@ -168,6 +188,9 @@ impl Node {
         }
         dev.dereg_mr(mr).unwrap();
         dev.destroy_cq(cq).unwrap();
+        if let Some(ch) = ch {
+            dev.destroy_comp_channel(ch).unwrap();
+        }
         dev.dealloc_pd(pd).unwrap();
         dev.shutdown().unwrap();
         assert_eq!(tb.live(), Default::default());
@@ -350,8 +373,9 @@ fn srd_send_recv_with_immediate() {
         a.dev.post_send(&mut a.qp, &[wr]).unwrap_err().error,
         Error::InvalidArgument
     );
-    // Write with immediate and atomics do not exist on EFA.
-    for op in [WrOpcode::RdmaWriteWithImm, WrOpcode::AtomicFetchAndAdd] {
+    // Atomics do not exist on EFA (write with immediate does where the device has RDMA
+    // write: `srd_rdma_write_with_immediate_consumes_a_receive`).
+    for op in [WrOpcode::AtomicFetchAndAdd, WrOpcode::AtomicCmpAndSwp] {
         let wr = SendWr {
             opcode: op,
             sg_list: &sge,
@@ -684,6 +708,7 @@ fn the_device_refuses_driver_mistakes_on_the_data_path() {
         qp,
         mr,
         ah,
+        ch: _,
     } = a;
     dev.destroy_qp(qp).unwrap();
     dev.destroy_ah(ah.unwrap()).unwrap();
@@ -692,5 +717,353 @@ fn the_device_refuses_driver_mistakes_on_the_data_path() {
     dev.dealloc_pd(pd).unwrap();
     dev.shutdown().unwrap();
     assert_eq!(tb.live(), Default::default());
+    b.teardown();
+}
+
+/// A list with a refused WR in the middle: the WRs before it are posted (and rung), the
+/// refused one and those after it are not; `bad_wr` names it. On both LLQ paths (stored into
+/// the mapped BAR and written through the trapped one), for an SGE-less, a too-long and an
+/// atomic WR.
+#[test]
+fn a_refused_wr_stops_the_list_after_posting_the_ones_before_it() {
+    for mapped in [false, true] {
+        let (w, mut a, mut b) = pair_with(9, QpType::Srd, mapped);
+        b.post_recvs(0, 256, 8);
+        let good = [a.sge(0, 64)];
+        let long = [a.sge(0, 9000)];
+        let ok = |id| SendWr {
+            wr_id: id,
+            sg_list: &good,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        let bad = [
+            (
+                SendWr {
+                    wr_id: 90,
+                    sg_list: &long,
+                    dest: Some(dest!(a, b, QKEY)),
+                    ..Default::default()
+                },
+                Error::InvalidArgument,
+            ),
+            (
+                SendWr {
+                    wr_id: 91,
+                    dest: None,
+                    ..ok(91)
+                },
+                Error::InvalidArgument,
+            ),
+            (
+                SendWr {
+                    wr_id: 92,
+                    opcode: WrOpcode::AtomicFetchAndAdd,
+                    ..ok(92)
+                },
+                Error::NotSupported,
+            ),
+        ];
+        let mut id = 0;
+        for (wr, err) in bad {
+            let list = [ok(id), ok(id + 1), wr, ok(id + 2)];
+            let e = a.dev.post_send(&mut a.qp, &list).unwrap_err();
+            assert_eq!((e.error, e.bad_wr), (err, 2), "mapped: {mapped}");
+            let c = wait(&w, &a, 2);
+            let mut ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, [id, id + 1], "mapped: {mapped}");
+            assert!(c.iter().all(|c| c.status == WcStatus::Success));
+            wait(&w, &b, 2);
+            id += 3;
+        }
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+}
+
+/// Sender `a` (CQ without a channel) and receiver `b` (CQ on a completion channel).
+fn event_pair(seed: u64) -> (Arc<World>, Node, Node) {
+    let w = World::new(seed);
+    let mut a = Node::build(&w, Ipv4Addr::new(127, 0, 2, 1), QpType::Srd, true, false);
+    let mut b = Node::build(&w, Ipv4Addr::new(127, 0, 2, 2), QpType::Srd, true, true);
+    a.connect(&b);
+    b.connect(&a);
+    (w, a, b)
+}
+
+/// `a` sends 64 bytes to `b`; returns once `b` polled the receive.
+fn send_one(w: &World, a: &mut Node, b: &Node, id: u64) {
+    let sge = [a.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: id,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(w, a, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(w, b, 1)[0].status, WcStatus::Success);
+}
+
+/// A CQ on a channel raises nothing until armed; an armed one gives one EQE for its next
+/// completion and is disarmed; the EQ raises its vector only while armed (the driver re-arms
+/// it when it finds the ring empty); events are counted by the device, the channel and the
+/// CQ; the arming rules the driver enforces (not solicited-only, not a CQ without a channel,
+/// no channel destroyed under its CQs).
+#[test]
+fn completion_events_come_only_from_an_armed_cq_and_raise_only_an_armed_eq() {
+    let (w, mut a, mut b) = event_pair(11);
+    b.post_recvs(0, 256, 16);
+    let mut ch = b.ch.take().unwrap();
+    let (eqn, v) = (ch.eqn(), ch.vector());
+    assert_eq!(b.cq.eqn(), Some(eqn));
+    assert!(v >= 1, "vector 0 is the admin queue's");
+    let irq = b.tb.interrupts().clone();
+    assert!(irq.is_enabled(v));
+    let events = |b: &Node| b.tb.device().eq_events(eqn).unwrap();
+    let base = irq.count(v);
+
+    // Not armed: completions, no EQE, no interrupt, no event.
+    send_one(&w, &mut a, &b, 1);
+    assert_eq!(events(&b), 0);
+    assert_eq!(irq.count(v), base);
+    assert_eq!(b.dev.get_cq_event(&mut ch).unwrap(), None);
+
+    // Armed: one EQE for the next completion, the vector raised (the EQ was armed at
+    // creation), the CQ disarmed.
+    b.dev.req_notify_cq(&b.cq, false).unwrap();
+    assert_eq!(b.tb.device().cq_armed(b.cq.cqn() as u16), Some(true));
+    send_one(&w, &mut a, &b, 2);
+    assert_eq!(events(&b), 1);
+    assert_eq!(irq.count(v), base + 1);
+    assert_eq!(b.tb.device().cq_armed(b.cq.cqn() as u16), Some(false));
+    let ev = b.dev.get_cq_event(&mut ch).unwrap().unwrap();
+    assert_eq!((ev.cqn, ev.cq_context), (b.cq.cqn(), CQ_CONTEXT));
+    assert_eq!(b.cq.events(), 1);
+    // Nothing more: the ring is empty (and the EQ armed again).
+    assert_eq!(b.dev.get_cq_event(&mut ch).unwrap(), None);
+    assert_eq!(b.tb.device().eq_armed(eqn), Some(true));
+
+    // Not re-armed: the next completion gives no event.
+    send_one(&w, &mut a, &b, 3);
+    assert_eq!(events(&b), 1);
+    assert_eq!(irq.count(v), base + 1);
+
+    // Armed twice without consuming in between: two EQEs, one interrupt (the EQ disarmed
+    // itself at the first and nobody re-armed it).
+    b.dev.req_notify_cq(&b.cq, false).unwrap();
+    send_one(&w, &mut a, &b, 4);
+    b.dev.req_notify_cq(&b.cq, false).unwrap();
+    send_one(&w, &mut a, &b, 5);
+    assert_eq!(events(&b), 3);
+    assert_eq!(irq.count(v), base + 2);
+    for _ in 0..2 {
+        let ev = b.dev.get_cq_event(&mut ch).unwrap().unwrap();
+        assert_eq!(ev.cqn, b.cq.cqn());
+    }
+    assert_eq!(b.dev.get_cq_event(&mut ch).unwrap(), None);
+    assert_eq!((b.cq.events(), ch.events(), ch.stray_events()), (3, 3, 0));
+
+    // What the driver refuses.
+    assert_eq!(
+        Provider::req_notify_cq(&b.dev, &b.cq, true).unwrap_err(),
+        Error::NotSupported
+    );
+    assert_eq!(
+        Provider::req_notify_cq(&a.dev, &a.cq, false).unwrap_err(),
+        Error::InvalidArgument
+    );
+    let e = b.dev.destroy_comp_channel(ch).unwrap_err();
+    assert_eq!(e.error, Error::Busy);
+    b.ch = Some(e.object.unwrap());
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+/// A thread waiting for a completion event sleeps until the EQ's vector fires: the CQ is
+/// armed, the waiter blocks in `wait_cq_event`, the other thread sends; the device raises
+/// the vector and the waiter returns the event.
+#[test]
+fn a_thread_waiting_for_a_completion_event_is_woken_by_the_eq_vector() {
+    let (w, mut a, mut b) = event_pair(12);
+    b.post_recvs(0, 256, 4);
+    let mut ch = b.ch.take().unwrap();
+    let (eqn, v) = (ch.eqn(), ch.vector());
+    let irq = b.tb.interrupts().clone();
+    let before = irq.count(v);
+    b.dev.req_notify_cq(&b.cq, false).unwrap();
+    let ev = std::thread::scope(|s| {
+        let (dev, ch) = (&b.dev, &mut ch);
+        // An hour of the world's time: only the event ends this wait within the test.
+        let waiter = s.spawn(move || dev.wait_cq_event(ch, 3_600_000_000_000));
+        let sge = [a.sge(0, 64)];
+        let wr = SendWr {
+            wr_id: 7,
+            sg_list: &sge,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        for _ in 0..1_000_000 {
+            if b.tb.device().eq_events(eqn) == Some(1) {
+                break;
+            }
+            w.relax();
+        }
+        assert_eq!(b.tb.device().eq_events(eqn), Some(1));
+        waiter.join().unwrap()
+    });
+    let ev = ev.unwrap().expect("the event");
+    assert_eq!((ev.cqn, ev.cq_context), (b.cq.cqn(), CQ_CONTEXT));
+    assert_eq!(irq.count(v), before + 1, "the vector fired once");
+    assert_eq!(wait(&w, &a, 1)[0].wr_id, 7);
+    assert_eq!(wait(&w, &b, 1)[0].status, WcStatus::Success);
+    // Through the verbs trait too: no event pending, the wait times out (world time).
+    assert_eq!(
+        Provider::wait_cq_event(&b.dev, &mut ch, 1_000_000).unwrap(),
+        None
+    );
+    b.ch = Some(ch);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+/// A QP moved to ERR: the device completes every receive still posted with FLUSHED, in the
+/// order posted (one completion per WR, whatever its SGE count), and nothing after them.
+#[test]
+fn a_qp_moved_to_err_flushes_its_posted_receives() {
+    for qp_type in [QpType::Srd, QpType::Ud] {
+        let (w, mut a, mut b) = pair(13, qp_type);
+        b.post_recvs(0, 256, 3);
+        // One WR of two SGEs.
+        let sges = [b.sge(4096, 100), b.sge(8192, 100)];
+        b.dev
+            .post_recv(
+                &mut b.qp,
+                &[RecvWr {
+                    wr_id: 2000,
+                    sg_list: &sges,
+                }],
+            )
+            .unwrap();
+        // One of them is taken by a message first.
+        send_one_to(&w, &mut a, &b);
+        let got = wait(&w, &b, 1);
+        assert_eq!((got[0].wr_id, got[0].status), (1000, WcStatus::Success));
+        let err = QpAttr {
+            qp_state: QpState::Err,
+            ..Default::default()
+        };
+        b.dev.modify_qp(&mut b.qp, &err, M::STATE).unwrap();
+        let c = wait(&w, &b, 3);
+        let ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+        assert_eq!(ids, [1001, 1002, 2000], "{qp_type:?}");
+        assert!(c.iter().all(|c| c.status == WcStatus::WrFlushErr), "{c:?}");
+        // Posting to a QP in ERR: EINVAL.
+        let sge = [b.sge(0, 64)];
+        let e = b
+            .dev
+            .post_recv(
+                &mut b.qp,
+                &[RecvWr {
+                    wr_id: 9,
+                    sg_list: &sge,
+                }],
+            )
+            .unwrap_err();
+        assert_eq!((e.error, e.bad_wr), (Error::InvalidArgument, 0));
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+}
+
+/// `a` sends 64 bytes to `b` and waits for the send's completion.
+fn send_one_to(w: &World, a: &mut Node, b: &Node) {
+    let sge = [a.sge(0, 64)];
+    let qkey = QKEY;
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        dest: Some(dest!(a, b, qkey)),
+        ..Default::default()
+    };
+    a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+    assert_eq!(wait(w, a, 1)[0].status, WcStatus::Success);
+}
+
+/// RDMA WRITE with immediate on SRD (the device has RDMA write): the data lands in the
+/// peer's MR, the peer's oldest receive WR completes as `RecvRdmaWithImm` with the
+/// immediate and the write's length (beyond 16 bits: `length_hi` of the extended entry), its
+/// buffer untouched; the writer's completion is an RDMA write. On UD: EOPNOTSUPP.
+#[test]
+fn srd_rdma_write_with_immediate_consumes_a_receive() {
+    for mapped in [false, true] {
+        let (w, mut a, mut b) = pair_with(14, QpType::Srd, mapped);
+        b.post_recvs(0, 256, 2);
+        b.buf().fill(0, 256, 0xee).unwrap();
+        let len = 70_000u32;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        a.buf().write(4096, &data).unwrap();
+        let sge = [a.sge(4096, len)];
+        let wr = SendWr {
+            wr_id: 77,
+            opcode: WrOpcode::RdmaWriteWithImm,
+            imm_data: 0xfeed_f00du32.to_be(),
+            sg_list: &sge,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + 8192,
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status, c[0].opcode),
+            (77, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let r = wait(&w, &b, 1);
+        assert_eq!(r[0].wr_id, 1000);
+        assert_eq!(r[0].status, WcStatus::Success);
+        assert_eq!(r[0].opcode, WcOpcode::RecvRdmaWithImm);
+        assert_eq!(r[0].byte_len, len);
+        assert!(r[0].wc_flags.contains(WcFlags::WITH_IMM));
+        assert_eq!(r[0].imm_data, 0xfeed_f00du32.to_be());
+        let mut got = vec![0u8; len as usize];
+        b.buf().read(8192, &mut got).unwrap();
+        assert!(got == data, "the written data");
+        let mut rx = [0u8; 256];
+        b.buf().read(0, &mut rx).unwrap();
+        assert!(
+            rx.iter().all(|&x| x == 0xee),
+            "the receive buffer is untouched"
+        );
+        settle(&w, &[&a, &b]);
+        a.teardown();
+        b.teardown();
+    }
+    let (w, mut a, b) = pair(15, QpType::Ud);
+    let sge = [a.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::RdmaWriteWithImm,
+        sg_list: &sge,
+        remote: RemoteOp::Rdma {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    let e = a.dev.post_send(&mut a.qp, &[wr]).unwrap_err();
+    assert_eq!((e.error, e.bad_wr), (Error::NotSupported, 0));
+    settle(&w, &[&a, &b]);
+    a.teardown();
     b.teardown();
 }

@@ -71,8 +71,8 @@ impl BwConfig {
 #[cfg(feature = "emulator")]
 /// Runs `test` (a bandwidth test) at `size` on `pair`: the client's loop with the server
 /// driven from this thread.
-pub fn run(
-    pair: &mut Pair,
+pub fn run<D: device_open::Device>(
+    pair: &mut Pair<D>,
     test: Test,
     size: usize,
     plan: Plan,

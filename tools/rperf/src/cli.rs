@@ -271,7 +271,9 @@ Tests: {}
 
 Modes (times are wall-clock):
   EMBEDDED (no --server, no PEER): both ends in this process on two emulated
-    ConnectX-class NICs joined by the in-process RoCEv2 fabric.
+    ConnectX-class NICs joined by the in-process RoCEv2 fabric (RC QPs), or with
+    --device efa two emulated EFAs (SRD QPs, an AH each way; no atomics, SENDs
+    of at most the MTU, inline data of at most 32 bytes).
   SERVER / CLIENT: one end per process, each with its own NIC: an emulated one
     on the UDP fabric (a socket at BIND:FABRIC_PORT in 127.0.0.0/8) or a real
     one (--device vfio:BDF), connected through the connection manager. The
@@ -325,7 +327,7 @@ Options:
                           and -q clients)
   -d, --device DEV        emu (default: emulated NICs), vfio:BDF (a real NIC
                           through VFIO; with --server or PEER) or efa[:NAME]
-                          (says whether this build has it)
+                          (emulated EFAs; says whether this build has them)
   -h, --help              print this help
   -V, --version           print the version
 
@@ -635,10 +637,10 @@ fn check(o: &Options) -> Result<(), CliError> {
     }
     let remote = o.server || peer.is_some();
     if !remote {
-        if device != "emu" {
+        if device != "emu" && device != "efa" {
             return Err(usage_err(format!(
                 "--device {device}: a real NIC runs one end: add --server or a peer address \
-                 (the embedded mode runs both ends on two emulated NICs)"
+                 (the embedded mode runs both ends on two emulated NICs: emu or efa)"
             )));
         }
         if o.bind.is_some() || o.port.is_some() || o.fabric_port.is_some() || o.timeout.is_some() {
@@ -938,6 +940,7 @@ mod tests {
             err(&["write_bw", "--server", "--device", "efa:rdmap0s6"]),
             CliError::Usage(m) if m.contains("not available")
         ));
+        assert_eq!(run(&["write_bw", "--device", "efa"]).mode(), Mode::Embedded);
         assert_eq!(run(&["write_bw", "-q", "4"]).qps(), 4);
         for bad in [
             &["write_bw", "-q", "0"][..],

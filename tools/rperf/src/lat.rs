@@ -61,8 +61,8 @@ pub(crate) fn more(plan: Plan, i: u64, start: Instant, now: Instant) -> (bool, f
 #[cfg(feature = "emulator")]
 /// Runs `test` (a latency test) at `size` on `pair`: the client's loop with the server driven
 /// from this thread.
-pub fn run(
-    pair: &mut Pair,
+pub fn run<D: device_open::Device>(
+    pair: &mut Pair<D>,
     test: Test,
     size: usize,
     plan: Plan,

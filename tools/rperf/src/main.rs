@@ -405,7 +405,6 @@ mod embedded {
             banner: bool,
             progress: &mut Progress,
         ) -> Result<(RunInfo, Outcome), BoxError> {
-            let plan: cli::Plan = o.plan();
             let inline = o.inline(test);
             let qp = QpConfig {
                 sq: if test.is_lat() {
@@ -423,11 +422,55 @@ mod embedded {
             };
             // A fresh pair of NICs for each size (bring-up takes well under a millisecond): no
             // receive, counter or buffer layout carries over from the previous size.
-            let mut pair = Pair::new(remote::region_for(test, size), &qp, o.qps() as usize)?;
-            let info = run_info(o, test, pair.rd_atomic, pair.mtu.bytes(), self.mode());
+            let (region, lanes) = (remote::region_for(test, size), o.qps() as usize);
+            let run = Run {
+                o,
+                test,
+                size,
+                banner,
+                mode: self.mode(),
+            };
+            if matches!(o.family(), device_open::Family::Efa(_)) {
+                run.on(Pair::new_efa(region, &qp, lanes)?, "emulated EFA", progress)
+            } else {
+                run.on(Pair::new(region, &qp, lanes)?, "emulated mlx5", progress)
+            }
+        }
+    }
+
+    /// One size of one test on a [`Pair`] of either family.
+    struct Run<'a> {
+        o: &'a Options,
+        test: Test,
+        size: usize,
+        banner: bool,
+        mode: &'static str,
+    }
+
+    impl Run<'_> {
+        fn on<D: device_open::Device>(
+            self,
+            mut pair: Pair<D>,
+            device: &str,
+            progress: &mut Progress,
+        ) -> Result<(RunInfo, Outcome), BoxError> {
+            let Run {
+                o,
+                test,
+                size,
+                banner,
+                mode,
+            } = self;
+            let plan: cli::Plan = o.plan();
+            // The inline amount the QPs took (on EFA at most the device's).
+            let inline = pair.inline;
+            let info = RunInfo {
+                inline,
+                ..run_info(o, test, pair.rd_atomic, pair.mtu.bytes(), mode)
+            };
             if banner {
                 use verbs::MemoryRegion;
-                let side = |e: &setup::End<setup::EmbeddedDevice>| Side {
+                let side = |e: &setup::End<D>| Side {
                     qpn: Some(e.qpn()),
                     psn: Some(e.psn),
                     rkey: e.mr.rkey(),
@@ -437,7 +480,7 @@ mod embedded {
                 let (c, s) = pair.lane0();
                 let bi = BannerInfo {
                     mode: "EMBEDDED (both ends in this process, two emulated NICs)",
-                    device: "emulated mlx5",
+                    device,
                     fw: pair.fw,
                     local: side(c),
                     remote: side(s),
@@ -463,8 +506,8 @@ mod embedded {
     /// Runs every lane of `pair` on a thread of its own: each posts and polls its own QPs
     /// and CQs, and runs the world in its waits (the devices progress whichever thread
     /// steps them).
-    fn lanes(
-        pair: &mut Pair,
+    fn lanes<D: device_open::Device>(
+        pair: &mut Pair<D>,
         test: Test,
         size: usize,
         plan: cli::Plan,

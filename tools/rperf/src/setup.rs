@@ -1,7 +1,14 @@
-//! The embedded mode's fixture: two emulated NICs on one in-process RoCEv2 fabric, each driven
-//! by the mlx5 driver through the verbs [`Provider`] trait, with one RC QP each, connected to
-//! the other by hand (RESET -> INIT -> RTR -> RTS with the peer's QPN, PSN, GID and MAC; the
-//! two-process mode has the connection manager do it).
+//! The embedded mode's fixture: two emulated NICs on one in-process fabric, each driven
+//! through the verbs [`Provider`] trait, with one QP per lane each, connected to the other by
+//! hand (the two-process mode has the connection manager do it):
+//!
+//! - ConnectX (`--device emu`): the mlx5 driver, RC QPs on a RoCEv2 fabric, RESET -> INIT ->
+//!   RTR -> RTS with the peer's QPN, PSN, GID and MAC;
+//! - EFA (`--device efa`): the EFA driver (BAR2 mapped, as a real one is), SRD QPs (RESET ->
+//!   INIT with the Q_Key [`SRD_QKEY`] -> RTR -> RTS, RNR retry for ever where the device
+//!   allows it) and, per lane end, an AH for the peer's GID: every send names the AH, the
+//!   peer's QPN and the Q_Key. No atomics (EFA has none), inline data clamped to the
+//!   device's `max_inline_data`, SENDs of at most the MTU.
 //!
 //! Each NIC registers one buffer laid out as `[SRC region | DST region]`; a region holds
 //! `slots` message-sized slots. Requests gather from SRC and land in the peer's DST (READs
@@ -19,14 +26,14 @@ use std::time::{Duration, Instant};
 
 use device_open::Device;
 #[cfg(feature = "emulator")]
-use device_open::{InProcess, Open};
+use device_open::{EfaInProcess, InProcess, Open};
 #[cfg(feature = "emulator")]
 use nic_emulator::Profile;
 #[cfg(feature = "emulator")]
 use nic_testbed::World;
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Mtu, PostError, Provider, QpCap, QpInitAttr, QpType,
-    RecvWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AtomicCap, Gid, MemoryRegion, Mtu, PostError, Provider, QpAttr,
+    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, Sge, UdDest, WcStatus, WorkCompletion,
 };
 
 use crate::cli::Test;
@@ -153,6 +160,18 @@ const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_READ)
     .union(AccessFlags::REMOTE_ATOMIC);
 
+/// The Q_Key of the embedded mode's SRD QPs.
+pub const SRD_QKEY: u32 = 0x7270_6566;
+
+/// How the pair's QPs are connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// RC QPs (ConnectX).
+    Rc,
+    /// SRD QPs and an AH per end (EFA).
+    Srd,
+}
+
 #[cfg(feature = "emulator")]
 /// One NIC: the opened device and its PD (shared by every lane on it).
 pub struct Nic<D: Device> {
@@ -165,12 +184,22 @@ pub struct Nic<D: Device> {
     pub mac: [u8; 6],
     /// The port's address.
     pub ip: Ipv4Addr,
+    /// What the lanes' MRs grant (every right the device has).
+    access: AccessFlags,
+    /// Most inline bytes of a send.
+    max_inline: u32,
 }
 
 #[cfg(feature = "emulator")]
 impl<D: Device> Nic<D> {
     /// Allocates the PD of `dev`, whose port is at `ip` with MAC `mac`.
     pub fn new(dev: D, ip: Ipv4Addr, mac: [u8; 6]) -> Result<Nic<D>> {
+        let attr = Provider::query_device(&dev).map_err(verbs_err("query_device"))?;
+        let access = if attr.atomic_cap == AtomicCap::None {
+            ALL_ACCESS.difference(AccessFlags::REMOTE_ATOMIC)
+        } else {
+            ALL_ACCESS
+        };
         let pd = Provider::alloc_pd(&dev).map_err(verbs_err("alloc_pd"))?;
         Ok(Nic {
             dev,
@@ -178,6 +207,8 @@ impl<D: Device> Nic<D> {
             gid: Gid::from_ipv4(ip.octets()),
             mac,
             ip,
+            access,
+            max_inline: attr.max_inline_data,
         })
     }
 
@@ -209,12 +240,21 @@ pub struct End<D: Device> {
     /// The registered buffer `[SRC | DST]` (the pattern seed is the last byte of the NIC's
     /// address, plus the lane).
     pub buf: Buffer,
+    /// SRD: the AH of the peer (one per destination, shared by the lanes) and the peer's QPN
+    /// (every send names them).
+    dest: Option<(Arc<D::Ah>, u32)>,
 }
 
 #[cfg(feature = "emulator")]
 impl<D: Device> End<D> {
     /// Lane `lane`'s end on `nic`.
-    pub fn new(nic: &Arc<Nic<D>>, lane: usize, region: usize, cfg: &QpConfig) -> Result<End<D>> {
+    pub fn new(
+        nic: &Arc<Nic<D>>,
+        lane: usize,
+        region: usize,
+        cfg: &QpConfig,
+        transport: Transport,
+    ) -> Result<End<D>> {
         let dev = &nic.dev;
         let cqe = (cfg.sq + cfg.rq + 16).next_power_of_two();
         let cq = Provider::create_cq(dev, cqe, 0, None).map_err(verbs_err("create_cq"))?;
@@ -223,7 +263,7 @@ impl<D: Device> End<D> {
             err,
         })?;
         let mr =
-            Provider::reg_mr(dev, &nic.pd, mem.clone(), ALL_ACCESS).map_err(verbs_err("reg_mr"))?;
+            Provider::reg_mr(dev, &nic.pd, mem.clone(), nic.access).map_err(verbs_err("reg_mr"))?;
         let want = QpCap {
             max_send_wr: cfg.sq,
             max_recv_wr: cfg.rq,
@@ -235,7 +275,10 @@ impl<D: Device> End<D> {
             dev,
             &nic.pd,
             &QpInitAttr {
-                qp_type: QpType::Rc,
+                qp_type: match transport {
+                    Transport::Rc => QpType::Rc,
+                    Transport::Srd => QpType::Srd,
+                },
                 send_cq: &cq,
                 recv_cq: &cq,
                 srq: None,
@@ -269,6 +312,7 @@ impl<D: Device> End<D> {
             qp,
             psn,
             buf,
+            dest: None,
         })
     }
 
@@ -310,8 +354,44 @@ impl<D: Device> End<D> {
             .map_err(verbs_err("modify_qp RESET -> INIT -> RTR -> RTS"))
     }
 
+    /// SRD: RESET -> INIT (port 1, P_Key index 0, [`SRD_QKEY`]) -> RTR -> RTS (RNR retry 7,
+    /// for ever, where the device has RNR retry); sends go to `peer` through `ah`.
+    fn connect_srd(&mut self, peer: &End<D>, ah: &Arc<D::Ah>) -> Result<()> {
+        let dev = &self.nic.dev;
+        let what = "modify_qp RESET -> INIT -> RTR -> RTS (SRD)";
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            pkey_index: 0,
+            qkey: SRD_QKEY,
+            ..Default::default()
+        };
+        let m = QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY;
+        Provider::modify_qp(dev, &mut self.qp, &init, m).map_err(verbs_err(what))?;
+        let rtr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..Default::default()
+        };
+        Provider::modify_qp(dev, &mut self.qp, &rtr, QpAttrMask::STATE).map_err(verbs_err(what))?;
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: self.psn,
+            rnr_retry: 7,
+            ..Default::default()
+        };
+        let m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        match Provider::modify_qp(dev, &mut self.qp, &rts, m | QpAttrMask::RNR_RETRY) {
+            Err(verbs::Error::NotSupported) => {
+                Provider::modify_qp(dev, &mut self.qp, &rts, m).map_err(verbs_err(what))?
+            }
+            r => r.map_err(verbs_err(what))?,
+        }
+        self.dest = Some((ah.clone(), peer.qpn()));
+        Ok(())
+    }
+
     /// Destroys the QP, the CQ (checking it saw no malformed entry) and the MR, and frees
-    /// the buffer.
+    /// the buffer (the AH, shared, goes with the pair).
     fn teardown(self) -> Result<()> {
         let End {
             nic,
@@ -336,20 +416,28 @@ impl<D: Device> End<D> {
 }
 
 #[cfg(feature = "emulator")]
-/// The device type of the embedded mode.
+/// The device type of the embedded mode on ConnectX (`--device emu`).
 pub type EmbeddedDevice = nic_testbed::EmuDevice;
 
 #[cfg(feature = "emulator")]
+/// The device type of the embedded mode on EFA (`--device efa`).
+pub type EmbeddedEfa = nic_testbed::efa::EfaDevice;
+
+#[cfg(feature = "emulator")]
+/// Two AHs, one on each NIC, each to the other's GID.
+type AhPair<D> = (Arc<<D as Provider>::Ah>, Arc<<D as Provider>::Ah>);
+
+#[cfg(feature = "emulator")]
 /// Both NICs, one connection per lane, and the world they live in.
-pub struct Pair {
+pub struct Pair<D: Device = EmbeddedDevice> {
     /// The fabric, the devices and the virtual clock.
     pub world: Arc<World>,
     /// Per lane, the requester (perftest's client) and the responder (perftest's server).
-    pub lanes: Vec<(End<EmbeddedDevice>, End<EmbeddedDevice>)>,
+    pub lanes: Vec<(End<D>, End<D>)>,
     /// The client NIC.
-    pub c: Arc<Nic<EmbeddedDevice>>,
+    pub c: Arc<Nic<D>>,
     /// The server NIC.
-    pub s: Arc<Nic<EmbeddedDevice>>,
+    pub s: Arc<Nic<D>>,
     backings: [device_open::Backing; 2],
     /// Firmware version of the client NIC.
     pub fw: (u16, u16, u16),
@@ -357,6 +445,10 @@ pub struct Pair {
     pub mtu: Mtu,
     /// Outstanding READs / atomics per QP.
     pub rd_atomic: u8,
+    /// Inline bytes the QPs accept (the asked-for amount; on EFA at most the device's).
+    pub inline: u32,
+    /// SRD: the client's AH of the server and the server's of the client.
+    ahs: Option<AhPair<D>>,
 }
 
 #[cfg(feature = "emulator")]
@@ -383,14 +475,57 @@ fn open_nic(
 }
 
 #[cfg(feature = "emulator")]
-impl Pair {
-    /// Two NICs with `lanes` connected RC QPs between them, each end with `region` bytes of
-    /// SRC and of DST.
+fn open_efa(world: &Arc<World>, ip: Ipv4Addr) -> Result<(Nic<EmbeddedEfa>, device_open::Backing)> {
+    let o = EfaInProcess {
+        world,
+        ip,
+        profile: Default::default(),
+    }
+    .open()
+    .map_err(Error::Check)?;
+    Ok((Nic::new(o.dev, ip, o.mac)?, o.backing))
+}
+
+#[cfg(feature = "emulator")]
+impl Pair<EmbeddedDevice> {
+    /// Two emulated ConnectX NICs with `lanes` connected RC QPs between them, each end with
+    /// `region` bytes of SRC and of DST.
     pub fn new(region: usize, cfg: &QpConfig, lanes: usize) -> Result<Pair> {
-        let region = region.max(4096).next_multiple_of(4096);
         let world = World::new(WORLD_SEED);
-        let (c, cb) = open_nic(&world, IP_CLIENT)?;
-        let (s, sb) = open_nic(&world, IP_SERVER)?;
+        let c = open_nic(&world, IP_CLIENT)?;
+        let s = open_nic(&world, IP_SERVER)?;
+        Pair::build(world, c, s, Transport::Rc, region, cfg, lanes)
+    }
+}
+
+#[cfg(feature = "emulator")]
+impl Pair<EmbeddedEfa> {
+    /// Two emulated EFAs with `lanes` SRD QPs between them (an AH each way), each end with
+    /// `region` bytes of SRC and of DST; inline data at most the device's.
+    pub fn new_efa(region: usize, cfg: &QpConfig, lanes: usize) -> Result<Pair<EmbeddedEfa>> {
+        let world = World::new(WORLD_SEED);
+        let c = open_efa(&world, IP_CLIENT)?;
+        let s = open_efa(&world, IP_SERVER)?;
+        let cfg = QpConfig {
+            inline: cfg.inline.min(c.0.max_inline),
+            ..*cfg
+        };
+        Pair::build(world, c, s, Transport::Srd, region, &cfg, lanes)
+    }
+}
+
+#[cfg(feature = "emulator")]
+impl<D: Device> Pair<D> {
+    fn build(
+        world: Arc<World>,
+        (c, cb): (Nic<D>, device_open::Backing),
+        (s, sb): (Nic<D>, device_open::Backing),
+        transport: Transport,
+        region: usize,
+        cfg: &QpConfig,
+        lanes: usize,
+    ) -> Result<Pair<D>> {
+        let region = region.max(4096).next_multiple_of(4096);
         let (c, s) = (Arc::new(c), Arc::new(s));
         let port = Provider::query_port(&c.dev, 1).map_err(verbs_err("query_port"))?;
         let attr = Provider::query_device(&c.dev).map_err(verbs_err("query_device"))?;
@@ -409,12 +544,42 @@ impl Pair {
             fw,
             mtu,
             rd_atomic,
+            inline: cfg.inline,
+            ahs: None,
         };
+        if transport == Transport::Srd {
+            let ah = |from: &Nic<D>, to: &Nic<D>| {
+                Provider::create_ah(
+                    &from.dev,
+                    &from.pd,
+                    &AhAttr {
+                        dgid: to.gid,
+                        port_num: 1,
+                        ..AhAttr::default()
+                    },
+                )
+                .map(Arc::new)
+                .map_err(verbs_err("create_ah"))
+            };
+            let cs = ah(&pair.c, &pair.s)?;
+            pair.ahs = Some((cs, ah(&pair.s, &pair.c)?));
+        }
         for k in 0..lanes {
-            let mut ce = End::new(&pair.c, k, region, cfg)?;
-            let mut se = End::new(&pair.s, k, region, cfg)?;
-            ce.connect(&se, mtu, rd_atomic)?;
-            se.connect(&ce, mtu, rd_atomic)?;
+            let mut ce = End::new(&pair.c, k, region, cfg, transport)?;
+            let mut se = End::new(&pair.s, k, region, cfg, transport)?;
+            match transport {
+                Transport::Rc => {
+                    ce.connect(&se, mtu, rd_atomic)?;
+                    se.connect(&ce, mtu, rd_atomic)?;
+                }
+                Transport::Srd => {
+                    let Some((cs, sc)) = &pair.ahs else {
+                        return Err(Error::Check("SRD without AHs".into()));
+                    };
+                    ce.connect_srd(&se, cs)?;
+                    se.connect_srd(&ce, sc)?;
+                }
+            }
             ce.buf.peer = se.buf.as_peer();
             se.buf.peer = ce.buf.as_peer();
             pair.lanes.push((ce, se));
@@ -423,7 +588,7 @@ impl Pair {
     }
 
     /// The first lane's ends.
-    pub fn lane0(&self) -> (&End<EmbeddedDevice>, &End<EmbeddedDevice>) {
+    pub fn lane0(&self) -> (&End<D>, &End<D>) {
         let (c, s) = &self.lanes[0];
         (c, s)
     }
@@ -436,7 +601,7 @@ impl Pair {
         use_inline: bool,
         rx_depth: u32,
         limit: u64,
-    ) -> Result<(&mut End<EmbeddedDevice>, Near<'_, EmbeddedDevice>, &World)> {
+    ) -> Result<(&mut End<D>, Near<'_, D>, &World)> {
         let Pair { world, lanes, .. } = self;
         let (c, s) = &mut lanes[0];
         split_lane(c, s, world, test, size, use_inline, rx_depth, limit)
@@ -450,6 +615,7 @@ impl Pair {
             c,
             s,
             backings,
+            ahs,
             ..
         } = self;
         let mut r = Ok(());
@@ -457,7 +623,17 @@ impl Pair {
             r = r.and(ce.teardown()).and(se.teardown());
         }
         r?;
-        let close = |n: Arc<Nic<EmbeddedDevice>>| match Arc::try_unwrap(n) {
+        if let Some((cs, sc)) = ahs {
+            for (nic, ah) in [(&c, cs), (&s, sc)] {
+                let ah = Arc::try_unwrap(ah)
+                    .map_err(|_| Error::Check("an AH is still in use at teardown".into()))?;
+                Provider::destroy_ah(&nic.dev, ah).map_err(|e| Error::Verbs {
+                    what: "destroy_ah",
+                    err: e.error,
+                })?;
+            }
+        }
+        let close = |n: Arc<Nic<D>>| match Arc::try_unwrap(n) {
             Ok(n) => n.close(),
             Err(_) => Err(Error::Check("a NIC is still in use at teardown".into())),
         };
@@ -553,7 +729,14 @@ impl Wait for Watchdog<'_> {
 impl<D: Device> Port for End<D> {
     fn post(&mut self, r: &Request) -> Result<()> {
         let mut sg = [Sge::default()];
-        let wr = self.buf.wr(r, &mut sg)?;
+        let mut wr = self.buf.wr(r, &mut sg)?;
+        if let Some((ah, remote_qpn)) = &self.dest {
+            wr.dest = Some(UdDest {
+                ah: &**ah,
+                remote_qpn: *remote_qpn,
+                remote_qkey: SRD_QKEY,
+            });
+        }
         Provider::post_send(&self.nic.dev, &mut self.qp, &[wr]).map_err(post_err("post_send"))
     }
 

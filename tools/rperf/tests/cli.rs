@@ -366,3 +366,40 @@ fn two_qps_on_two_threads_embedded() {
     check_row(&rows[0], BW_HEADER.len(), 4096.0, 120.0, "write_bw -q 3");
     assert!(stdout.ends_with("data verified: yes\n"), "{stdout}");
 }
+
+#[test]
+fn efa_embedded_runs_send_read_and_write_over_srd() {
+    // --device efa: two emulated EFAs, SRD QPs connected by hand with an AH each way; the
+    // data of every test verified, as on ConnectX.
+    for (t, size) in [
+        ("send_lat", "64"),
+        ("send_bw", "4096"),
+        ("write_bw", "65536"),
+        ("read_bw", "65536"),
+        ("write_lat", "64"),
+        ("read_lat", "64"),
+    ] {
+        let (out, _) = ok(&[t, "--device", "efa", "-n", "50", "-s", size]);
+        assert!(
+            out.contains("Device          : emulated EFA"),
+            "{t}:\n{out}"
+        );
+        assert!(out.ends_with("data verified: yes\n"), "{t}:\n{out}");
+    }
+    // Inline data is clamped to what the device takes (32 bytes).
+    let (out, _) = ok(&["send_lat", "--device", "efa", "-n", "20", "-s", "16"]);
+    assert!(out.contains("Max inline data : 32[B]"), "{out}");
+    // Two lanes share one AH per destination.
+    let (stdout, stderr) = ok(&[
+        "write_bw", "--device", "efa", "-q", "2", "-n", "40", "-s", "4096", "--json",
+    ]);
+    let v = json_lines(&stdout);
+    assert_eq!(v[0]["qps"].as_u64(), Some(2), "{}", v[0]);
+    assert!(stderr.contains("data verified: yes"), "{stderr}");
+    // No atomics on EFA; SENDs are at most the MTU.
+    for args in [&["atomic_lat"][..], &["send_bw", "-s", "9000"]] {
+        let out = rperf(&[args, &["--device", "efa", "-n", "10"]].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(text(&out.stderr).contains("post_send"), "{args:?}");
+    }
+}

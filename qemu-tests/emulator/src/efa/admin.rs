@@ -169,7 +169,7 @@ impl Device {
             q.counter = q.counter.wrapping_add(1);
         }
         if !self.regs.intr_masked {
-            self.irqs.insert(acq.vector);
+            self.raise(acq.vector);
         }
     }
 
@@ -203,7 +203,7 @@ impl Device {
         if let Some(q) = self.queues.aenq.as_mut() {
             q.counter = q.counter.wrapping_add(1);
         }
-        self.irqs.insert(q.vector);
+        self.raise(q.vector);
         true
     }
 

@@ -159,6 +159,8 @@ impl Device {
                 depth: depth as u16,
                 vector,
                 armed: false,
+                pc: 0,
+                events: 0,
             },
         );
         let mut o = resp();
@@ -216,6 +218,8 @@ impl Device {
                 eqn,
                 uar,
                 pc: vec![0; subs as usize],
+                armed: false,
+                cmd_sn: 0,
             },
         );
         let mut o = resp();
@@ -400,6 +404,10 @@ impl Device {
         if new == m::QP_STATE_ERR || new == m::QP_STATE_RESET {
             // Operations in flight end: flushed into the CQ on ERR, dropped on RESET.
             self.drop_qp_transport(handle, new == m::QP_STATE_ERR);
+        }
+        if new == m::QP_STATE_ERR && cur != m::QP_STATE_ERR {
+            // Posted receives complete with FLUSHED.
+            self.flush_rq(handle);
         }
         Ok(resp())
     }

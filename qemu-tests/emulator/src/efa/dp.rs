@@ -15,11 +15,17 @@
 //!   after [`RNR_DELAY_NS`] while the QP's `rnr_retry` allows (7: for ever);
 //! * RDMA read and write move up to `max_rdma_size` bytes in chunks of at most the MTU, each
 //!   acknowledged (write) or answered (read) on its own; a lost chunk is asked for again;
-//! * completion notifications (EQs) are not modelled: drivers poll.
+//! * completion events: a CQ doorbell with the arm bit arms an interrupt-mode CQ for one
+//!   event; the next completion written to it (any sub-CQ) writes one completion EQE into
+//!   its EQ and disarms it. Completions that came before the arm raise nothing. An EQ raises
+//!   its MSI-X vector for an EQE only while armed (an EQ_DB with the arm bit), and disarms;
+//!   EQEs written while it is not armed wait in the ring for the driver. Arming a CQ that
+//!   has no EQ is a driver mistake (recorded, ignored).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+use firmware_interface::efa::admin;
 use firmware_interface::efa::cmds::{create_qp_cmd, modify_qp_cmd};
 use firmware_interface::efa::feature::device_attr as d;
 use firmware_interface::efa::io::{
@@ -105,6 +111,8 @@ pub(crate) struct Pending {
     left: usize,
     /// Read: where the response goes `(lkey, addr, len)`.
     local: Option<(u32, u64, u32)>,
+    /// Write with immediate: the notice to send once every chunk is acknowledged.
+    notice: Option<Hdr>,
     retries: u8,
     rnr_left: u8,
     deadline: u64,
@@ -201,15 +209,26 @@ impl Device {
         let v = u32::from_le_bytes(b);
         let cq_base = super::commands::CQ_DB_BASE as usize;
         if off >= cq_base {
-            // CQ consumer index / arm: notifications are not modelled, the index is a hint.
-            let idx = (off - cq_base) / 4;
-            if !off.is_multiple_of(4)
-                || !u16::try_from(idx).is_ok_and(|i| self.obj.cqs.contains_key(&i))
-            {
+            // CQ consumer index (a hint) and arm.
+            let idx = u16::try_from((off - cq_base) / 4).ok();
+            let cq = idx.filter(|_| off.is_multiple_of(4)).and_then(|i| {
+                let c = self.obj.cqs.get_mut(&i)?;
+                Some((i, c))
+            });
+            let Some((i, c)) = cq else {
                 self.error(DeviceError::BadDoorbell {
                     offset: off,
                     value: v,
                 });
+                return;
+            };
+            if v & 1 << 31 != 0 {
+                if c.eqn.is_none() {
+                    self.error(DeviceError::ArmWithoutEq { cq: i });
+                } else {
+                    c.armed = true;
+                    c.cmd_sn = (v >> 29 & 3) as u8;
+                }
             }
             return;
         }
@@ -335,7 +354,13 @@ impl Device {
 
     /// Writes a 16-byte completion to sub-CQ `sub` of CQ `cq`: everything but the flags
     /// byte first, then the flags with the phase (a poller never sees a torn entry).
-    fn write_cqe(&mut self, cq: u16, sub: u16, mut e: [u8; 16]) {
+    fn write_cqe(&mut self, cq: u16, sub: u16, e: [u8; 16]) {
+        self.write_cqe_ext(cq, sub, e, [0; 16]);
+    }
+
+    /// [`Device::write_cqe`] with `ext` as bytes 16..32 of an extended (32-byte) entry
+    /// (dropped with 16-byte entries).
+    fn write_cqe_ext(&mut self, cq: u16, sub: u16, mut e: [u8; 16], ext: [u8; 16]) {
         let Some(c) = self.obj.cqs.get_mut(&cq) else {
             return;
         };
@@ -351,9 +376,42 @@ impl Device {
         e[3] = (e[3] & !io::CDESC_PHASE) | (((n / depth) & 1) ^ 1) as u8;
         let mut full = vec![0u8; size.max(16)];
         full[..16].copy_from_slice(&e);
+        if size >= 32 {
+            full[16..32].copy_from_slice(&ext);
+        }
         let _ = self.dma_write(addr, &full[..3]);
         let _ = self.dma_write(addr + 4, &full[4..]);
         let _ = self.dma_write(addr + 3, &full[3..4]);
+        if let Some(c) = self.obj.cqs.get_mut(&cq)
+            && c.armed
+            && let Some(eqn) = c.eqn
+        {
+            c.armed = false;
+            self.completion_event(eqn, cq);
+        }
+    }
+
+    /// Writes a completion EQE for CQ `cq` into EQ `eqn` (the common word, with the phase,
+    /// last); raises the EQ's vector if it is armed.
+    fn completion_event(&mut self, eqn: u16, cq: u16) {
+        let Some(e) = self.obj.eqs.get_mut(&eqn) else {
+            return;
+        };
+        let depth = u32::from(e.depth).max(1);
+        let n = e.pc;
+        e.pc = n.wrapping_add(1);
+        e.events += 1;
+        let addr = e.base + u64::from(n % depth) * admin::EQE_SIZE as u64;
+        let phase = ((n / depth) & 1) ^ 1;
+        let common = phase | admin::EQE_EVENT_COMPLETION << admin::EQE_EVENT_TYPE_SHIFT;
+        let raise = std::mem::take(&mut e.armed).then_some(e.vector);
+        let mut data = [0u8; 12];
+        data[4..6].copy_from_slice(&cq.to_le_bytes());
+        let _ = self.dma_write(addr + 4, &data);
+        let _ = self.dma_write(addr, &common.to_le_bytes());
+        if let Some(v) = raise {
+            self.raise(v);
+        }
     }
 
     fn tx_complete(&mut self, h: u32, req_id: u16, op: u8, status: u8, comp: bool) {
@@ -419,7 +477,7 @@ impl Device {
         match op {
             op_type::SEND => {}
             op_type::RDMA_READ if srd && caps & d::CAP_RDMA_READ != 0 && !has_imm => {}
-            op_type::RDMA_WRITE if srd && caps & d::CAP_RDMA_WRITE != 0 && !has_imm => {}
+            op_type::RDMA_WRITE if srd && caps & d::CAP_RDMA_WRITE != 0 => {}
             _ => return Err(cs::LOCAL_ERROR_UNSUPPORTED_OP),
         }
         let ah = self
@@ -490,7 +548,7 @@ impl Device {
             }
             hdr.op = wire::OP_SRD_SEND;
             let frames = vec![payload];
-            return self.start(h, m, dst, hdr, frames, None);
+            return self.start(h, m, dst, hdr, frames, None, None);
         }
         // RDMA: the remote address, then one local buffer.
         let (Some(r), Some(l)) = (
@@ -523,6 +581,7 @@ impl Device {
                 hdr,
                 vec![Vec::new()],
                 Some((lkey, l.addr(), len)),
+                None,
             );
         }
         let pieces = self
@@ -533,12 +592,23 @@ impl Device {
             return Err(cs::LOCAL_ERROR_QP_INTERNAL_ERROR);
         }
         hdr.op = wire::OP_SRD_WRITE;
+        let notice = has_imm.then(|| Hdr {
+            op: wire::OP_SRD_WRITE_IMM,
+            flags: wire::FLAG_IMM,
+            imm: m.immediate_data.get(),
+            chunks: 1,
+            rkey: 0,
+            raddr: 0,
+            ..hdr
+        });
         let frames = all.chunks(mtu.max(1)).map(<[u8]>::to_vec).collect();
-        self.start(h, m, dst, hdr, frames, None)
+        self.start(h, m, dst, hdr, frames, None, notice)
     }
 
     /// Starts an SRD operation: numbers it in its context, sends its packets, and waits.
-    /// `bodies` are the payloads of the chunks to send (one empty body for a read request).
+    /// `bodies` are the payloads of the chunks to send (one empty body for a read request);
+    /// `notice`, of a write with immediate, follows once every chunk is acknowledged.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         &mut self,
         h: u32,
@@ -547,6 +617,7 @@ impl Device {
         mut hdr: Hdr,
         bodies: Vec<Vec<u8>>,
         local: Option<(u32, u64, u32)>,
+        notice: Option<Hdr>,
     ) -> Result<bool, u8> {
         let src = self
             .net
@@ -595,12 +666,49 @@ impl Device {
                 done: vec![false; parts],
                 left: parts,
                 local,
+                notice,
                 retries: 0,
                 rnr_left: rnr,
                 deadline,
             },
         );
         Ok(true)
+    }
+
+    /// A write with immediate whose chunks are all acknowledged: its notice goes out as a
+    /// message of its own (numbered in the same context), and the WQE now waits for the
+    /// notice's acknowledgement (RNR and retransmission as for a send).
+    fn send_notice(&mut self, key: PendingKey, mut n: Hdr) {
+        let Some(mut p) = self.net.pending.remove(&key) else {
+            return;
+        };
+        let (_, dst, dest_qpn, _) = key;
+        let src = self.net.port.as_ref().map(|p| p.addr());
+        let Some(q) = self.obj.qps.get_mut(&p.handle) else {
+            return;
+        };
+        let seq = q.dp.msg_seq.entry((dst, dest_qpn)).or_insert(0);
+        n.msg = *seq;
+        *seq = seq.wrapping_add(1);
+        let rnr = q.rnr_retry;
+        let Some(f) = src.and_then(|src| wire::frame(src, dst, &n, &[])) else {
+            self.tx_complete(
+                p.handle,
+                p.req_id,
+                p.op,
+                cs::LOCAL_ERROR_UNREACH_REMOTE,
+                p.comp,
+            );
+            return;
+        };
+        self.push_frame(f.clone());
+        p.frames = vec![f];
+        p.done = vec![false];
+        p.left = 1;
+        p.retries = 0;
+        p.rnr_left = rnr;
+        p.deadline = self.now().saturating_add(RTO_NS);
+        self.net.pending.insert((key.0, dst, dest_qpn, n.msg), p);
     }
 
     fn push_frame(&mut self, f: Vec<u8>) {
@@ -706,6 +814,7 @@ impl Device {
             wire::OP_SRD_READ_REQ => self.rx_read_req(src, &h),
             wire::OP_SRD_READ_RESP => self.rx_read_resp(src, &h, payload),
             wire::OP_SRD_WRITE => self.rx_write(src, &h, payload),
+            wire::OP_SRD_WRITE_IMM if payload.is_empty() => self.rx_srd_send(src, &h, payload),
             _ => self.net.stats.rx_malformed += 1,
         }
     }
@@ -815,20 +924,76 @@ impl Device {
             .find(|(_, a)| a.dest == h.src_gid && a.pd == pd)
             .map_or(io::UNKNOWN_AH, |(k, _)| *k);
         let has_imm = h.flags & wire::FLAG_IMM != 0;
+        // A write with immediate's notice: the completion says RDMA write and carries the
+        // write's length (bits 31:16 in the extended entry's `length_hi`).
+        let write_imm = h.op == wire::OP_SRD_WRITE_IMM;
+        let (op, len) = if write_imm {
+            (op_type::RDMA_WRITE, h.total)
+        } else {
+            (op_type::SEND, payload.len().min(u32::MAX as usize) as u32)
+        };
         let c = RxCqe {
             req_id: Le16::new(req_id),
             status,
             flags: Q_TYPE_RECV << CDESC_Q_TYPE_SHIFT
                 | if has_imm { CDESC_HAS_IMM } else { 0 }
-                | op_type::SEND << CDESC_OP_TYPE_SHIFT,
+                | op << CDESC_OP_TYPE_SHIFT,
             qp_num: Le16::new(qpn),
-            length: Le16::new(payload.len().min(usize::from(u16::MAX)) as u16),
+            length: Le16::new(if write_imm {
+                len as u16
+            } else {
+                len.min(u32::from(u16::MAX)) as u16
+            }),
             ah: Le16::new(ah),
             src_qp_num: Le16::new(h.src_qpn),
             imm: Le32::new(if has_imm { h.imm } else { 0 }),
         };
-        self.write_cqe(cq, sub, c.to_bytes());
+        let mut ext = [0u8; 16];
+        if write_imm {
+            ext[..2].copy_from_slice(&((len >> 16) as u16).to_le_bytes());
+        }
+        self.write_cqe_ext(cq, sub, c.to_bytes(), ext);
         Some(status)
+    }
+
+    /// A QP moved to ERR: every receive WR posted and not yet taken completes with FLUSHED,
+    /// in order (its `req_id` from its first descriptor, length 0); the RQ is then empty.
+    pub(crate) fn flush_rq(&mut self, handle: u32) {
+        let Some(q) = self.obj.qps.get(&handle) else {
+            return;
+        };
+        let (qpn, base, descs, cq, sub) = (q.qpn, q.dp.rq_base, q.dp.rq_descs, q.cqs.1, q.subs.1);
+        let (pc, mut cc) = (q.dp.rq_pc, q.dp.rq_cc);
+        let mut first: Option<u16> = None;
+        while cc != pc && descs > 0 {
+            let at = base + u64::from(u32::from(cc) % descs) * io::RX_DESC_SIZE as u64;
+            let mut raw = [0u8; io::RX_DESC_SIZE];
+            if self.dma_read(at, &mut raw).is_err() {
+                break;
+            }
+            cc = cc.wrapping_add(1);
+            let dsc = RxDesc::from_bytes(&raw);
+            let ctrl = dsc.lkey_ctrl.get();
+            if ctrl & RX_FIRST != 0 {
+                first = Some(dsc.req_id.get());
+            }
+            if ctrl & RX_LAST != 0
+                && let Some(req_id) = first.take()
+            {
+                let c = RxCqe {
+                    req_id: Le16::new(req_id),
+                    status: cs::FLUSHED,
+                    flags: Q_TYPE_RECV << CDESC_Q_TYPE_SHIFT,
+                    qp_num: Le16::new(qpn),
+                    ah: Le16::new(io::UNKNOWN_AH),
+                    ..Default::default()
+                };
+                self.write_cqe(cq, sub, c.to_bytes());
+            }
+        }
+        if let Some(q) = self.obj.qps.get_mut(&handle) {
+            q.dp.rq_cc = pc;
+        }
     }
 
     fn ack(&mut self, to: Ipv4Addr, h: &Hdr, chunk: u16, status: u8) {
@@ -891,7 +1056,10 @@ impl Device {
                     p.left -= 1;
                 }
                 if p.left == 0 {
-                    self.finish(key, cs::OK);
+                    match p.notice.take() {
+                        Some(n) => self.send_notice(key, n),
+                        None => self.finish(key, cs::OK),
+                    }
                 }
             }
             cs::REMOTE_ERROR_RNR if p.rnr_left > 0 => {

@@ -342,6 +342,11 @@ pub enum DeviceError {
         /// The value written.
         value: u32,
     },
+    /// A CQ doorbell with the arm bit for a CQ created without interrupts (no EQ): ignored.
+    ArmWithoutEq {
+        /// The CQ.
+        cq: u16,
+    },
     /// CREATE_AH for a destination that already has an AH (allowed, but drivers should
     /// share one AH per destination).
     DuplicateAh {
@@ -408,6 +413,8 @@ pub struct Device {
     pub(crate) log: Vec<CmdRecord>,
     pub(crate) errors: Vec<DeviceError>,
     pub(crate) irqs: BTreeSet<u16>,
+    /// Where raised vectors go besides `irqs` (the MSI-X messages of an attachment).
+    pub(crate) irq_sink: Option<crate::InterruptSink>,
     pub(crate) net: dp::Net,
     /// The shared BAR of an untrapped device ([`Device::with_shared_bar`]).
     pub(crate) shm: Option<shm::Shm>,
@@ -436,6 +443,7 @@ impl Device {
             log: Vec::new(),
             errors: Vec::new(),
             irqs: BTreeSet::new(),
+            irq_sink: None,
             net: dp::Net::default(),
             shm: None,
         }
@@ -570,9 +578,46 @@ impl Device {
     }
 
     /// MSI-X vectors raised since the last call, ascending (admin completions and async
-    /// events on the vectors the driver named; none while INTR_MASK masks them).
+    /// events on the vectors the driver named, none while INTR_MASK masks them; completion
+    /// events on the vector of their EQ, only while it is armed).
     pub fn take_interrupts(&mut self) -> Vec<u16> {
         core::mem::take(&mut self.irqs).into_iter().collect()
+    }
+
+    /// Sends every vector the device raises to `sink` as well (an MSI-X message; `None`:
+    /// only [`Device::take_interrupts`] sees them). The sink runs with the device locked: it
+    /// must not call back into it.
+    pub fn set_interrupt_sink(&mut self, sink: Option<crate::InterruptSink>) {
+        self.irq_sink = sink;
+    }
+
+    /// Raises MSI-X vector `v`.
+    pub(crate) fn raise(&mut self, v: u16) {
+        self.irqs.insert(v);
+        if let Some(s) = &self.irq_sink {
+            s(v);
+        }
+    }
+
+    /// The SQ of QP number `qpn` as the device consumes it: its consumer counter (16 bits,
+    /// running, as the doorbell counts) and its depth in WQEs; `None` for no such QP. (What an
+    /// attachment that maps BAR2 as memory needs to hand over only the WQEs a doorbell adds.)
+    pub fn sq_position(&self, qpn: u16) -> Option<(u16, u32)> {
+        self.obj
+            .qps
+            .values()
+            .find(|q| q.qpn == qpn)
+            .map(|q| (q.dp.sq_cc, q.dp.sq_depth))
+    }
+
+    /// Whether CQ `idx` is armed (a CQ doorbell with the arm bit since its last event).
+    pub fn cq_armed(&self, idx: u16) -> Option<bool> {
+        self.obj.cqs.get(&idx).map(|c| c.armed)
+    }
+
+    /// Completion events written into EQ `eqn` so far.
+    pub fn eq_events(&self, eqn: u16) -> Option<u64> {
+        self.obj.eqs.get(&eqn).map(|e| e.events)
     }
 
     pub(crate) fn error(&mut self, e: DeviceError) {

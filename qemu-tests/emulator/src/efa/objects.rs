@@ -16,16 +16,17 @@ pub(crate) struct Pd;
 #[derive(Debug)]
 pub(crate) struct Eq {
     /// Ring DMA address.
-    #[allow(dead_code)]
     pub base: u64,
     /// Entries.
-    #[allow(dead_code)]
     pub depth: u16,
     /// MSI-X vector.
-    #[allow(dead_code)]
     pub vector: u16,
-    /// An EQ_DB with the arm bit came since the last event.
+    /// An EQ_DB with the arm bit came since the last interrupt.
     pub armed: bool,
+    /// Entries written so far (the producer counter).
+    pub pc: u32,
+    /// Completion events written.
+    pub events: u64,
 }
 
 /// A completion queue.
@@ -43,6 +44,10 @@ pub(crate) struct Cq {
     pub uar: u16,
     /// Completions written so far, per sub-CQ (the producer counters).
     pub pc: Vec<u32>,
+    /// A CQ doorbell with the arm bit came since the last completion event.
+    pub armed: bool,
+    /// The command sequence number of the last arm.
+    pub cmd_sn: u8,
 }
 
 /// A queue pair.

@@ -1213,3 +1213,30 @@ impl Drv {
         self.dev.faults.never_ready = never;
     }
 }
+
+#[test]
+fn cq_doorbells_arm_only_interrupt_mode_cqs() {
+    let mut d = Drv::up();
+    let uar = d.alloc_uar();
+    let eqn = d.create_eq();
+    let cq = d.create_cq(uar, Some(eqn));
+    let plain = d.create_cq(uar, None);
+    let db = d.dev.profile().db_bar as u8;
+    let at = |c: u16| super::commands::CQ_DB_BASE as usize + usize::from(c) * 4;
+    // The consumer index alone arms nothing.
+    d.dev.bar_write(db, at(cq), &5u32.to_le_bytes());
+    assert_eq!(d.dev.cq_armed(cq), Some(false));
+    // The arm bit (with a command sequence number) arms a CQ that has an EQ.
+    d.dev
+        .bar_write(db, at(cq), &(1u32 << 31 | 2 << 29 | 5).to_le_bytes());
+    assert_eq!(d.dev.cq_armed(cq), Some(true));
+    assert_eq!(d.dev.eq_events(eqn), Some(0));
+    assert!(d.dev.errors().is_empty());
+    // A CQ without interrupts cannot be armed: a recorded driver mistake, nothing armed.
+    d.dev.bar_write(db, at(plain), &(1u32 << 31).to_le_bytes());
+    assert_eq!(d.dev.cq_armed(plain), Some(false));
+    assert_eq!(
+        d.dev.errors().last(),
+        Some(&DeviceError::ArmWithoutEq { cq: plain })
+    );
+}

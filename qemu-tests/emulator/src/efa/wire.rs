@@ -26,6 +26,10 @@ pub(crate) const OP_SRD_READ_REQ: u8 = 0xe3;
 pub(crate) const OP_SRD_READ_RESP: u8 = 0xe4;
 /// SRD RDMA write (one chunk).
 pub(crate) const OP_SRD_WRITE: u8 = 0xe5;
+/// SRD notice that an RDMA write with immediate landed whole (sent once every chunk was
+/// acknowledged; consumes a receive at the responder; `total` is the write's length, the
+/// immediate in `imm`).
+pub(crate) const OP_SRD_WRITE_IMM: u8 = 0xe6;
 
 /// Header flag: immediate data present.
 pub(crate) const FLAG_IMM: u8 = 1;

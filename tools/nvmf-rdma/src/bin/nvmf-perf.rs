@@ -121,7 +121,8 @@ fn host<D: Device>(ep: &Endpoint<D>, dst: SocketAddr, o: &Opts) -> Result<Report
         &params(o),
         o.job.nsid,
         o.job.queues,
-        o.job.depth,
+        // At least two entries (HSQSIZE 0 is invalid); `depth` commands in flight.
+        o.job.depth.max(2),
         o.job.bs,
     )?;
     let r = perf::run(&mut s, &o.job);
@@ -130,7 +131,10 @@ fn host<D: Device>(ep: &Endpoint<D>, dst: SocketAddr, o: &Opts) -> Result<Report
 }
 
 fn embedded(o: &Opts) -> Result<Report, String> {
-    let e = Embedded::new(0x6e76_6d66_7065, 5_000_000_000, 60_000_000_000)?;
+    // Paced: virtual time runs no faster than real time while the devices idle, so a thread
+    // the OS left unscheduled on a loaded machine does not time out its peer. The
+    // listener's wait limit is how long it takes to see the end of the run.
+    let e = Embedded::paced(0x6e76_6d66_7065, 500_000_000, 60_000_000_000)?;
     let mut t = Target::new(TargetConfig {
         mdts: 8,
         ..TargetConfig::default()

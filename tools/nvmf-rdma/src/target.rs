@@ -226,44 +226,53 @@ impl<D: Device> Pipeline<'_, D> {
     /// (signalled; the slot is free again when it completes).
     fn respond(&mut self, slot: usize, r: &Response) -> Result<(), IoError> {
         let base = slot * self.slot_len;
-        let mut wrs: Vec<SendWr<'_, D::Ah>> = Vec::with_capacity(2);
-        let data_sge;
-        if let Some(remote) = r.remote
+        let mut data_sge = [Sge::default()];
+        let write = if let Some(remote) = r.remote
             && !r.data.is_empty()
         {
             if r.data.len() > self.slot_len {
                 return Err(IoError::TooLong);
             }
-            self.staging
-                .mem
-                .write(base, &r.data)
-                .map_err(|_| IoError::Dma)?;
+            // SAFETY: the slot belongs to this command: no READ into it is in flight and its
+            // previous WRITE completed before its previous response SEND did.
+            unsafe { self.staging.mem.write_unsync(base, &r.data) }.map_err(|_| IoError::Dma)?;
             data_sge = [self.staging.sge(base, r.data.len())];
-            wrs.push(SendWr {
-                wr_id: WR_WRITE | slot as u64,
-                opcode: WrOpcode::RdmaWrite,
-                sg_list: &data_sge,
-                remote: RemoteOp::Rdma {
-                    remote_addr: remote.addr,
-                    rkey: remote.key,
-                },
-                ..SendWr::default()
-            });
-        }
+            Some(RemoteOp::Rdma {
+                remote_addr: remote.addr,
+                rkey: remote.key,
+            })
+        } else {
+            None
+        };
         // A plain SEND also when the host asked for invalidation (see the crate doc).
-        self.resp
-            .mem
-            .write(slot * CQE_SIZE, &r.cqe_bytes())
-            .map_err(|_| IoError::Dma)?;
+        // SAFETY: the slot's previous response SEND completed (the slot was free since).
+        unsafe {
+            self.resp
+                .mem
+                .write_unsync(slot * CQE_SIZE, &r.cqe_bytes())
+        }
+        .map_err(|_| IoError::Dma)?;
         let cqe_sge = [self.resp.sge(slot * CQE_SIZE, CQE_SIZE)];
-        wrs.push(SendWr {
+        let send = SendWr {
             wr_id: WR_SEND | slot as u64,
             opcode: WrOpcode::Send,
             flags: SendFlags::SIGNALED,
             sg_list: &cqe_sge,
             ..SendWr::default()
-        });
-        self.dp.post_send(&wrs).map_err(IoError::Post)?;
+        };
+        // The data WRITE (unsignalled) chained ahead of the response SEND: one post.
+        let wrs: [SendWr<'_, D::Ah>; 2] = [
+            SendWr {
+                wr_id: WR_WRITE | slot as u64,
+                opcode: WrOpcode::RdmaWrite,
+                sg_list: &data_sge,
+                remote: write.unwrap_or(RemoteOp::None),
+                ..SendWr::default()
+            },
+            send,
+        ];
+        let wrs = if write.is_some() { &wrs[..] } else { &wrs[1..] };
+        self.dp.post_send(wrs).map_err(IoError::Post)?;
         if r.close {
             self.closing = true;
         }
@@ -457,10 +466,18 @@ fn run_queue<D: Device>(
         deferred: VecDeque::new(),
     };
     let qid = req.qid;
+    let mut io = QueueIo {
+        dp: &dp,
+        qid,
+        recv,
+        slot,
+        depth,
+        pending: VecDeque::new(),
+        spare: Vec::new(),
+        verbose,
+    };
     let mut wcs = [WorkCompletion::default(); 16];
-    let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
     let mut events: VecDeque<Response> = VecDeque::new();
-    let io_err = |e: IoError| format!("queue {qid}: transport: {e:?}");
     let result: Result<(), String> = 'run: loop {
         if !queue.is_live() && p.busy() == 0 {
             break Ok(());
@@ -470,120 +487,33 @@ fn run_queue<D: Device>(
             break Ok(());
         }
         let mut progress = false;
-        // New capsules: copied out, their receive re-posted at once.
+        // New capsules: copied out, their receives re-posted at once.
         let n = match dp.poll_recv_cq(&mut wcs) {
             Ok(n) => n,
             Err(e) => break Err(format!("queue {qid}: poll: {e:?}")),
         };
-        for wc in &wcs[..n] {
+        if n > 0 {
             progress = true;
-            if wc.status != WcStatus::Success {
-                // Flushed: the host disconnected, or the QP failed. A failure of our own
-                // (a READ or SEND whose retries ran out) flushes the receives too and its
-                // completion may wait behind them on the send queue's CQ: reported as the
-                // queue's failure, not taken for the host's disconnect.
-                if verbose {
-                    eprintln!(
-                        "nvmf-target: queue {qid}: receive completed with {:?}",
-                        wc.status
-                    );
-                }
-                let mut sent = [WorkCompletion::default(); 16];
-                if let Ok(k) = dp.poll_send_cq(&mut sent) {
-                    let failed = sent[..k]
-                        .iter()
-                        .find(|c| !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr));
-                    if let Some(c) = failed {
-                        break 'run Err(io_err(IoError::Completion(c.status)));
-                    }
-                }
-                break 'run Ok(());
+            if let Some(end) = io.take_capsules(&wcs[..n]) {
+                break end;
             }
-            let Ok(i) = u32::try_from(wc.wr_id) else {
-                break 'run Err(format!("queue {qid}: completion of an unknown receive"));
-            };
-            if i >= depth {
-                break 'run Err(format!("queue {qid}: completion of an unknown receive"));
-            }
-            let len = (wc.byte_len as usize).min(slot);
-            let mut capsule = vec![0u8; len];
-            if recv.mem.read(i as usize * slot, &mut capsule).is_err() {
-                break 'run Err(format!("queue {qid}: reading a capsule"));
-            }
-            if let Err(e) = post_recv(i) {
-                break 'run Err(e);
-            }
-            pending.push_back(capsule);
         }
         // Completions of our READs and SENDs.
         let n = match dp.poll_send_cq(&mut wcs) {
             Ok(n) => n,
             Err(e) => break Err(format!("queue {qid}: poll: {e:?}")),
         };
-        for wc in &wcs[..n] {
+        if n > 0 {
             progress = true;
-            let slot = (wc.wr_id & 0xFFFF_FFFF) as usize;
-            let kind = wc.wr_id & !0xFFFF_FFFF;
-            if slot >= slots || !(kind == WR_READ || kind == WR_SEND) {
-                break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
+            if let Some(end) = take_sends(&mut p, queue, &wcs[..n], clock, qid, verbose) {
+                break end;
             }
-            if verbose && wc.status != WcStatus::Success {
-                eprintln!(
-                    "nvmf-target: queue {qid}: {} completed with {:?}",
-                    if kind == WR_READ { "RDMA READ" } else { "SEND" },
-                    wc.status
-                );
-            }
-            if wc.status == WcStatus::WrFlushErr {
-                // The host disconnected while we answered (the QP is in error).
-                break 'run Ok(());
-            }
-            if kind == WR_SEND {
-                if wc.status != WcStatus::Success {
-                    break 'run Err(io_err(IoError::Completion(wc.status)));
-                }
-                p.release(slot);
-                p.free.push(slot);
-                continue;
-            }
-            p.reads -= 1;
-            p.release(slot);
-            let Some(mut req) = p.fetching[slot].take() else {
-                break 'run Err(io_err(IoError::Unknown(wc.wr_id)));
-            };
-            let ok = wc.status == WcStatus::Success && {
-                let len = req.remote().len as usize;
-                p.staging
-                    .mem
-                    .read(slot * p.slot_len, &mut req.buffer_mut()[..len])
-                    .is_ok()
-            };
-            let o = queue.data_fetched(req, ok, now_ms(clock));
-            match p.outcome(slot, o) {
-                Ok(true) => {}
-                Ok(false) => break 'run Ok(()),
-                Err(e) => break 'run Err(io_err(e)),
-            }
-        }
-        match p.resume() {
-            Ok(true) => {}
-            Ok(false) => break 'run Ok(()),
-            Err(e) => break 'run Err(io_err(e)),
         }
         // Start what slots and read credits allow (a command may need an RDMA READ).
-        while !p.closing && p.reads < p.max_reads {
-            let Some(slot) = p.free.pop() else { break };
-            let Some(capsule) = pending.pop_front() else {
-                p.free.push(slot);
-                break;
-            };
+        if !p.closing && p.reads < p.max_reads && !p.free.is_empty() && !io.pending.is_empty() {
             progress = true;
-            stats.commands.fetch_add(1, Ordering::Relaxed);
-            let o = queue.submit(&capsule, now_ms(clock));
-            match p.outcome(slot, o) {
-                Ok(true) => {}
-                Ok(false) => break 'run Ok(()),
-                Err(e) => break 'run Err(io_err(e)),
+            if let Some(end) = io.start_commands(&mut p, queue, clock, stats) {
+                break end;
             }
         }
         // Asynchronous events for held requests.
@@ -606,6 +536,179 @@ fn run_queue<D: Device>(
     // Answers the host's DREQ, or sends ours (Disconnect, a failed controller).
     let _ = conn.disconnect();
     result
+}
+
+/// The receive side of a queue: its receive buffers and the capsules taken from them.
+struct QueueIo<'a, D: Device> {
+    dp: &'a DataPath<D>,
+    qid: u16,
+    recv: &'a Reg<D>,
+    /// Bytes of one receive buffer (SQE and in-capsule data).
+    slot: usize,
+    /// Receive buffers.
+    depth: u32,
+    /// Capsules received and not yet started, in arrival order.
+    pending: VecDeque<Vec<u8>>,
+    /// Capsule buffers to use again (no allocation per command once warm).
+    spare: Vec<Vec<u8>>,
+    verbose: bool,
+}
+
+impl<D: Device> QueueIo<'_, D> {
+    /// Takes the capsules of receive completions `wcs` (copied out of their buffers, which
+    /// are posted again in one batch). `Some` ends the queue: the host went away (a flushed
+    /// receive), or an error.
+    #[inline(never)]
+    fn take_capsules(&mut self, wcs: &[WorkCompletion]) -> Option<Result<(), String>> {
+        let qid = self.qid;
+        let mut sges = [Sge::default(); 16];
+        let mut n = 0;
+        for wc in wcs {
+            if wc.status != WcStatus::Success {
+                // Flushed: the host disconnected, or the QP failed. A failure of our own
+                // (a READ or SEND whose retries ran out) flushes the receives too and its
+                // completion may wait behind them on the send queue's CQ: reported as the
+                // queue's failure, not taken for the host's disconnect.
+                if self.verbose {
+                    eprintln!(
+                        "nvmf-target: queue {qid}: receive completed with {:?}",
+                        wc.status
+                    );
+                }
+                let mut sent = [WorkCompletion::default(); 16];
+                if let Ok(k) = self.dp.poll_send_cq(&mut sent) {
+                    let failed = sent[..k]
+                        .iter()
+                        .find(|c| !matches!(c.status, WcStatus::Success | WcStatus::WrFlushErr));
+                    if let Some(c) = failed {
+                        return Some(Err(format!(
+                            "queue {qid}: transport: {:?}",
+                            IoError::Completion(c.status)
+                        )));
+                    }
+                }
+                return Some(Ok(()));
+            }
+            let i = match u32::try_from(wc.wr_id) {
+                Ok(i) if i < self.depth => i as usize,
+                _ => return Some(Err(format!("queue {qid}: completion of an unknown receive"))),
+            };
+            let len = (wc.byte_len as usize).min(self.slot);
+            let mut capsule = self.spare.pop().unwrap_or_default();
+            capsule.resize(len, 0);
+            // SAFETY: receive buffer `i` completed and is not posted again before this copy
+            // ends: neither the device nor another thread writes it meanwhile.
+            if unsafe { self.recv.mem.read_unsync(i * self.slot, &mut capsule) }.is_err() {
+                return Some(Err(format!("queue {qid}: reading a capsule")));
+            }
+            self.pending.push_back(capsule);
+            sges[n] = self.recv.sge(i * self.slot, self.slot);
+            n += 1;
+        }
+        let wrs: [RecvWr<'_>; 16] = std::array::from_fn(|k| RecvWr {
+            wr_id: (sges[k].addr - self.recv.mr.addr()) / self.slot as u64,
+            sg_list: std::slice::from_ref(&sges[k]),
+        });
+        if let Err(e) = self.dp.post_recv(&wrs[..n]) {
+            return Some(Err(format!("queue {qid}: post_recv: {e:?}")));
+        }
+        None
+    }
+
+    /// Starts pending capsules while slots and read credits allow.
+    #[inline(never)]
+    fn start_commands(
+        &mut self,
+        p: &mut Pipeline<'_, D>,
+        queue: &mut nvmf::target::Queue,
+        clock: &Clock,
+        stats: &ListenerStats,
+    ) -> Option<Result<(), String>> {
+        while !p.closing && p.reads < p.max_reads {
+            let Some(slot) = p.free.pop() else { break };
+            let Some(capsule) = self.pending.pop_front() else {
+                p.free.push(slot);
+                break;
+            };
+            stats.commands.fetch_add(1, Ordering::Relaxed);
+            let o = queue.submit(&capsule, now_ms(clock));
+            self.spare.push(capsule);
+            match p.outcome(slot, o) {
+                Ok(true) => {}
+                Ok(false) => return Some(Ok(())),
+                Err(e) => return Some(Err(format!("queue {}: transport: {e:?}", self.qid))),
+            }
+        }
+        None
+    }
+}
+
+/// Handles send-queue completions `wcs` (READs: the command goes on; SENDs: the slot is
+/// free), then starts deferred transfers that fit now. `Some` ends the queue.
+#[inline(never)]
+fn take_sends<D: Device>(
+    p: &mut Pipeline<'_, D>,
+    queue: &mut nvmf::target::Queue,
+    wcs: &[WorkCompletion],
+    clock: &Clock,
+    qid: u16,
+    verbose: bool,
+) -> Option<Result<(), String>> {
+    let io_err = |e: IoError| Some(Err(format!("queue {qid}: transport: {e:?}")));
+    let slots = p.fetching.len();
+    for wc in wcs {
+        let slot = (wc.wr_id & 0xFFFF_FFFF) as usize;
+        let kind = wc.wr_id & !0xFFFF_FFFF;
+        if slot >= slots || !(kind == WR_READ || kind == WR_SEND) {
+            return io_err(IoError::Unknown(wc.wr_id));
+        }
+        if verbose && wc.status != WcStatus::Success {
+            eprintln!(
+                "nvmf-target: queue {qid}: {} completed with {:?}",
+                if kind == WR_READ { "RDMA READ" } else { "SEND" },
+                wc.status
+            );
+        }
+        if wc.status == WcStatus::WrFlushErr {
+            // The host disconnected while we answered (the QP is in error).
+            return Some(Ok(()));
+        }
+        if kind == WR_SEND {
+            if wc.status != WcStatus::Success {
+                return io_err(IoError::Completion(wc.status));
+            }
+            p.release(slot);
+            p.free.push(slot);
+            continue;
+        }
+        p.reads -= 1;
+        p.release(slot);
+        let Some(mut req) = p.fetching[slot].take() else {
+            return io_err(IoError::Unknown(wc.wr_id));
+        };
+        let ok = wc.status == WcStatus::Success && {
+            let len = req.remote().len as usize;
+            // SAFETY: the READ into this slot completed; nothing else targets the slot until
+            // its command's response is posted.
+            unsafe {
+                p.staging
+                    .mem
+                    .read_unsync(slot * p.slot_len, &mut req.buffer_mut()[..len])
+            }
+            .is_ok()
+        };
+        let o = queue.data_fetched(req, ok, now_ms(clock));
+        match p.outcome(slot, o) {
+            Ok(true) => {}
+            Ok(false) => return Some(Ok(())),
+            Err(e) => return io_err(e),
+        }
+    }
+    match p.resume() {
+        Ok(true) => None,
+        Ok(false) => Some(Ok(())),
+        Err(e) => io_err(e),
+    }
 }
 
 fn stats_accepted(stats: &ListenerStats) {

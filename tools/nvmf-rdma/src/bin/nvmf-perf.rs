@@ -296,7 +296,11 @@ mod bench {
             .args(["write_bw", "-s", "4096", "-n", &iters.to_string(), "--json"])
             .output()
             .map_err(|e| format!("{}: {e} (cargo build --release -p rperf)", exe.display()))?;
-        let line = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("").to_string();
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
         if !out.status.success() || !line.contains("\"data_verified\":true") {
             return Err(format!(
                 "{} write_bw: {:?}: {line} {}",
@@ -334,7 +338,10 @@ mod bench {
 
     fn checked(r: Report) -> Result<Report, String> {
         if r.errors != 0 || r.mismatches != 0 {
-            return Err(format!("{}: {} errors, {} mismatches", r.pattern, r.errors, r.mismatches));
+            return Err(format!(
+                "{}: {} errors, {} mismatches",
+                r.pattern, r.errors, r.mismatches
+            ));
         }
         Ok(r)
     }
@@ -406,8 +413,10 @@ mod bench {
         let model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|c| {
-                c.lines()
-                    .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+                c.lines().find_map(|l| {
+                    l.strip_prefix("model name")
+                        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+                })
             })
             .unwrap_or_else(|| "unknown CPU".into());
         let n = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -442,14 +451,21 @@ mod bench {
             cpu()
         );
         t.push('\n');
-        let _ = writeln!(t, "| figure | value | against rperf's 4 KiB WRITE rate | target |");
+        let _ = writeln!(
+            t,
+            "| figure | value | against rperf's 4 KiB WRITE rate | target |"
+        );
         let _ = writeln!(t, "| --- | --- | --- | --- |");
         let _ = writeln!(
             t,
             "| rperf 4 KiB RDMA WRITE message rate (`rperf write_bw -s 4096`) | {:.3} Mpps | 1 | |",
             rate_mpps
         );
-        let met = if ratio(read) >= 0.6 { "**met**" } else { "**not met**" };
+        let met = if ratio(read) >= 0.6 {
+            "**met**"
+        } else {
+            "**not met**"
+        };
         let _ = writeln!(
             t,
             "| 4 KiB random read, queue depth 32 | {:.0} IOPS ({:.1} MB/s) | {:.2} | ≥ 0.6: {met} |",
@@ -499,7 +515,10 @@ mod bench {
                 ..Report::default()
             };
             let t = table(0.1, &r(70_000), &r(50_000), &r(1), None, false);
-            assert!(t.contains("| 4 KiB random read, queue depth 32 | 70000 IOPS"), "{t}");
+            assert!(
+                t.contains("| 4 KiB random read, queue depth 32 | 70000 IOPS"),
+                "{t}"
+            );
             assert!(t.contains("| 0.70 | ≥ 0.6: **met** |"), "{t}");
             let t = table(0.1, &r(50_000), &r(50_000), &r(1), None, false);
             assert!(t.contains("| 0.50 | ≥ 0.6: **not met** |"), "{t}");

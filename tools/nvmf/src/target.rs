@@ -1676,6 +1676,7 @@ pub fn serve<T: TargetTransport>(
                     queue.close();
                     return Ok(Served::RespondedAndClosed);
                 }
+                queue.recycle(r.data);
                 return Ok(Served::Responded);
             }
             Outcome::Held => return Ok(Served::Held),

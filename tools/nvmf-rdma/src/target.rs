@@ -590,6 +590,7 @@ impl<D: Device> QueueIo<'_, D> {
     ) -> Option<Result<(), String>> {
         let qid = self.qid;
         let mut sges = [Sge::default(); 16];
+        let mut ids = [0u64; 16];
         let mut n = 0;
         for wc in wcs {
             if wc.status != WcStatus::Success {
@@ -635,11 +636,17 @@ impl<D: Device> QueueIo<'_, D> {
                 return Some(Err(format!("queue {qid}: reading a capsule")));
             }
             self.pending.push_back(capsule);
+            if n == sges.len() {
+                return Some(Err(format!(
+                    "queue {qid}: more than 16 receive completions"
+                )));
+            }
             sges[n] = self.recv.sge(i * self.slot, self.slot);
+            ids[n] = i as u64;
             n += 1;
         }
         let wrs: [RecvWr<'_>; 16] = std::array::from_fn(|k| RecvWr {
-            wr_id: (sges[k].addr - self.recv.mr.addr()) / self.slot as u64,
+            wr_id: ids[k],
             sg_list: std::slice::from_ref(&sges[k]),
         });
         if let Err(e) = self.dp.post_recv(&wrs[..n]) {

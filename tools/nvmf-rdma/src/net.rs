@@ -143,10 +143,35 @@ pub struct Embedded {
 impl Embedded {
     /// Opens both NICs. The target's blocking calls give up after `target_wait_ns` of
     /// virtual time (its listener wakes up that often), the host's after `host_wait_ns`.
+    ///
+    /// The virtual clock leaps ahead whenever a relaxing thread finds both devices idle: on
+    /// a loaded machine, a thread that is not scheduled for a few milliseconds looks to the
+    /// other end like a peer silent for seconds. Fine for tests that wait for timeouts;
+    /// [`Embedded::paced`] is the fixture for measurements.
     pub fn new(seed: u64, target_wait_ns: u64, host_wait_ns: u64) -> Result<Embedded, String> {
+        Embedded::open(seed, target_wait_ns, host_wait_ns, false)
+    }
+
+    /// As [`Embedded::new`], but while the devices are idle the virtual clock runs no faster
+    /// than wall-clock time (a waiting thread yields its CPU instead of moving it further):
+    /// a peer thread the OS did not schedule for a while has lost that much time, not
+    /// seconds, so RC retransmission, connection manager and queue timeouts keep their real
+    /// meaning on a busy machine. What the devices do is unchanged (the clock moves only
+    /// when no device has work), so throughput and latency are measured as with
+    /// [`Embedded::new`]; waits for timeouts cost their full length in real time.
+    pub fn paced(seed: u64, target_wait_ns: u64, host_wait_ns: u64) -> Result<Embedded, String> {
+        Embedded::open(seed, target_wait_ns, host_wait_ns, true)
+    }
+
+    fn open(
+        seed: u64,
+        target_wait_ns: u64,
+        host_wait_ns: u64,
+        paced: bool,
+    ) -> Result<Embedded, String> {
         let world = World::new(seed);
         let open = |ip: Ipv4Addr| {
-            InProcess {
+            let mut o = InProcess {
                 world: &world,
                 ip,
                 profile: nic_emulator::Profile {
@@ -154,7 +179,11 @@ impl Embedded {
                     ..nic_emulator::Profile::default()
                 },
             }
-            .open()
+            .open()?;
+            if paced {
+                o.clock = Clock::new(Paced(world.clone()));
+            }
+            Ok::<_, String>(o)
         };
         let (target, tb) = Endpoint::new(open(EMBEDDED_TARGET_IP)?, target_wait_ns)?;
         let (host, hb) = Endpoint::new(open(EMBEDDED_HOST_IP)?, host_wait_ns)?;
@@ -164,6 +193,54 @@ impl Embedded {
             _backings: [tb, hb],
             world,
         })
+    }
+}
+
+/// The paced clock of [`Embedded::paced`]: relaxing steps every device of the world; after a
+/// step that found nothing to do, the virtual clock may move (to the next frame or timer,
+/// as [`World::relax`] moves it) only while it has moved less than the wall-clock time this
+/// thread has spent idle since it last saw progress; otherwise the thread yields.
+struct Paced(Arc<World>);
+
+/// One thread's idle stretch: (wall clock, virtual clock) when it began.
+#[derive(Clone, Copy)]
+struct IdleSince {
+    wall: std::time::Instant,
+    virt: u64,
+}
+
+thread_local! {
+    static IDLE_SINCE: std::cell::Cell<Option<IdleSince>> = const { std::cell::Cell::new(None) };
+}
+
+impl nic_hal::Platform for Paced {
+    fn relax(&self) {
+        if self.0.step() {
+            IDLE_SINCE.with(|c| c.set(None));
+            return;
+        }
+        let virt = self.0.now_ns();
+        let since = IDLE_SINCE.with(|c| match c.get() {
+            Some(s) => s,
+            None => {
+                let s = IdleSince {
+                    wall: std::time::Instant::now(),
+                    virt,
+                };
+                c.set(Some(s));
+                s
+            }
+        });
+        let wall = u64::try_from(since.wall.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if virt.saturating_sub(since.virt) <= wall {
+            self.0.relax();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.0.now_ns()
     }
 }
 

@@ -22,6 +22,12 @@
 //! `--target-cost FILE` adds the target's instructions per I/O (the output of
 //! `scripts/nvmf-target-cost.sh`); `--quick` is a smoke run.
 //!
+//! The embedded mode runs everything from one loop on one thread, as rperf's embedded mode
+//! does: every wait of the host's queue polls the target (`nvmf_rdma_target::PolledTarget`,
+//! its listener and every queue), then steps both emulated NICs
+//! ([`nvmf_rdma::net::Embedded::one_loop`]). `--threaded` runs the target as `nvmf-target`
+//! does instead: its listener and each queue on a thread of their own.
+//!
 //! Exit status: 0 run complete with no error status and no data mismatch, 1 otherwise, 2 bad
 //! command line.
 
@@ -37,11 +43,12 @@ use nvmf::target::{Subsystem, Target, TargetConfig};
 use nvmf_rdma::net::{EMBEDDED_TARGET_IP, Embedded, Endpoint};
 use nvmf_rdma::perf::{self, Job, Report};
 use nvmf_rdma::target::{ListenerStats, run_listener};
+use nvmf_rdma_target::PolledTarget;
 
 const USAGE: &str = "usage: nvmf-perf [--addr IP [--src IP] [--fabric-port PORT] \
 [--device emu|vfio:BDF]] [--port PORT] [--nqn NQN] [--rw read|write|randread|randwrite] \
 [--bs BYTES] [--qd N] [--queues N] [--count N | --time SECONDS] [--no-verify] [--nsid N] \
-[--range BLOCKS] [--kato MS] [--json] | nvmf-perf --bench [--quick] [--target-cost FILE] \
+[--range BLOCKS] [--kato MS] [--json] [--threaded] | nvmf-perf --bench [--threaded] [--quick] [--target-cost FILE] \
 [--readme FILE]";
 
 const DEFAULT_NQN: &str = "nqn.2024-01.io.rdma-stack:ram0";
@@ -57,6 +64,8 @@ struct Opts {
     job: Job,
     kato: Option<u32>,
     json: bool,
+    /// Embedded: the target's listener and queues on threads of their own.
+    threaded: bool,
     bench: Option<bench::Args>,
 }
 
@@ -71,6 +80,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         job: Job::default(),
         kato: None,
         json: false,
+        threaded: false,
         bench: None,
     };
     let mut it = args.iter();
@@ -101,6 +111,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--range" => o.job.range_blocks = num(a, val()?)?,
             "--kato" => o.kato = Some(num(a, val()?)?),
             "--json" => o.json = true,
+            "--threaded" => o.threaded = true,
             "--bench" => {
                 o.bench.get_or_insert_with(bench::Args::default);
             }
@@ -122,6 +133,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.job.queues == 0 {
         return Err("--queues: at least 1".into());
+    }
+    if o.threaded && o.addr.is_some() {
+        return Err("--threaded is for the embedded mode (no --addr)".into());
     }
     if o.bench.is_some() && o.addr.is_some() {
         return Err("--bench runs embedded only (no --addr)".into());
@@ -159,12 +173,8 @@ fn host<D: Device>(ep: &Endpoint<D>, dst: SocketAddr, o: &Opts) -> Result<Report
     r
 }
 
-/// Runs `o.job` embedded: host and target in this process on two fresh emulated NICs.
-fn embedded(o: &Opts) -> Result<Report, String> {
-    // Paced: virtual time runs no faster than real time while the devices idle, so a thread
-    // the OS left unscheduled on a loaded machine does not time out its peer. The
-    // listener's wait limit is how long it takes to see the end of the run.
-    let e = Embedded::paced(0x6e76_6d66_7065, 500_000_000, 60_000_000_000)?;
+/// The embedded run's target.
+fn embedded_target(o: &Opts) -> Result<Arc<Target>, String> {
     let mut t = Target::new(TargetConfig {
         mdts: 8,
         ..TargetConfig::default()
@@ -177,7 +187,37 @@ fn embedded(o: &Opts) -> Result<Report, String> {
     .map_err(|e| format!("namespace: {e:?}"))?;
     t.add_subsystem(s)
         .map_err(|e| format!("subsystem: {e:?}"))?;
-    let t = Arc::new(t);
+    Ok(Arc::new(t))
+}
+
+/// Runs `o.job` embedded: host and target in this process on two fresh emulated NICs, from
+/// one loop (the default) or with the target's queues on threads of their own (`--threaded`).
+fn embedded(o: &Opts) -> Result<Report, String> {
+    if o.threaded {
+        return embedded_threaded(o);
+    }
+    // One loop: every wait of the host (its queue's completion polls, the connection
+    // manager's waits) polls the target's `PolledTarget` (listener and every queue), then
+    // steps both emulated NICs; nothing else runs. Paced as below.
+    let (e, poller) = Embedded::one_loop(0x6e76_6d66_7065, 500_000_000, 60_000_000_000)?;
+    let dst = SocketAddr::from((EMBEDDED_TARGET_IP, o.port));
+    let mut target = PolledTarget::listen(&e.target.cm, dst, embedded_target(o)?, 1 << 20, None)
+        .map_err(|e| format!("listen {dst}: {e:?}"))?;
+    let clock = e.target.clock.clone();
+    poller.set(move || target.poll(nvmf_rdma::now_ms(&clock)));
+    let r = host(&e.host, dst, o);
+    // The target (its listener and any queue left) goes before the fixture.
+    poller.clear();
+    r
+}
+
+/// [`embedded`] as `nvmf-target` runs: the listener and each target queue on a thread.
+fn embedded_threaded(o: &Opts) -> Result<Report, String> {
+    // Paced: virtual time runs no faster than real time while the devices idle, so a thread
+    // the OS left unscheduled on a loaded machine does not time out its peer. The
+    // listener's wait limit is how long it takes to see the end of the run.
+    let e = Embedded::paced(0x6e76_6d66_7065, 500_000_000, 60_000_000_000)?;
+    let t = embedded_target(o)?;
     let listen = e.target.listen(o.port)?;
     let stop = AtomicBool::new(false);
     let stats = ListenerStats::default();
@@ -333,6 +373,7 @@ mod bench {
             fabric_port: o.fabric_port,
             kato: o.kato,
             json: false,
+            threaded: o.threaded,
         }
     }
 
@@ -392,7 +433,15 @@ mod bench {
         let read = median(&reads, Report::iops);
         let write = median(&writes, Report::iops);
         let lat = median(&lats, |r| r.lat.p50 as f64);
-        let t = table(rate, &read, &write, &lat, cost.as_ref(), a.quick);
+        let t = table(
+            rate,
+            &read,
+            &write,
+            &lat,
+            cost.as_ref(),
+            a.quick,
+            o.threaded,
+        );
         print!("{t}");
         if let Some(p) = &a.readme {
             let old = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -435,6 +484,7 @@ mod bench {
         lat: &Report,
         cost: Option<&(String, String)>,
         quick: bool,
+        threaded: bool,
     ) -> String {
         let mut t = String::new();
         let us = |ns: u64| ns as f64 / 1e3;
@@ -442,13 +492,25 @@ mod bench {
         let _ = writeln!(
             t,
             "Written by `bash scripts/nvmf-bench.sh` (`nvmf-perf --bench`{}) on {}. Embedded: \
-             `nvmf-target`'s queue loop and `nvmf-perf`'s host in one process, on two emulated \
-             ConnectX NICs of one in-process fabric (the mlx5 driver, real RoCEv2 packets), one \
-             I/O queue, a 64 MiB RAM namespace, data not verified in the timed runs; rperf in \
-             its embedded mode on the same kind of NIC pair and fabric. Each figure is the median \
-             of three rounds.",
-            if quick { " --quick: a smoke run" } else { "" },
-            cpu()
+             the target's queue engine (`nvmf-rdma-target`) and `nvmf-perf`'s host in one \
+             process, {}, on two emulated ConnectX NICs of one in-process fabric (the mlx5 \
+             driver, real RoCEv2 packets), one I/O queue, a 64 MiB RAM namespace, data not \
+             verified in the timed runs; rperf in its embedded mode on the same kind of NIC pair \
+             and fabric. Each figure is the median of three rounds.",
+            match (quick, threaded) {
+                (false, false) => "",
+                (true, false) => " --quick: a smoke run",
+                (false, true) => " --threaded",
+                (true, true) => " --threaded --quick: a smoke run",
+            },
+            cpu(),
+            if threaded {
+                "the target's listener and each of its queues on a thread of its own as in \
+                 `nvmf-target`, the host's queue on another"
+            } else {
+                "host, target (`PolledTarget`: listener and every queue) and both emulated NICs \
+                 driven from one loop on one thread, as rperf's embedded mode runs"
+            }
         );
         t.push('\n');
         let _ = writeln!(
@@ -514,13 +576,13 @@ mod bench {
                 elapsed_ns: 1_000_000_000,
                 ..Report::default()
             };
-            let t = table(0.1, &r(70_000), &r(50_000), &r(1), None, false);
+            let t = table(0.1, &r(70_000), &r(50_000), &r(1), None, false, false);
             assert!(
                 t.contains("| 4 KiB random read, queue depth 32 | 70000 IOPS"),
                 "{t}"
             );
             assert!(t.contains("| 0.70 | ≥ 0.6: **met** |"), "{t}");
-            let t = table(0.1, &r(50_000), &r(50_000), &r(1), None, false);
+            let t = table(0.1, &r(50_000), &r(50_000), &r(1), None, false, false);
             assert!(t.contains("| 0.50 | ≥ 0.6: **not met** |"), "{t}");
         }
 

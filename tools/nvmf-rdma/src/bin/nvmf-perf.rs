@@ -491,18 +491,19 @@ mod bench {
         let ratio = |r: &Report| r.iops() / (rate_mpps * 1e6);
         let _ = writeln!(
             t,
-            "Written by `bash scripts/nvmf-bench.sh` (`nvmf-perf --bench`{}) on {}. Embedded: \
+            "Written by `bash scripts/nvmf-bench.sh` (`nvmf-perf --bench{}`{}) on {}. Embedded: \
              the target's queue engine (`nvmf-rdma-target`) and `nvmf-perf`'s host in one \
              process, {}, on two emulated ConnectX NICs of one in-process fabric (the mlx5 \
              driver, real RoCEv2 packets), one I/O queue, a 64 MiB RAM namespace, data not \
              verified in the timed runs; rperf in its embedded mode on the same kind of NIC pair \
              and fabric. Each figure is the median of three rounds.",
-            match (quick, threaded) {
+            match (threaded, quick) {
                 (false, false) => "",
-                (true, false) => " --quick: a smoke run",
-                (false, true) => " --threaded",
-                (true, true) => " --threaded --quick: a smoke run",
+                (false, true) => " --quick",
+                (true, false) => " --threaded",
+                (true, true) => " --threaded --quick",
             },
+            if quick { ": a smoke run" } else { "" },
             cpu(),
             if threaded {
                 "the target's listener and each of its queues on a thread of its own as in \
@@ -584,6 +585,17 @@ mod bench {
             assert!(t.contains("| 0.70 | ≥ 0.6: **met** |"), "{t}");
             let t = table(0.1, &r(50_000), &r(50_000), &r(1), None, false, false);
             assert!(t.contains("| 0.50 | ≥ 0.6: **not met** |"), "{t}");
+            assert!(t.contains("(`nvmf-perf --bench`)"), "{t}");
+            assert!(t.contains("from one loop on one thread"), "{t}");
+            let t = table(0.1, &r(50_000), &r(50_000), &r(1), None, true, true);
+            assert!(
+                t.contains("(`nvmf-perf --bench --threaded --quick`: a smoke run)"),
+                "{t}"
+            );
+            assert!(
+                t.contains("each of its queues on a thread of its own"),
+                "{t}"
+            );
         }
 
         #[test]

@@ -993,6 +993,8 @@ fn nvmf_target(env: &Env) -> Result<(), String> {
     }
     kprintln!("UK: nvmf target stopped");
     teardown(env, cm, devid)
+}
+
 // ------------------------------------------------------------------ EFA
 
 type EfaDev = efa::Device<MmioBar, TscClock>;

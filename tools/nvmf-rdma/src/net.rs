@@ -2,7 +2,7 @@
 //! socket netdev, ARP), and the embedded fixture.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use cm::{AddrInfo, Cm, CmConfig, CmId, Neighbor, RaiFlags, getaddrinfo};
 use device_open::{Backing, Clock, Device, InProcess, Open, Opened, mac_for};
@@ -143,10 +143,51 @@ pub struct Embedded {
 impl Embedded {
     /// Opens both NICs. The target's blocking calls give up after `target_wait_ns` of
     /// virtual time (its listener wakes up that often), the host's after `host_wait_ns`.
+    ///
+    /// The virtual clock leaps ahead whenever a relaxing thread finds both devices idle: on
+    /// a loaded machine, a thread that is not scheduled for a few milliseconds looks to the
+    /// other end like a peer silent for seconds. Fine for tests that wait for timeouts;
+    /// [`Embedded::paced`] is the fixture for measurements.
     pub fn new(seed: u64, target_wait_ns: u64, host_wait_ns: u64) -> Result<Embedded, String> {
+        Embedded::open(seed, target_wait_ns, host_wait_ns, None)
+    }
+
+    /// As [`Embedded::new`], but while the devices are idle the virtual clock runs no faster
+    /// than wall-clock time (a waiting thread yields its CPU instead of moving it further):
+    /// a peer thread the OS did not schedule for a while has lost that much time, not
+    /// seconds, so RC retransmission, connection manager and queue timeouts keep their real
+    /// meaning on a busy machine. What the devices do is unchanged (the clock moves only
+    /// when no device has work), so throughput and latency are measured as with
+    /// [`Embedded::new`]; waits for timeouts cost their full length in real time.
+    pub fn paced(seed: u64, target_wait_ns: u64, host_wait_ns: u64) -> Result<Embedded, String> {
+        Embedded::open(seed, target_wait_ns, host_wait_ns, Some(Poller::default()))
+    }
+
+    /// As [`Embedded::paced`], and every wait of the host's end (its clock's relax) first
+    /// runs the work set on the returned [`Poller`] (a polled target, such as
+    /// `nvmf_rdma_target::PolledTarget::poll`), then steps the devices: host, target and
+    /// both emulated NICs advance from the host's thread alone, one loop, as rperf's
+    /// embedded mode runs.
+    pub fn one_loop(
+        seed: u64,
+        target_wait_ns: u64,
+        host_wait_ns: u64,
+    ) -> Result<(Embedded, Poller), String> {
+        let p = Poller::default();
+        let e = Embedded::open(seed, target_wait_ns, host_wait_ns, Some(p.clone()))?;
+        Ok((e, p))
+    }
+
+    /// `paced`: the pacing clock (its poller on the host's end only), else the world's.
+    fn open(
+        seed: u64,
+        target_wait_ns: u64,
+        host_wait_ns: u64,
+        paced: Option<Poller>,
+    ) -> Result<Embedded, String> {
         let world = World::new(seed);
-        let open = |ip: Ipv4Addr| {
-            InProcess {
+        let open = |ip: Ipv4Addr, poller: Option<Poller>| {
+            let mut o = InProcess {
                 world: &world,
                 ip,
                 profile: nic_emulator::Profile {
@@ -154,16 +195,115 @@ impl Embedded {
                     ..nic_emulator::Profile::default()
                 },
             }
-            .open()
+            .open()?;
+            if let Some(poller) = poller {
+                o.clock = Clock::new(Paced {
+                    world: world.clone(),
+                    poller,
+                });
+            }
+            Ok::<_, String>(o)
         };
-        let (target, tb) = Endpoint::new(open(EMBEDDED_TARGET_IP)?, target_wait_ns)?;
-        let (host, hb) = Endpoint::new(open(EMBEDDED_HOST_IP)?, host_wait_ns)?;
+        let (target, tb) = Endpoint::new(
+            open(
+                EMBEDDED_TARGET_IP,
+                paced.as_ref().map(|_| Poller::default()),
+            )?,
+            target_wait_ns,
+        )?;
+        let (host, hb) = Endpoint::new(open(EMBEDDED_HOST_IP, paced)?, host_wait_ns)?;
         Ok(Embedded {
             target,
             host,
             _backings: [tb, hb],
             world,
         })
+    }
+}
+
+/// Work run by every wait of the host's end of [`Embedded::one_loop`], before the devices
+/// are stepped: true when it did something. Nothing until [`Poller::set`]; a wait made from
+/// inside the work itself, or while another thread runs it, skips it.
+#[derive(Clone, Default)]
+pub struct Poller(Arc<Mutex<Option<PollFn>>>);
+
+/// What a [`Poller`] runs.
+type PollFn = Box<dyn FnMut() -> bool + Send>;
+
+impl Poller {
+    /// Runs `f` from now on, in place of what was set before.
+    pub fn set(&self, f: impl FnMut() -> bool + Send + 'static) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(f));
+    }
+
+    /// Stops running the work and drops it (a polled target shuts down: drop it before the
+    /// fixture).
+    pub fn clear(&self) {
+        let f = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(f);
+    }
+
+    /// Runs the work once, if there is some and nobody runs it now.
+    fn poll(&self) -> bool {
+        let mut g = match self.0.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        g.as_mut().is_some_and(|f| f())
+    }
+}
+
+/// The paced clock of [`Embedded::paced`]: relaxing runs the poller's work, then steps every
+/// device of the world; after a pass where neither found anything to do, the virtual clock
+/// may move (to the next frame or timer, as [`World::relax`] moves it) only while it has
+/// moved less than the wall-clock time this thread has spent idle since it last saw
+/// progress; otherwise the thread yields.
+struct Paced {
+    world: Arc<World>,
+    poller: Poller,
+}
+
+/// One thread's idle stretch: (wall clock, virtual clock) when it began.
+#[derive(Clone, Copy)]
+struct IdleSince {
+    wall: std::time::Instant,
+    virt: u64,
+}
+
+thread_local! {
+    static IDLE_SINCE: std::cell::Cell<Option<IdleSince>> = const { std::cell::Cell::new(None) };
+}
+
+impl nic_hal::Platform for Paced {
+    fn relax(&self) {
+        let polled = self.poller.poll();
+        if self.world.step() || polled {
+            IDLE_SINCE.with(|c| c.set(None));
+            return;
+        }
+        let virt = self.world.now_ns();
+        let since = IDLE_SINCE.with(|c| match c.get() {
+            Some(s) => s,
+            None => {
+                let s = IdleSince {
+                    wall: std::time::Instant::now(),
+                    virt,
+                };
+                c.set(Some(s));
+                s
+            }
+        });
+        let wall = u64::try_from(since.wall.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if virt.saturating_sub(since.virt) <= wall {
+            self.world.relax();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.world.now_ns()
     }
 }
 

@@ -442,8 +442,8 @@ fn drive<D: Device>(
 ) -> Result<QueueResult, String> {
     let bs = job.bs;
     let unit_blocks = (bs / ns.block_size as usize) as u64;
-    let depth = q.config().depth;
-    let mut st = HostQueueState::new(q.config().qid, depth);
+    let mut st = HostQueueState::new(q.config().qid, q.config().depth);
+    let depth = job.depth.clamp(1, q.config().depth);
     let mut res = QueueResult {
         written: vec![false; share.units as usize],
         ..QueueResult::default()
@@ -451,7 +451,7 @@ fn drive<D: Device>(
     let mut rng = job.seed ^ u64::from(q.config().qid).wrapping_mul(0x1234_5678_9ABC_DEF1) | 1;
     let mut next_seq = 0u64;
     // per tag: (unit, submit time)
-    let mut inflight: Vec<Option<(u64, u64)>> = vec![None; usize::from(depth)];
+    let mut inflight: Vec<Option<(u64, u64)>> = vec![None; usize::from(q.config().depth)];
     let mut issued = 0u64;
     let mut block = vec![0u8; bs];
     let mut want = vec![0u8; ns.block_size as usize];

@@ -46,7 +46,8 @@ pub trait Namespace: Send + Sync {
     fn block_size(&self) -> u32;
     /// Number of blocks.
     fn block_count(&self) -> u64;
-    /// Reads blocks starting at `lba` into `buf`.
+    /// Reads blocks starting at `lba` into `buf`, all of it on success: the target reuses
+    /// data buffers, so `buf` may hold an earlier command's data on entry.
     fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), NsError>;
     /// Writes `data` to the blocks starting at `lba`.
     fn write(&self, lba: u64, data: &[u8]) -> Result<(), NsError>;

@@ -432,6 +432,7 @@ impl Target {
             inline,
             stats: Arc::new(QueueStats::default()),
             closed: false,
+            spare: Vec::new(),
         };
         Ok((
             q,
@@ -654,7 +655,13 @@ pub struct Queue {
     inline: usize,
     stats: Arc<QueueStats>,
     closed: bool,
+    /// Data buffers handed back by the transport ([`Queue::recycle`]), used again for read
+    /// data and fetched or in-capsule write data: no allocation or zeroing per I/O once warm.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Data buffers a queue keeps for reuse at most.
+const MAX_SPARE: usize = 32;
 
 /// A decoded command with what it needs.
 enum Cmd {
@@ -724,6 +731,23 @@ impl Queue {
         self.inline
     }
 
+    /// Hands a data buffer back (a sent [`Response::data`]) for use by a later command. Its
+    /// contents do not matter: a buffer taken from here is entirely overwritten (namespace
+    /// read, fetched or in-capsule data) before anything reads it.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE && buf.capacity() > 0 {
+            self.spare.push(buf);
+        }
+    }
+
+    /// A buffer of `len` bytes, from the spare ones when there is one (not zeroed: the
+    /// caller overwrites all of it).
+    fn take_buf(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
     /// Handles one received capsule (SQE plus any in-capsule data). `now` is the caller's
     /// monotonic clock in milliseconds.
     pub fn submit(&mut self, capsule: &[u8], now: u64) -> Outcome {
@@ -745,7 +769,7 @@ impl Queue {
                 sqe,
                 cmd,
                 remote,
-                data: vec![0u8; remote.len as usize],
+                data: self.take_buf(remote.len as usize),
                 invalidate: inval,
             }),
             Ok((cmd, xfer, remote, inval)) => {
@@ -758,7 +782,9 @@ impl Queue {
                             );
                         };
                         let off = offset as usize;
-                        icd[off..off + len as usize].to_vec()
+                        let mut b = self.take_buf(len as usize);
+                        b.copy_from_slice(&icd[off..off + len as usize]);
+                        b
                     }
                     _ => Vec::new(),
                 };
@@ -1152,6 +1178,7 @@ impl Queue {
             Cmd::Dsm(d, ns) => self.exec_dsm(&d, &*ns, &data_in),
             other => self.exec_admin(other, now),
         };
+        self.recycle(data_in);
         let out = match r {
             Ok((result, data)) => {
                 let mut resp = self.response(sqe.cid, Status::SUCCESS, result);
@@ -1526,11 +1553,15 @@ impl Queue {
         Ok(out)
     }
 
-    fn exec_read(&self, rw: &ReadWrite, ns: &dyn Namespace) -> Result<(u64, Vec<u8>), Fail> {
+    fn exec_read(&mut self, rw: &ReadWrite, ns: &dyn Namespace) -> Result<(u64, Vec<u8>), Fail> {
         let len = (rw.blocks() * u64::from(ns.block_size())) as usize;
-        let mut buf = vec![0u8; len];
-        ns.read(rw.slba, &mut buf)
-            .map_err(|e| Fail::from(e.status()))?;
+        // A recycled buffer holds an earlier command's data: the read overwrites all of it,
+        // and a failed read's buffer is not sent.
+        let mut buf = self.take_buf(len);
+        if let Err(e) = ns.read(rw.slba, &mut buf) {
+            self.recycle(buf);
+            return Err(Fail::from(e.status()));
+        }
         self.stats.add(1, 0, len as u64, 0);
         Ok((0, buf))
     }
@@ -1645,6 +1676,7 @@ pub fn serve<T: TargetTransport>(
                     queue.close();
                     return Ok(Served::RespondedAndClosed);
                 }
+                queue.recycle(r.data);
                 return Ok(Served::Responded);
             }
             Outcome::Held => return Ok(Served::Held),

@@ -677,3 +677,45 @@ fn sq_flow_control_off_reports_sqhd_ffff() {
     b.connect_admin(&p).unwrap();
     assert_eq!(b.state.sqhd, 0xFFFF);
 }
+
+/// The target reuses data buffers (a read's, a write's): reads of other sizes and places, a
+/// failed read, keyed and in-capsule writes in between, and every read still returns exactly
+/// the blocks asked for, never an earlier command's bytes.
+#[test]
+fn reused_data_buffers_never_leak_earlier_data() {
+    let s = setup();
+    let (_a, cntlid) = bring_up(&s, SUBNQN, 0);
+    let mut q = io_queue(&s, 1, cntlid);
+    let bs = 512u32;
+    // 16 blocks of one pattern at 0, 4 blocks of another at 100 (keyed: above the
+    // in-capsule size), 2 blocks in-capsule at 200.
+    let a = pattern(16 * 512, 1);
+    let b = pattern(4 * 512, 2);
+    let c = pattern(2 * 512, 3);
+    q.write(1, 0, bs, &a).unwrap();
+    q.transport.inline = 0;
+    q.write(1, 100, bs, &b).unwrap();
+    q.transport.inline = q.transport.queue.inline_data_size();
+    q.write(1, 200, bs, &c).unwrap();
+    assert!(q.transport.inline_sent > 0 && q.transport.keyed_sent > 0);
+    for round in 0..3 {
+        let mut big = vec![0u8; 16 * 512];
+        q.read(1, 0, bs, &mut big).unwrap();
+        assert!(big == a, "round {round}: 16 blocks at 0");
+        let mut small = vec![0u8; 512];
+        q.read(1, 101, bs, &mut small).unwrap();
+        assert!(small[..] == b[512..1024], "round {round}: 1 block at 101");
+        // Past the end: fails, and its buffer goes back unsent.
+        assert_status(q.read(1, 4096, bs, &mut small), Status::LBA_RANGE, true);
+        let mut two = vec![0u8; 2 * 512];
+        q.read(1, 200, bs, &mut two).unwrap();
+        assert!(two == c, "round {round}: 2 blocks at 200");
+        // Blocks never written read as zeroes, whatever the reused buffer held.
+        let mut zero = vec![0xFFu8; 8 * 512];
+        q.read(1, 300, bs, &mut zero).unwrap();
+        assert!(
+            zero.iter().all(|&x| x == 0),
+            "round {round}: unwritten blocks"
+        );
+    }
+}

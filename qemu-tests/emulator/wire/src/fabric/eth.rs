@@ -141,9 +141,12 @@ impl EthLink {
 
     /// Binds the socket and returns the port at IPv4 address `ip` on the virtual wire.
     ///
+    /// The socket asks for a receive buffer of [`super::SOCKET_RCVBUF`] bytes.
+    ///
     /// Errors: [`FabricError::NotLoopback`] if either socket address is outside 127.0.0.0/8,
     /// [`FabricError::Malformed`] for a multicast or all-zero MAC, [`FabricError::AddrInUse`]
-    /// if `local` is taken, [`FabricError::Io`] for other socket errors.
+    /// if `local` is taken, [`FabricError::ReceiveBuffer`] if the OS refuses the receive
+    /// buffer, [`FabricError::Io`] for other socket errors.
     pub fn bind(&self, ip: Ipv4Addr) -> Result<EthPort, FabricError> {
         for a in [self.local, self.remote] {
             if !is_loopback(*a.ip()) {
@@ -161,6 +164,7 @@ impl EthLink {
             }
         })?;
         socket.set_nonblocking(true)?;
+        super::set_receive_buffer(&socket, super::SOCKET_RCVBUF)?;
         Ok(EthPort {
             shared: Arc::new(Shared {
                 socket,
@@ -565,6 +569,12 @@ pub struct EthPort {
 }
 
 impl EthPort {
+    /// The socket's receive buffer as the OS reports it (`SO_RCVBUF`; the link asked for
+    /// [`super::SOCKET_RCVBUF`]).
+    pub fn receive_buffer(&self) -> Result<usize, FabricError> {
+        super::receive_buffer(&self.shared.socket)
+    }
+
     /// A handle on this port for other threads (neighbour cache, counters).
     pub fn handle(&self) -> EthHandle {
         EthHandle {
@@ -807,6 +817,23 @@ mod tests {
             let _ = port.recv().unwrap();
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The link's socket asks for a larger receive buffer than the OS's default (Linux caps
+    /// the request at `net.core.rmem_max` and counts its bookkeeping in, never below the
+    /// default).
+    #[test]
+    fn socket_asks_for_a_larger_receive_buffer() {
+        let plain = UdpSocket::bind(sa(0)).unwrap();
+        let default = crate::fabric::receive_buffer(&plain).unwrap();
+        let (port, _raw) = port_and_raw(48094, 48095, ArpConfig::default());
+        let got = port.receive_buffer().unwrap();
+        assert!(got > default, "SO_RCVBUF {got}, the default {default}");
+        let e = FabricError::ReceiveBuffer {
+            bytes: crate::fabric::SOCKET_RCVBUF,
+            error: io::ErrorKind::PermissionDenied,
+        };
+        assert!(e.to_string().contains("SO_RCVBUF"), "{e}");
     }
 
     #[test]

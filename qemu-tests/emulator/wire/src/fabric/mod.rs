@@ -66,6 +66,14 @@ pub enum FabricError {
     Io(io::ErrorKind),
     /// A segment's payload could not be read while cutting it into frames.
     PayloadGone,
+    /// The OS refused the socket receive buffer a socket fabric asks for
+    /// ([`SOCKET_RCVBUF`], `SO_RCVBUF`).
+    ReceiveBuffer {
+        /// Bytes asked for.
+        bytes: u32,
+        /// The OS's error.
+        error: io::ErrorKind,
+    },
 }
 
 impl fmt::Display for FabricError {
@@ -79,11 +87,71 @@ impl fmt::Display for FabricError {
             Self::Malformed(e) => write!(f, "malformed frame: {e}"),
             Self::Io(k) => write!(f, "socket error: {k}"),
             Self::PayloadGone => write!(f, "the segment's payload is no longer readable"),
+            Self::ReceiveBuffer { bytes, error } => write!(
+                f,
+                "the OS refused a socket receive buffer (SO_RCVBUF) of {bytes} bytes: {error}"
+            ),
         }
     }
 }
 
 impl std::error::Error for FabricError {}
+
+/// Receive buffer the socket fabrics ask for on their sockets (`SO_RCVBUF`): bursts of a
+/// large message (a 1 MiB WRITE is a thousand 1 KiB-MTU datagrams) overflow the OS's default
+/// (about 208 KiB on Linux) when the receiving NIC's poller is late, and each lost datagram
+/// costs an RC retransmission. Linux caps the request at `net.core.rmem_max` silently (and
+/// reports twice the granted size, its bookkeeping included); only a refusal is an error.
+pub const SOCKET_RCVBUF: u32 = 4 << 20;
+
+/// Asks for `bytes` of receive buffer on `socket`; returns the size the OS reports after.
+pub(crate) fn set_receive_buffer(
+    socket: &std::net::UdpSocket,
+    bytes: u32,
+) -> Result<usize, FabricError> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `socket` is an open socket for the call; the option value is a live c_int of
+    // the length passed, read by the kernel only during the call.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const v).cast::<libc::c_void>(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(FabricError::ReceiveBuffer {
+            bytes,
+            error: io::Error::last_os_error().kind(),
+        });
+    }
+    receive_buffer(socket)
+}
+
+/// The receive buffer size the OS reports for `socket` (`SO_RCVBUF`).
+pub fn receive_buffer(socket: &std::net::UdpSocket) -> Result<usize, FabricError> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `socket` is open; `v` and `len` are live for the call and `len` is `v`'s size,
+    // so the kernel writes at most that many bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw mut v).cast::<libc::c_void>(),
+            &raw mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    Ok(usize::try_from(v).unwrap_or(0))
+}
 
 impl From<io::Error> for FabricError {
     fn from(e: io::Error) -> Self {

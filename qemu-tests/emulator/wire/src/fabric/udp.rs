@@ -53,7 +53,9 @@ impl UdpFabric {
         self.port
     }
 
-    /// Binds a socket at `addr:port` and returns the concrete port type.
+    /// Binds a socket at `addr:port` and returns the concrete port type. The socket asks for
+    /// a receive buffer of [`super::SOCKET_RCVBUF`] bytes ([`FabricError::ReceiveBuffer`] if
+    /// the OS refuses it).
     pub fn bind(&self, addr: Ipv4Addr) -> Result<UdpPort, FabricError> {
         if !is_loopback(addr) {
             return Err(FabricError::NotLoopback(addr));
@@ -66,6 +68,7 @@ impl UdpFabric {
             }
         })?;
         socket.set_nonblocking(true)?;
+        super::set_receive_buffer(&socket, super::SOCKET_RCVBUF)?;
         Ok(UdpPort {
             socket,
             addr,
@@ -100,6 +103,12 @@ pub struct UdpPort {
 }
 
 impl UdpPort {
+    /// The socket's receive buffer as the OS reports it (`SO_RCVBUF`; the fabric asked for
+    /// [`super::SOCKET_RCVBUF`]).
+    pub fn receive_buffer(&self) -> Result<usize, FabricError> {
+        super::receive_buffer(&self.socket)
+    }
+
     fn rx(&self) -> MutexGuard<'_, RxState> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -799,6 +799,7 @@ impl Options {
             fabric_port: self.fabric_port.unwrap_or(DEFAULT_FABRIC_PORT),
             timeout: Duration::from_secs_f64(self.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
             events: self.events,
+            srd: matches!(self.family(), device_open::Family::Efa(_)),
         }
     }
 

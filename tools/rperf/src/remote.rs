@@ -1123,6 +1123,8 @@ fn serve_conn<D: Device>(
             req.rx_depth,
             u64::MAX,
         )?;
+        // SRD delivers SENDs in any order.
+        resp.unordered = s.id.qp_type() == QpType::Srd;
         // The responder's receive ring takes the client's DONE, else it gets one of its own.
         if !resp.has_ring() {
             s.post_recv(CTRL_WR, s.ctrl(), 8)?;

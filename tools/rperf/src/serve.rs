@@ -387,6 +387,45 @@ mod tests {
     use crate::setup::{Pair, QpConfig};
 
     #[test]
+    fn send_bw_on_an_unordered_transport_takes_the_clients_slots_in_any_order() {
+        let size = 256;
+        let qp = QpConfig {
+            sq: 8,
+            rq: 8,
+            inline: 0,
+            mtu: None,
+        };
+        let mut pair = Pair::new(bw::slots(size) * size, &qp, 1).unwrap();
+        {
+            let s = &mut pair.lanes[0].1;
+            let put = |s: &mut crate::setup::End<_>, slot: usize, from: usize| {
+                let data = s.peer_pattern(size, from);
+                let at = s.dst_off(slot, size);
+                s.buf.mem.write(at, &data).unwrap();
+            };
+            // In order: both checks pass.
+            put(s, 0, 0);
+            put(s, 1, 1);
+            assert_eq!(check(s, Test::SendBw, size, 2), Ok(()));
+            assert_eq!(check_unordered(s, size, 2), Ok(()));
+            // The two messages swapped (a retransmitted one took the next receive).
+            put(s, 0, 1);
+            put(s, 1, 0);
+            assert!(check(s, Test::SendBw, size, 2).is_err());
+            assert_eq!(check_unordered(s, size, 2), Ok(()));
+            // A byte that no slot of the client holds there fails either way.
+            let at = s.dst_off(1, size) + 7;
+            let b = s.buf.mem.read_u8(at).unwrap();
+            s.buf.mem.write_u8(at, !b).unwrap();
+            let e = check_unordered(s, size, 2).unwrap_err();
+            assert!(e.contains("slot 1 (unordered"), "{e}");
+            // Slots beyond the messages counted are not looked at.
+            assert_eq!(check_unordered(s, size, 1), Ok(()));
+        }
+        pair.teardown().unwrap();
+    }
+
+    #[test]
     fn the_responder_holds_the_clients_count_against_its_own() {
         for test in [Test::SendLat, Test::WriteLat, Test::SendBw] {
             let size = 64;

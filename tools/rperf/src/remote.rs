@@ -15,6 +15,13 @@
 //!   immediate data `DONE`; the server checks its DST (or counter) and WRITEs its verdict into
 //!   the client's CTRL with immediate `VRFY`. "data verified: yes" needs both sides' checks.
 //!
+//! On an EFA (`--device efa`) the ids are SRD ids of the UDP port space (EFA has no RC): the
+//! manager resolves the service with SIDR and each id remembers its peer, so the exchange
+//! posts as on RC. SRD is unordered, so nothing here infers one completion from another
+//! (the end-of-run waits take the control write's completion and the verdict in either
+//! order) and `send_bw`'s check accepts the client's slots in any receive; inline data stays
+//! within the device's; `atomic_lat` is refused (EFA has no atomics).
+//!
 //! The UDP fabric has no ARP: an emulated NIC's MAC is derived from its address
 //! ([`mac_for`]) and each end enters its /24's MACs in the manager's neighbour table.
 

@@ -10,10 +10,8 @@
 //! * SRD: every message is numbered in its context (sender QP incarnation, destination
 //!   address and QP); the responder remembers the outcome of the last [`DEDUP_WINDOW`]
 //!   messages of a context and answers a duplicate with it without delivering it again. The
-//!   requester retransmits what is unacknowledged after [`RTO_NS`], the timeout doubling
-//!   with each retransmission up to [`RTO_MAX_DOUBLINGS`] times, [`MAX_RETRIES`] times, then
-//!   completes with LOCAL_ERROR_UNRESP_REMOTE (about a second without an answer: a peer
-//!   emulated in another process on a loaded host may not run for tens of milliseconds). A NAK with REMOTE_ERROR_RNR is retried
+//!   requester retransmits what is unacknowledged every [`RTO_NS`], [`MAX_RETRIES`] times,
+//!   then completes with LOCAL_ERROR_UNRESP_REMOTE. A NAK with REMOTE_ERROR_RNR is retried
 //!   after [`RNR_DELAY_NS`] while the QP's `rnr_retry` allows (7: for ever);
 //! * RDMA read and write move up to `max_rdma_size` bytes in chunks of at most the MTU, each
 //!   acknowledged (write) or answered (read) on its own; a lost chunk is asked for again;
@@ -43,9 +41,6 @@ use super::{Device, DeviceError};
 
 /// SRD retransmission timeout.
 pub const RTO_NS: u64 = 1_000_000;
-/// Doublings of the retransmission timeout (1 ms up to 256 ms): the device gives up after
-/// about 1 s without an answer.
-pub const RTO_MAX_DOUBLINGS: u8 = 8;
 /// Retransmissions before an SRD operation fails with LOCAL_ERROR_UNRESP_REMOTE.
 pub const MAX_RETRIES: u8 = 10;
 /// Delay before an SRD send that met an RNR NAK is tried again.
@@ -788,7 +783,7 @@ impl Device {
                 continue;
             }
             p.retries += 1;
-            p.deadline = now.saturating_add(RTO_NS << p.retries.min(RTO_MAX_DOUBLINGS));
+            p.deadline = now.saturating_add(RTO_NS);
             let again: Vec<Vec<u8>> = if p.local.is_some() {
                 p.frames.clone()
             } else {

@@ -58,7 +58,7 @@ use std::sync::Arc;
 use crate::{AddressSpace, DmaFault};
 use firmware_interface::efa::{feature, pci};
 
-pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_MAX_DOUBLINGS, RTO_NS};
+pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_NS};
 pub use shm::{HEADER_LEN, HEADER_OFF, MAGIC, ShmHeader, ShmLayout};
 
 /// BAR of the low-latency send queues.

@@ -336,7 +336,8 @@ impl EfaTestbed {
     /// profile's queues' LLQs): the driver's fast path stores WQEs straight into it.
     pub fn probe_mapped(&self, config: efa::Config) -> Result<EfaDevice, efa::Error> {
         let p = self.device().profile().clone();
-        let len = p.max_qp as usize * p.max_llq_size as usize;
+        // QP numbers start at 1: the LLQ of QP `max_qp` ends at `(max_qp + 1) * max_llq_size`.
+        let len = (p.max_qp as usize + 1) * p.max_llq_size as usize;
         let map = LlqMapping::per_queue(len, p.max_llq_size as usize);
         self.probe_with(config, Some(map))
     }
@@ -513,7 +514,8 @@ impl EfaPortNic {
         config: efa::Config,
     ) -> Result<efa::Device<EfaRegs, P>, efa::Error> {
         let p = self.device().profile().clone();
-        let len = p.max_qp as usize * p.max_llq_size as usize;
+        // QP numbers start at 1: the LLQ of QP `max_qp` ends at `(max_qp + 1) * max_llq_size`.
+        let len = (p.max_qp as usize + 1) * p.max_llq_size as usize;
         let config = efa::Config {
             device_id: if config.device_id == 0 {
                 p.device_id

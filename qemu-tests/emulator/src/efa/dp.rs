@@ -10,8 +10,11 @@
 //! * SRD: every message is numbered in its context (sender QP incarnation, destination
 //!   address and QP); the responder remembers the outcome of the last [`DEDUP_WINDOW`]
 //!   messages of a context and answers a duplicate with it without delivering it again. The
-//!   requester retransmits what is unacknowledged every [`RTO_NS`], [`MAX_RETRIES`] times,
-//!   then completes with LOCAL_ERROR_UNRESP_REMOTE. A NAK with REMOTE_ERROR_RNR is retried
+//!   requester retransmits what is unacknowledged [`MAX_RETRIES`] times, waiting [`RTO_NS`]
+//!   before the first and doubling the wait each time up to [`RTO_MAX_NS`] ([`rto_after`]:
+//!   about 1.5 s in all, so a peer descheduled for a moment on a loaded host, or an ARP
+//!   exchange on an Ethernet link, is not mistaken for a dead one), then completes with
+//!   LOCAL_ERROR_UNRESP_REMOTE. A NAK with REMOTE_ERROR_RNR is retried
 //!   after [`RNR_DELAY_NS`] while the QP's `rnr_retry` allows (7: for ever);
 //! * RDMA read and write move up to `max_rdma_size` bytes in chunks of at most the MTU, each
 //!   acknowledged (write) or answered (read) on its own; a lost chunk is asked for again;
@@ -39,8 +42,18 @@ use firmware_interface::{Le16, Le32};
 use super::wire::{self, Hdr};
 use super::{Device, DeviceError};
 
-/// SRD retransmission timeout.
+/// SRD retransmission timeout of a first transmission.
 pub const RTO_NS: u64 = 1_000_000;
+/// The longest SRD retransmission timeout (the doubling stops there).
+pub const RTO_MAX_NS: u64 = 512 * RTO_NS;
+
+/// The wait before retransmitting again after `retries` retransmissions: [`RTO_NS`] doubled
+/// per retransmission, at most [`RTO_MAX_NS`].
+pub const fn rto_after(retries: u8) -> u64 {
+    let shift = if retries > 9 { 9 } else { retries as u32 };
+    let t = RTO_NS << shift;
+    if t > RTO_MAX_NS { RTO_MAX_NS } else { t }
+}
 /// Retransmissions before an SRD operation fails with LOCAL_ERROR_UNRESP_REMOTE.
 pub const MAX_RETRIES: u8 = 10;
 /// Delay before an SRD send that met an RNR NAK is tried again.
@@ -783,7 +796,7 @@ impl Device {
                 continue;
             }
             p.retries += 1;
-            p.deadline = now.saturating_add(RTO_NS);
+            p.deadline = now.saturating_add(rto_after(p.retries));
             let again: Vec<Vec<u8>> = if p.local.is_some() {
                 p.frames.clone()
             } else {

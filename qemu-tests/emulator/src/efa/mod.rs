@@ -58,7 +58,7 @@ use std::sync::Arc;
 use crate::{AddressSpace, DmaFault};
 use firmware_interface::efa::{feature, pci};
 
-pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_NS};
+pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_MAX_NS, RTO_NS, rto_after};
 pub use shm::{HEADER_LEN, HEADER_OFF, MAGIC, ShmHeader, ShmLayout};
 
 /// BAR of the low-latency send queues.

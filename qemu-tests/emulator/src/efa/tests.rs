@@ -1240,3 +1240,19 @@ fn cq_doorbells_arm_only_interrupt_mode_cqs() {
         Some(&DeviceError::ArmWithoutEq { cq: plain })
     );
 }
+
+#[test]
+fn srd_retransmission_backs_off_to_a_cap_and_gives_up_after_about_one_and_a_half_seconds() {
+    use super::{MAX_RETRIES, RTO_MAX_NS, RTO_NS, rto_after};
+    assert_eq!(rto_after(0), RTO_NS);
+    assert_eq!(rto_after(1), 2 * RTO_NS);
+    assert_eq!(rto_after(9), RTO_MAX_NS);
+    assert_eq!(rto_after(u8::MAX), RTO_MAX_NS);
+    // The first wait, then one per retransmission: long enough for a descheduled peer or an
+    // ARP exchange, short enough for a test of an unreachable peer.
+    let total: u64 = RTO_NS + (1..=MAX_RETRIES).map(rto_after).sum::<u64>();
+    assert!(
+        (1_000 * RTO_NS..=2_000 * RTO_NS).contains(&total),
+        "{total}"
+    );
+}

@@ -276,7 +276,9 @@ Modes (times are wall-clock):
     of at most the MTU, inline data of at most 32 bytes).
   SERVER / CLIENT: one end per process, each with its own NIC: an emulated one
     on the UDP fabric (a socket at BIND:FABRIC_PORT in 127.0.0.0/8) or a real
-    one (--device vfio:BDF), connected through the connection manager. The
+    one (--device vfio:BDF), connected through the connection manager (RC
+    ids; with --device efa an emulated EFA and SRD ids of the UDP port space:
+    no atomics, no -R, inline data of at most the device's). The
     client's test and options govern; a server given a TEST serves only that
     test; it serves the client's connections (one per test and size) and exits
     after its last one. Both ends check what arrived.
@@ -799,6 +801,7 @@ impl Options {
             fabric_port: self.fabric_port.unwrap_or(DEFAULT_FABRIC_PORT),
             timeout: Duration::from_secs_f64(self.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
             events: self.events,
+            srd: matches!(self.family(), device_open::Family::Efa(_)),
         }
     }
 

@@ -191,6 +191,13 @@ fn run_remote<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<boo
 /// perftest's rdma_cm exchange (`-R`): one run as the client or the server.
 fn run_perftest<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
     let test = o.test.ok_or("-R needs a test")?;
+    if net.srd {
+        return Err(
+            "-R (perftest's rdma_cm exchange) needs RC QPs, which an EFA does not have: \
+                    run rperf's own exchange (without -R) on --device efa"
+                .into(),
+        );
+    }
     let p = perftest::Params {
         test,
         size: o.sizes(test)[0],
@@ -276,6 +283,9 @@ fn run_perftest<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<b
 /// The server: connections until the client's last one; the `-q` connections of one run
 /// are served concurrently, one thread each.
 fn serve<D: Device>(o: &Options, net: &Net, local: &Local<D>) -> Result<bool, BoxError> {
+    if let Some(t) = o.test {
+        local.can_run(t)?;
+    }
     let listener = remote::listen(local, net)?;
     // On stderr, so that stdout stays the results (JSON Lines with --json).
     eprintln!(
@@ -484,6 +494,7 @@ mod embedded {
                     fw: pair.fw,
                     local: side(c),
                     remote: side(s),
+                    srd: matches!(o.family(), device_open::Family::Efa(_)),
                 };
                 emit(progress, &report::banner(&info, &bi))?;
                 emit(progress, &report::header(test))?;
@@ -587,8 +598,13 @@ impl<D: Device> Exec for Client<'_, D> {
         banner: bool,
         progress: &mut Progress,
     ) -> Result<(RunInfo, Outcome), BoxError> {
-        let inline = o.inline(test);
-        let info = run_info(o, test, setup::MAX_RD_ATOMIC, self.local.mtu, self.mode());
+        self.local.can_run(test)?;
+        // On EFA at most the device's inline amount.
+        let inline = self.local.inline(o.inline(test), self.net);
+        let info = RunInfo {
+            inline,
+            ..run_info(o, test, setup::MAX_RD_ATOMIC, self.local.mtu, self.mode())
+        };
         let qps = o.qps();
         let run = remote::ClientRun {
             test,
@@ -608,7 +624,7 @@ impl<D: Device> Exec for Client<'_, D> {
             verbs::Gid::from_ipv4(self.local.ip.octets()),
             verbs::Gid::from_ipv4(self.peer.octets()),
         );
-        let device = self.device;
+        let (device, srd) = (self.device, self.net.srd);
         let on_connected = |a: &remote::Addresses| -> std::io::Result<()> {
             if !banner {
                 return Ok(());
@@ -631,6 +647,7 @@ impl<D: Device> Exec for Client<'_, D> {
                     vaddr: a.remote.1,
                     gid: peer_gid,
                 },
+                srd,
             };
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", report::banner(&info, &bi))?;

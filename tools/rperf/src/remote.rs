@@ -15,6 +15,13 @@
 //!   immediate data `DONE`; the server checks its DST (or counter) and WRITEs its verdict into
 //!   the client's CTRL with immediate `VRFY`. "data verified: yes" needs both sides' checks.
 //!
+//! On an EFA (`--device efa`) the ids are SRD ids of the UDP port space (EFA has no RC): the
+//! manager resolves the service with SIDR and each id remembers its peer, so the exchange
+//! posts as on RC. SRD is unordered, so nothing here infers one completion from another
+//! (the end-of-run waits take the control write's completion and the verdict in either
+//! order) and `send_bw`'s check accepts the client's slots in any receive; inline data stays
+//! within the device's; `atomic_lat` is refused (EFA has no atomics).
+//!
 //! The UDP fabric has no ARP: an emulated NIC's MAC is derived from its address
 //! ([`mac_for`]) and each end enters its /24's MACs in the manager's neighbour table.
 
@@ -27,7 +34,8 @@ use cm::{
 };
 use device_open::{Device, mac_for};
 use verbs::{
-    AccessFlags, MemoryRegion, Provider, QpCap, SendFlags, Sge, WcOpcode, WorkCompletion, WrOpcode,
+    AccessFlags, MemoryRegion, Provider, QpCap, QpType, SendFlags, Sge, WcOpcode, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::bw::{self, BwConfig, BwRun};
@@ -87,6 +95,10 @@ pub struct Net {
     /// Event mode (`-e`): wait for completions on completion channels (the thread sleeps
     /// until the NIC's interrupt) instead of polling the CQs.
     pub events: bool,
+    /// The device is an EFA (`--device efa`): the ids are SRD ids of the UDP port space
+    /// (EFA has no RC; the connection manager resolves the service with SIDR and each id
+    /// remembers its peer, so posts need no destination).
+    pub srd: bool,
 }
 
 pub(crate) fn cm_err(what: &'static str) -> impl FnOnce(cm::Error) -> Error {
@@ -105,6 +117,22 @@ pub struct Local<D: Device> {
     pub ip: Ipv4Addr,
     /// What the NIC is, for the banner.
     pub label: String,
+    /// Most inline bytes of a send the device takes.
+    pub max_inline: u32,
+    /// The device has atomic operations (an EFA has none).
+    pub atomics: bool,
+}
+
+/// The device's inline limit and whether it has atomics.
+fn limits<P: Provider>(dev: &P) -> Result<(u32, bool)> {
+    let attr = Provider::query_device(dev).map_err(|err| Error::Verbs {
+        what: "query_device",
+        err,
+    })?;
+    Ok((
+        attr.max_inline_data,
+        attr.atomic_cap != verbs::AtomicCap::None,
+    ))
 }
 
 impl<D: Device> Local<D> {
@@ -127,6 +155,7 @@ impl<D: Device> Local<D> {
             })?
             .active_mtu
             .bytes();
+        let (max_inline, atomics) = limits(&dev)?;
         let cm = Cm::new(clock, net.cm_config());
         cm.add_device(dev, mac)
             .map_err(|(e, _)| cm_err("add the device to the CM")(e))?;
@@ -143,6 +172,8 @@ impl<D: Device> Local<D> {
             mtu,
             ip,
             label,
+            max_inline,
+            atomics,
         })
     }
 
@@ -150,9 +181,12 @@ impl<D: Device> Local<D> {
     /// NIC, whose neighbours ARP finds): `cm` (a handle to it) and the device's id there.
     #[cfg(feature = "emulator")]
     pub fn on_cm(cm: Cm<D>, dev: cm::DeviceId, ip: Ipv4Addr, label: String) -> Result<Self> {
-        let (fw, port) = cm
-            .with_provider(dev, |d| (d.fw_version(), Provider::query_port(d, 1)))
+        let (fw, port, lim) = cm
+            .with_provider(dev, |d| {
+                (d.fw_version(), Provider::query_port(d, 1), limits(d))
+            })
             .map_err(cm_err("the device in the CM"))?;
+        let (max_inline, atomics) = lim?;
         let mtu = port
             .map_err(|err| Error::Verbs {
                 what: "query_port",
@@ -166,8 +200,38 @@ impl<D: Device> Local<D> {
             mtu,
             ip,
             label,
+            max_inline,
+            atomics,
         })
     }
+}
+
+impl<D: Device> Local<D> {
+    /// The inline threshold of a run that asks for `asked` bytes: on EFA (SRD) at most what
+    /// the device takes (32 bytes on the emulated EFA), elsewhere as asked (a QP the device
+    /// refuses fails with the reason).
+    pub fn inline(&self, asked: u32, net: &Net) -> u32 {
+        if net.srd {
+            asked.min(self.max_inline)
+        } else {
+            asked
+        }
+    }
+
+    /// Refuses a test this device cannot run: `atomic_lat` without atomics (EFA).
+    pub fn can_run(&self, test: Test) -> Result<()> {
+        if test == Test::AtomicLat && !self.atomics {
+            return Err(Error::Check(no_atomics(&self.label)));
+        }
+        Ok(())
+    }
+}
+
+/// Why a device without atomics does not run `atomic_lat`.
+fn no_atomics(device: &str) -> String {
+    format!(
+        "atomic_lat needs atomic operations, which this device ({device}) does not have (EFA's SRD has none)"
+    )
 }
 
 impl Net {
@@ -382,7 +446,13 @@ impl<P: Provider> Conn<P> {
         let mr = id
             .with_verbs(|v| {
                 let pd = v.pd.ok_or(verbs::Error::InvalidArgument)?;
-                v.provider.reg_mr(pd, mem.clone(), ALL_ACCESS)
+                // Every right the device has (an EFA refuses REMOTE_ATOMIC).
+                let access = if v.provider.query_device()?.atomic_cap == verbs::AtomicCap::None {
+                    ALL_ACCESS.difference(AccessFlags::REMOTE_ATOMIC)
+                } else {
+                    ALL_ACCESS
+                };
+                v.provider.reg_mr(pd, mem.clone(), access)
             })
             .map_err(cm_err("reg_mr"))?
             .map_err(|err| Error::Verbs {
@@ -653,8 +723,10 @@ pub fn client<D: Device>(
         test, size, cfg, ..
     } = run;
     let region = region_for(test, size);
+    local.can_run(test)?;
     let hints = AddrInfo {
         ai_src_addr: Some(SocketAddr::from((local.ip, 0))),
+        ai_qp_type: net.srd.then_some(QpType::Srd),
         ..AddrInfo::default()
     };
     let res = getaddrinfo(
@@ -665,6 +737,7 @@ pub fn client<D: Device>(
     .map_err(|e| Error::Check(format!("getaddrinfo {peer}: {e:?}")))?;
     let mut attr = QpInitAttr {
         cap: caps(test, false, cfg.tx_depth, cfg.rx_depth, cfg.inline),
+        qp_type: if net.srd { QpType::Srd } else { QpType::Rc },
         ..QpInitAttr::default()
     };
     let id = local
@@ -705,8 +778,8 @@ pub fn client<D: Device>(
         };
         if let Err(e) = c.id.connect(Some(&param)) {
             let why = match c.id.event().map(|ev| ev.param) {
-                Some(EventParam::Conn(d)) if d.private_data.starts_with(MAGIC) => {
-                    let t = &d.private_data[4..];
+                Some(p) if p.private_data().starts_with(MAGIC) => {
+                    let t = &p.private_data()[4..];
                     let end = t.iter().position(|&b| b == 0).unwrap_or(t.len());
                     format!(": the server says: {}", String::from_utf8_lossy(&t[..end]))
                 }
@@ -721,7 +794,7 @@ pub fn client<D: Device>(
         }
         c.connected = true;
         let rep = match c.id.event().map(|ev| ev.param) {
-            Some(EventParam::Conn(d)) => Rep::decode(&d.private_data)?,
+            Some(p @ (EventParam::Conn(_) | EventParam::Ud(_))) => Rep::decode(p.private_data())?,
             _ => return Err("the server's reply carries no private data".into()),
         };
         if rep.region as usize != region {
@@ -881,6 +954,7 @@ pub struct Served {
 pub fn listen<D: Device>(local: &Local<D>, net: &Net) -> Result<CmId<D>> {
     let passive = AddrInfo {
         ai_flags: RaiFlags::PASSIVE,
+        ai_qp_type: net.srd.then_some(QpType::Srd),
         ..AddrInfo::default()
     };
     let res = getaddrinfo(
@@ -899,7 +973,8 @@ pub fn listen<D: Device>(local: &Local<D>, net: &Net) -> Result<CmId<D>> {
 
 fn reject_with<P: Provider>(id: &CmId<P>, why: &str) {
     let mut b = Vec::from(&MAGIC[..]);
-    b.extend_from_slice(&why.as_bytes()[..why.len().min(140)]);
+    // Within a SIDR REP's 136 bytes of private data (SRD) as well as a REJ's 148.
+    b.extend_from_slice(&why.as_bytes()[..why.len().min(128)]);
     let _ = id.reject(&b);
 }
 
@@ -917,10 +992,10 @@ fn next_request<D: Device>(
         .get_request()
         .map_err(cm_err("get_request (waiting for a client)"))?;
     let peer = id.dst_addr();
-    let pd = match id.event().map(|e| e.param) {
-        Some(EventParam::Conn(d)) => d.private_data,
-        _ => Vec::new(),
-    };
+    let pd = id
+        .event()
+        .map(|e| e.param.private_data().to_vec())
+        .unwrap_or_default();
     let req = match Req::decode(&pd) {
         Ok(r) => r,
         Err(e) => {
@@ -1020,8 +1095,15 @@ fn serve_conn<D: Device>(
     let peer = id.dst_addr();
     let size = req.size as usize;
     let region = req.region as usize;
+    if req.test == Test::AtomicLat && !local.atomics {
+        let why = no_atomics(&local.label);
+        reject_with(&id, "the server's device has no atomics");
+        return Err(why.into());
+    }
+    // The id's type: SRD on an EFA (the listener's), else RC.
     let mut attr = QpInitAttr {
         cap: caps(req.test, true, req.tx_depth, req.rx_depth, req.inline),
+        qp_type: id.qp_type(),
         ..QpInitAttr::default()
     };
     if let Err(e) = id.create_qp(None, &mut attr) {
@@ -1048,6 +1130,8 @@ fn serve_conn<D: Device>(
             req.rx_depth,
             u64::MAX,
         )?;
+        // SRD delivers SENDs in any order.
+        resp.unordered = s.id.qp_type() == QpType::Srd;
         // The responder's receive ring takes the client's DONE, else it gets one of its own.
         if !resp.has_ring() {
             s.post_recv(CTRL_WR, s.ctrl(), 8)?;

@@ -58,6 +58,8 @@ pub struct BannerInfo<'a> {
     pub local: Side,
     /// The other end.
     pub remote: Side,
+    /// The QPs are EFA's SRD (reliable datagram) rather than ConnectX's RC.
+    pub srd: bool,
 }
 
 /// perftest's way of printing a GID: 16 decimal bytes.
@@ -93,12 +95,17 @@ pub fn banner(info: &RunInfo, bi: &BannerInfo<'_>) -> String {
     let _ = writeln!(b, "{RULE}");
     let _ = writeln!(b, "{:>20}{}", "", info.test.title());
     let _ = writeln!(b, " Mode            : {}", bi.mode);
+    let (transport, connection) = if bi.srd { ("EFA", "SRD") } else { ("IB", "RC") };
     let _ = writeln!(
         b,
-        " Device          : {} (fw {maj}.{min}.{sub})\tTransport type : IB",
+        " Device          : {} (fw {maj}.{min}.{sub})\tTransport type : {transport}",
         bi.device
     );
-    let _ = writeln!(b, " Number of qps   : {}\t\tConnection type : RC", info.qps);
+    let _ = writeln!(
+        b,
+        " Number of qps   : {}\t\tConnection type : {connection}",
+        info.qps
+    );
     if info.test.is_lat() {
         let _ = writeln!(b, " TX depth        : 1");
     } else {

@@ -9,7 +9,7 @@ use crate::bw;
 use crate::cli::Test;
 use crate::lat::{self, LAT_RQ, LAT_SQ};
 use crate::port::{Pace, Port, Request, Target, Wait};
-use crate::setup::{Result, check_ok, compare};
+use crate::setup::{Result, check_ok, compare, fnv1a};
 
 /// A verdict: `Ok` when every check passed, else the first failure.
 pub type Verdict = std::result::Result<(), String>;
@@ -190,6 +190,9 @@ pub struct Responder {
     pub q: Queue,
     /// Pings answered.
     pub answered: u64,
+    /// Messages may land out of order (EFA's SRD: a retransmitted SEND takes the receive
+    /// posted next): `send_bw`'s check accepts any of the sender's slots in a DST slot.
+    pub unordered: bool,
     bad: Option<String>,
     wc: [WorkCompletion; 64],
 }
@@ -227,6 +230,7 @@ impl Responder {
             ring,
             q,
             answered: 0,
+            unordered: false,
             bad: None,
             wc: [WorkCompletion::default(); 64],
         })
@@ -288,6 +292,9 @@ impl Responder {
                 "{received} messages received, the client sent {count}"
             )));
         }
+        if self.unordered && self.test == Test::SendBw {
+            return Ok(check_unordered(e, self.size, count));
+        }
         Ok(check(e, self.test, self.size, count))
     }
 
@@ -295,6 +302,37 @@ impl Responder {
     pub fn drain<E: Port, P: Pace>(&mut self, e: &mut E, pace: &P) -> Result<()> {
         self.q.drain(e, &mut self.wc, pace, &mut self.bad)
     }
+}
+
+/// `send_bw`'s check on an unordered transport after `count` messages: each DST slot a
+/// receive used holds, whole, one of the slots the client sends from (which one depends on
+/// the order the messages arrived in).
+pub fn check_unordered<E: Port>(e: &E, size: usize, count: u64) -> Verdict {
+    let slots = bw::slots(size);
+    let sums: Vec<u64> = (0..slots)
+        .map(|slot| fnv1a(&e.peer_pattern(size, slot)))
+        .collect();
+    let used = slots.min(usize::try_from(count).unwrap_or(usize::MAX));
+    for slot in 0..used {
+        let got = e
+            .read(e.dst_off(slot, size), size)
+            .map_err(|x| x.to_string())?;
+        let sum = fnv1a(&got);
+        match sums.iter().position(|&s| s == sum) {
+            Some(k) if got == e.peer_pattern(size, k) => {}
+            _ => {
+                // Report it against the slot in order, the likeliest.
+                compare(
+                    &got,
+                    &e.peer_pattern(size, slot),
+                    &format!(
+                        "client -> server, slot {slot} (unordered: no slot of the client matches)"
+                    ),
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The passive end's check of its buffer after `count` iterations of `test` at `size`.
@@ -347,6 +385,45 @@ mod tests {
     use crate::cli::Plan;
     use crate::progress::Progress;
     use crate::setup::{Pair, QpConfig};
+
+    #[test]
+    fn send_bw_on_an_unordered_transport_takes_the_clients_slots_in_any_order() {
+        let size = 256;
+        let qp = QpConfig {
+            sq: 8,
+            rq: 8,
+            inline: 0,
+            mtu: None,
+        };
+        let mut pair = Pair::new(bw::slots(size) * size, &qp, 1).unwrap();
+        {
+            let s = &mut pair.lanes[0].1;
+            let put = |s: &mut crate::setup::End<_>, slot: usize, from: usize| {
+                let data = s.peer_pattern(size, from);
+                let at = s.dst_off(slot, size);
+                s.buf.mem.write(at, &data).unwrap();
+            };
+            // In order: both checks pass.
+            put(s, 0, 0);
+            put(s, 1, 1);
+            assert_eq!(check(s, Test::SendBw, size, 2), Ok(()));
+            assert_eq!(check_unordered(s, size, 2), Ok(()));
+            // The two messages swapped (a retransmitted one took the next receive).
+            put(s, 0, 1);
+            put(s, 1, 0);
+            assert!(check(s, Test::SendBw, size, 2).is_err());
+            assert_eq!(check_unordered(s, size, 2), Ok(()));
+            // A byte that no slot of the client holds there fails either way.
+            let at = s.dst_off(1, size) + 7;
+            let b = s.buf.mem.read_u8(at).unwrap();
+            s.buf.mem.write_u8(at, !b).unwrap();
+            let e = check_unordered(s, size, 2).unwrap_err();
+            assert!(e.contains("slot 1 (unordered"), "{e}");
+            // Slots beyond the messages counted are not looked at.
+            assert_eq!(check_unordered(s, size, 1), Ok(()));
+        }
+        pair.teardown().unwrap();
+    }
 
     #[test]
     fn the_responder_holds_the_clients_count_against_its_own() {

@@ -384,3 +384,118 @@ fn event_mode_needs_two_processes_and_a_cq_to_wait_on() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn efa_every_test_as_two_processes_over_srd() {
+    // --device efa: an emulated EFA per process on the UDP fabric, SRD ids in the UDP port
+    // space through the connection manager; the control exchange (RDMA WRITEs with
+    // immediate) on SRD, both ends' checks passing.
+    let (sip, cip, port) = ("127.0.7.51", "127.0.7.50", 47_020);
+    let efa = ["--device", "efa"];
+    for t in [
+        "send_lat",
+        "write_lat",
+        "read_lat",
+        "send_bw",
+        "write_bw",
+        "read_bw",
+    ] {
+        let srv = server(&[&[t, "--json"][..], &efa].concat(), sip, port);
+        let mut args = vec![t, "-n", "30", "-s", "200", "--json"];
+        if t.ends_with("_bw") {
+            args.extend(["-t", "8"]);
+        }
+        args.extend(efa);
+        let out = client(&args, sip, cip, port);
+        let (code, sout, serr) = srv.finish();
+        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
+            out.status
+        );
+        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
+        let v = &json_lines(&cout)[0];
+        assert_eq!(v["test"], t, "{v}");
+        assert_eq!(v["iterations"].as_u64(), Some(30), "{v}");
+        assert_eq!(v["data_verified"], true, "{v}");
+        assert!(cerr.contains(&format!("{t}: data verified: yes")), "{cerr}");
+        let s = &json_lines(&sout)[0];
+        assert_eq!(s["test"], t, "{s}");
+        assert_eq!(s["iterations"].as_u64(), Some(30), "{s}");
+        assert_eq!(s["data_verified"], true, "{s}");
+    }
+    // The banner names SRD, and send_lat's inline threshold is the device's (32 bytes).
+    let srv = server(&[&["send_lat"][..], &efa].concat(), sip, port);
+    let out = client(
+        &[&["send_lat", "-n", "20", "-s", "16"][..], &efa].concat(),
+        sip,
+        cip,
+        port,
+    );
+    let (code, sout, serr) = srv.finish();
+    let cout = text(&out.stdout);
+    assert!(out.status.success(), "{cout}\n{}", text(&out.stderr));
+    assert_eq!(code, Some(0), "{sout}\n{serr}");
+    assert!(cout.contains("Transport type : EFA"), "{cout}");
+    assert!(cout.contains("Connection type : SRD"), "{cout}");
+    assert!(!cout.contains("Connection type : RC"), "{cout}");
+    assert!(cout.contains("Max inline data : 32[B]"), "{cout}");
+    assert!(cout.ends_with("data verified: yes\n"), "{cout}");
+    assert!(sout.contains("data verified: yes"), "{sout}");
+    // Two connections on two threads, each an SRD id of its own.
+    let srv = server(&efa, sip, port);
+    let out = client(
+        &[
+            &["write_bw", "-q", "2", "-n", "20", "-s", "4096", "-t", "8"][..],
+            &efa,
+        ]
+        .concat(),
+        sip,
+        cip,
+        port,
+    );
+    let (code, sout, serr) = srv.finish();
+    let cout = text(&out.stdout);
+    assert!(out.status.success(), "{cout}\n{}", text(&out.stderr));
+    assert_eq!(code, Some(0), "{sout}\n{serr}");
+    assert!(cout.contains("Number of qps   : 2"), "{cout}");
+    assert!(cout.ends_with("data verified: yes\n"), "{cout}");
+}
+
+#[test]
+fn efa_refuses_atomics_and_perftests_rc_exchange_with_a_reason() {
+    // No atomics on EFA: either end says so before any connection.
+    let run = |args: &[&str]| {
+        Command::new(EXE)
+            .args(args)
+            .args([
+                "--device",
+                "efa",
+                "--fabric-port",
+                "47021",
+                "--timeout",
+                "1",
+            ])
+            .output()
+            .expect("run rperf")
+    };
+    for args in [
+        &["atomic_lat", "127.0.7.53", "--bind", "127.0.7.52"][..],
+        &["atomic_lat", "--server", "--bind", "127.0.7.53"][..],
+    ] {
+        let out = run(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("atomic_lat needs atomic operations") && err.contains("SRD has none"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("listening"), "{err}");
+    }
+    // perftest's exchange (-R) is RC's.
+    let out = run(&["write_bw", "-R", "127.0.7.53", "--bind", "127.0.7.52"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("needs RC QPs"), "{err}");
+}

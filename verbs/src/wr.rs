@@ -14,8 +14,10 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Send work request opcode (`enum ibv_wr_opcode`, with its values). New opcodes may be
-/// added; a provider refuses one its QP cannot post with EINVAL.
+/// Send work request opcode (`enum ibv_wr_opcode`, with its values except `SendWithInv`:
+/// 7 here, `IBV_WR_SEND_WITH_INV` is 9 (libibverbs' 7 and 8, LOCAL_INV and BIND_MW, are not
+/// in this layer; the values stay below 8, which a provider's per-opcode tables use). New
+/// opcodes may be added; a provider refuses one its QP cannot post with EINVAL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]
@@ -40,7 +42,7 @@ pub enum WrOpcode {
     /// `imm_data`'s union). RC only; the receiver's completion has [`WcFlags::WITH_INV`] and
     /// the rkey. A provider without it refuses the request (mlx5: UD/GSI EINVAL; EFA:
     /// EOPNOTSUPP).
-    SendWithInv = 9,
+    SendWithInv = 7,
 }
 
 /// The remote memory a send work request operates on (`ibv_send_wr.wr.rdma` /

@@ -59,9 +59,9 @@ const INLINE_OK: u8 = 1;
 /// `WrEnt::flags`: an atomic (exactly one 8-byte SGE).
 const ATOMIC: u8 = 2;
 
-/// Entries of a QP's work-request table: one per `WrOpcode` value (16) and combination of
+/// Entries of a QP's work-request table: one per `WrOpcode` value (8) and combination of
 /// `SendFlags` bits 3:0 (FENCE, SIGNALED, SOLICITED, INLINE), flags major.
-pub(crate) const WR_SHAPES: usize = 256;
+pub(crate) const WR_SHAPES: usize = 128;
 
 /// What a QP does with a work request of one opcode and set of flags (`SqState::wrs`,
 /// indexed by `shape`), with everything the WQE takes from them and the QP precomputed.
@@ -93,11 +93,12 @@ pub(crate) struct WrEnt {
 /// The `SqState::wrs` index of a work request.
 #[inline(always)]
 fn shape(opcode: WrOpcode, flags: u32) -> usize {
-    // Flags above the opcode: `flags * 16 + opcode` is one address computation.
-    (((flags & 15) as usize) << 4) | opcode as usize
+    // Flags above the opcode: `flags * 8 + opcode` is one address computation.
+    (((flags & 15) as usize) << 3) | opcode as usize
 }
 
-const _: () = assert!(WrOpcode::SendWithInv as usize <= 15);
+const _: () =
+    assert!(WrOpcode::AtomicFetchAndAdd as usize <= 7 && WrOpcode::SendWithInv as usize <= 7);
 
 /// Fills `t`, the work-request table of a QP of type `ud` with QPN `qpn`, `max_sge` data
 /// segments per WQE and (`sig_all`) every WQE signalled.
@@ -110,7 +111,7 @@ pub(crate) fn fill_wr_table(
 ) {
     use verbs::WcOpcode as W;
     // (opcode, completion opcode, hdr, kind, immediate, flags) per `WrOpcode`.
-    let mut ops = [(0u8, W::Send, 1u8, 0u8, false, 0u8); 16];
+    let mut ops = [(0u8, W::Send, 1u8, 0u8, false, 0u8); 8];
     if ud {
         ops[WrOpcode::Send as usize] = (op::SEND, W::Send, 4, KIND_UD, false, INLINE_OK);
         ops[WrOpcode::SendWithImm as usize] = (op::SEND_IMM, W::Send, 4, KIND_UD, true, INLINE_OK);
@@ -139,8 +140,8 @@ pub(crate) fn fill_wr_table(
             (op::ATOMIC_FA, W::FetchAdd, 3, KIND_ATOMIC, false, ATOMIC);
     }
     for (i, e) in t.iter_mut().enumerate() {
-        let (opc, wc, hdr, kind, imm, flags) = ops[i & 15];
-        let f = (i >> 4) as u32;
+        let (opc, wc, hdr, kind, imm, flags) = ops[i & 7];
+        let f = (i >> 3) as u32;
         let fm = fm_ce_se(f, sig_all);
         let policy = match opc {
             op::RDMA_READ => META_READ,

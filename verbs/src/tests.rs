@@ -422,6 +422,7 @@ fn libibverbs_numeric_values() {
         (W::RdmaRead, 4),
         (W::AtomicCmpAndSwp, 5),
         (W::AtomicFetchAndAdd, 6),
+        (W::SendWithInv, 7),
     ] {
         assert_eq!(o as u8, v, "{o:?}");
     }

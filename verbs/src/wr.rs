@@ -14,8 +14,10 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// Send work request opcode (`enum ibv_wr_opcode`, with its values). New opcodes may be
-/// added; a provider refuses one its QP cannot post with EINVAL.
+/// Send work request opcode (`enum ibv_wr_opcode`, with its values except `SendWithInv`:
+/// 7 here, `IBV_WR_SEND_WITH_INV` is 9 (libibverbs' 7 and 8, LOCAL_INV and BIND_MW, are not
+/// in this layer; the values stay below 8, which a provider's per-opcode tables use). New
+/// opcodes may be added; a provider refuses one its QP cannot post with EINVAL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]
@@ -35,6 +37,12 @@ pub enum WrOpcode {
     AtomicCmpAndSwp = 5,
     /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
     AtomicFetchAndAdd = 6,
+    /// `IBV_WR_SEND_WITH_INV`: a send that asks the responder to invalidate the rkey in
+    /// [`SendWr::imm_data`] (host byte order, as `ibv_send_wr.invalidate_rkey`, which shares
+    /// `imm_data`'s union). RC only; the receiver's completion has [`WcFlags::WITH_INV`] and
+    /// the rkey. A provider without it refuses the request (mlx5: UD/GSI EINVAL; EFA:
+    /// EOPNOTSUPP).
+    SendWithInv = 7,
 }
 
 /// The remote memory a send work request operates on (`ibv_send_wr.wr.rdma` /
@@ -109,7 +117,8 @@ impl<A> Copy for UdDest<'_, A> {}
 /// entry) and `sg_list` must be empty. Without INLINE, `inline_data` must be empty.
 ///
 /// `imm_data` is in network byte order, as libibverbs' `__be32 imm_data` (write
-/// `value.to_be()`).
+/// `value.to_be()`), except for [`WrOpcode::SendWithInv`], where it is the rkey to invalidate
+/// in host byte order (libibverbs' `invalidate_rkey`).
 ///
 /// ```
 /// use verbs::{RemoteOp, SendWr, Sge, UdDest, WrOpcode};
@@ -137,7 +146,9 @@ pub struct SendWr<'a, A> {
     pub sg_list: &'a [Sge],
     /// Inline payload (with [`SendFlags::INLINE`]).
     pub inline_data: &'a [u8],
-    /// Immediate data for the *_WITH_IMM opcodes, network byte order.
+    /// Immediate data for the *_WITH_IMM opcodes, network byte order; for
+    /// [`WrOpcode::SendWithInv`] the rkey to invalidate, host byte order (libibverbs'
+    /// `imm_data` / `invalidate_rkey` union).
     pub imm_data: u32,
     /// Remote memory the operation targets.
     pub remote: RemoteOp,

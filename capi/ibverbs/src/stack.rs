@@ -1476,6 +1476,8 @@ impl<D: Device> Backend for Stack<D> {
                 IBV_WR_RDMA_READ => WrOpcode::RdmaRead,
                 IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
                 IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
+                // `invalidate_rkey` shares `imm_data`'s bits, which the work request carries.
+                IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
                 _ => {
                     set_bad(cur);
                     return EINVAL;

@@ -778,7 +778,8 @@ fn refused(op: WrOpcode) -> verbs::Error {
         | WrOpcode::RdmaWrite
         | WrOpcode::RdmaWriteWithImm
         | WrOpcode::AtomicCmpAndSwp
-        | WrOpcode::AtomicFetchAndAdd => verbs::Error::NotSupported,
+        | WrOpcode::AtomicFetchAndAdd
+        | WrOpcode::SendWithInv => verbs::Error::NotSupported,
         _ => verbs::Error::InvalidArgument,
     }
 }

@@ -378,6 +378,50 @@ fn imm_rdma_and_read_wqes() {
 }
 
 #[test]
+fn send_with_invalidate_wqe_carries_the_rkey() {
+    let mut r = rig(4);
+    let qpn = r.qp.qpn();
+    let wrs = [
+        SendWr {
+            opcode: WrOpcode::SendWithInv,
+            imm_data: 0x0012_3456, // the rkey, host order
+            ..send(1, &SG)
+        },
+        SendWr {
+            opcode: WrOpcode::SendWithInv,
+            flags: SendFlags::INLINE | SendFlags::SIGNALED,
+            inline_data: b"resp",
+            imm_data: 0xabcd_ef01,
+            ..SendWr::default()
+        },
+    ];
+    r.post(&wrs).unwrap();
+    let c = r.ctrl(0);
+    assert_eq!(c.opmod_idx_opcode.get(), wqe::opcode::SEND_INVAL as u32);
+    assert_eq!(c.qpn_ds.get(), (qpn << 8) | 2);
+    // the rkey to invalidate, big-endian in the immediate field
+    assert_eq!(c.imm.0, [0x00, 0x12, 0x34, 0x56]);
+    assert_eq!(r.data(0, 1).addr.get(), 0x10_0000);
+    let c = r.ctrl(1);
+    assert_eq!(
+        c.opmod_idx_opcode.get(),
+        (1 << 8) | wqe::opcode::SEND_INVAL as u32
+    );
+    assert_eq!(c.imm.get(), 0xabcd_ef01);
+    assert_eq!(c.fm_ce_se, wqe::CE_CQ_UPDATE);
+    assert_eq!(r.sq_dbrec(), 2);
+    // a datagram QP has no SEND with invalidate
+    let mut u = rig_with(ServiceType::Ud, 4, 4, 2, false);
+    let wr = SendWr {
+        opcode: WrOpcode::SendWithInv,
+        imm_data: 1,
+        ..send(1, &SG)
+    };
+    assert_eq!(u.post(&[wr]), Err((Error::InvalidArgument, 0)));
+    assert_eq!(u.sq_dbrec(), 0);
+}
+
+#[test]
 fn atomic_wqes() {
     let mut r = rig(4);
     let qpn = r.qp.qpn();
@@ -2174,6 +2218,7 @@ fn fast_path_writes_what_the_general_path_writes() {
         for (opcode, remote) in [
             (WrOpcode::Send, RemoteOp::None),
             (WrOpcode::SendWithImm, RemoteOp::None),
+            (WrOpcode::SendWithInv, RemoteOp::None),
             (WrOpcode::RdmaWrite, rdma),
             (WrOpcode::RdmaWriteWithImm, rdma),
             (WrOpcode::RdmaRead, rdma),

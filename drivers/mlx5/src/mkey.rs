@@ -27,6 +27,10 @@ impl MkeyAccess {
     pub const REMOTE_READ: MkeyAccess = MkeyAccess(1 << 2);
     /// Remote peers may perform atomics (requires `LOCAL_WRITE`).
     pub const REMOTE_ATOMIC: MkeyAccess = MkeyAccess(1 << 3);
+    /// A SEND with invalidate naming the key may invalidate it (mkc `en_rinval`): the
+    /// device then refuses every later access through it. A key without it is refused by
+    /// such a SEND (the responder's QP and the sender's go to error).
+    pub const REMOTE_INVALIDATE: MkeyAccess = MkeyAccess(1 << 4);
 
     /// Whether every right in `other` is in `self`.
     pub const fn contains(self, other: MkeyAccess) -> bool {
@@ -178,6 +182,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .set(&mut inp, access.contains(MkeyAccess::REMOTE_READ) as u32);
         mkc::RW.at(c).set(&mut inp, remote_w as u32);
         mkc::A.at(c).set(&mut inp, remote_a as u32);
+        mkc::EN_RINVAL.at(c).set(
+            &mut inp,
+            access.contains(MkeyAccess::REMOTE_INVALIDATE) as u32,
+        );
         mkc::ACCESS_MODE_1_0
             .at(c)
             .set(&mut inp, mkc::ACCESS_MODE_MTT);

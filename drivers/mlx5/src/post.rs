@@ -97,7 +97,8 @@ fn shape(opcode: WrOpcode, flags: u32) -> usize {
     (((flags & 15) as usize) << 3) | opcode as usize
 }
 
-const _: () = assert!(WrOpcode::AtomicFetchAndAdd as usize <= 7);
+const _: () =
+    assert!(WrOpcode::AtomicFetchAndAdd as usize <= 7 && WrOpcode::SendWithInv as usize <= 7);
 
 /// Fills `t`, the work-request table of a QP of type `ud` with QPN `qpn`, `max_sge` data
 /// segments per WQE and (`sig_all`) every WQE signalled.
@@ -118,6 +119,10 @@ pub(crate) fn fill_wr_table(
         ops[WrOpcode::Send as usize] = (op::SEND, W::Send, 1, KIND_NONE, false, INLINE_OK);
         ops[WrOpcode::SendWithImm as usize] =
             (op::SEND_IMM, W::Send, 1, KIND_NONE, true, INLINE_OK);
+        // The rkey to invalidate goes into the immediate field (big-endian): the general
+        // path writes it (`fast_lim` 0 below).
+        ops[WrOpcode::SendWithInv as usize] =
+            (op::SEND_INVAL, W::Send, 1, KIND_NONE, false, INLINE_OK);
         ops[WrOpcode::RdmaWrite as usize] =
             (op::RDMA_WRITE, W::RdmaWrite, 2, KIND_RDMA, false, INLINE_OK);
         ops[WrOpcode::RdmaWriteWithImm as usize] = (
@@ -143,7 +148,9 @@ pub(crate) fn fill_wr_table(
             op::ATOMIC_CS | op::ATOMIC_FA => META_ATOMIC,
             _ => 0,
         };
-        let fast = (kind == KIND_NONE || kind == KIND_RDMA) && f & SendFlags::INLINE.bits() == 0;
+        let fast = (kind == KIND_NONE || kind == KIND_RDMA)
+            && f & SendFlags::INLINE.bits() == 0
+            && opc != op::SEND_INVAL;
         let fast_lim = if fast {
             max_sge.min(4 - hdr as u32) + 1
         } else {
@@ -507,9 +514,17 @@ impl<'q> Slow<'q> {
         let bbs = (ds + 3) >> 2;
         let blk: Block<'_> = ring.block(base);
         blk.put(0, ctrl0(e, cur, ds));
-        // Immediate data is copied as given (network order).
+        // Immediate data is copied as given (network order); SEND_INVAL's rkey (host order)
+        // goes in big-endian.
         blk.put(1, e.seg[1]);
-        blk.put32(3, wr.imm_data & e.imm_mask);
+        blk.put32(
+            3,
+            if opcode == op::SEND_INVAL {
+                wr.imm_data.to_be()
+            } else {
+                wr.imm_data & e.imm_mask
+            },
+        );
 
         let slot = self.slots.at(cur);
         slot.wr_id.store(wr.wr_id, Relaxed);

@@ -391,6 +391,19 @@ fn srd_send_recv_with_immediate() {
             Error::NotSupported
         );
     }
+    // Nor SEND with invalidate.
+    let small = [a.sge(0, 4)];
+    let wr = SendWr {
+        opcode: WrOpcode::SendWithInv,
+        sg_list: &small,
+        imm_data: b.mr.rkey(),
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    assert_eq!(
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap_err().error,
+        Error::NotSupported
+    );
     // A wrong Q_Key on SRD: the sender learns it (bad destination QPN), nothing delivered.
     let sge = [a.sge(0, 4)];
     let wr = SendWr {

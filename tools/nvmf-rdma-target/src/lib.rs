@@ -20,8 +20,11 @@
 //! The threaded tool (`nvmf-rdma`'s `target` module: one thread per queue, synchronous ids)
 //! and the polled loop run the same [`admit`] and [`QueueConn`]: there is one target.
 //!
-//! SEND with invalidate: the verbs layer has no such opcode, so the target answers a keyed SGL
-//! with the invalidate subtype with a plain SEND and the host's registration stays valid.
+//! SEND with invalidate: a command whose keyed SGL has the invalidate subtype (0xF) and a
+//! length other than 0 is answered with SEND with invalidate of that key (as nvmet does), any
+//! other with a plain SEND. The host's device invalidates the key (a Linux host's FRWR
+//! registration); our own host never asks (its buffers are ordinary registrations, which
+//! cannot be invalidated remotely).
 #![no_std]
 
 extern crate alloc;
@@ -401,7 +404,12 @@ impl<D: Provider> QueueConn<D> {
         } else {
             None
         };
-        // A plain SEND also when the host asked for invalidation (see the crate doc).
+        // SEND with invalidate of the host's key when its keyed SGL asked for it (subtype
+        // 0xF, length not 0), as nvmet does; else a plain SEND.
+        let (opcode, imm_data) = match r.invalidate {
+            Some(key) => (WrOpcode::SendWithInv, key),
+            None => (WrOpcode::Send, 0),
+        };
         // SAFETY: the slot's previous response SEND completed (the slot was free since), so
         // the device does not read this response buffer now; only this queue's owner writes it.
         unsafe { self.resp.mem.write_unsync(slot * CQE_SIZE, &r.cqe_bytes()) }
@@ -417,9 +425,10 @@ impl<D: Provider> QueueConn<D> {
             },
             SendWr {
                 wr_id: WR_SEND | slot as u64,
-                opcode: WrOpcode::Send,
+                opcode,
                 flags: SendFlags::SIGNALED,
                 sg_list: &cqe_sge,
+                imm_data,
                 ..SendWr::default()
             },
         ];

@@ -90,6 +90,8 @@ pub struct HostConn<D: Device> {
     /// Unsignalled sends since the last signalled one.
     unsignalled: u32,
     connected: bool,
+    /// Keyed SGLs ask the target to invalidate the key (subtype 0xF).
+    ask_invalidate: bool,
 }
 
 impl<D: Device> HostConn<D> {
@@ -153,6 +155,7 @@ impl<D: Device> HostConn<D> {
             data,
             unsignalled: 0,
             connected: false,
+            ask_invalidate: false,
         };
         for i in 0..depth {
             q.post_recv(i as usize)
@@ -225,6 +228,14 @@ impl<D: Device> HostConn<D> {
         self.data.mem.slice(t * s..t * s + s).ok()
     }
 
+    /// With `on`, keyed SGLs carry the invalidate subtype (0xF): the host asks the target to
+    /// answer with SEND with invalidate of the data buffer's key. Off by default: the buffers
+    /// are ordinary registrations, which a SEND with invalidate cannot invalidate (the device
+    /// refuses it and the queue fails); for tests of a target's answer.
+    pub fn set_ask_invalidate(&mut self, on: bool) {
+        self.ask_invalidate = on;
+    }
+
     /// Sends `sqe` (its command id already set; tag = data slot) with `len` bytes of data in
     /// its data slot: `to_controller` data goes in the capsule when it fits the queue's
     /// in-capsule size, else (and controller-to-host data always) a keyed SGL names the slot;
@@ -264,7 +275,7 @@ impl<D: Device> HostConn<D> {
                 addr: self.data.mr.addr() + (tag * self.cfg.slot_size) as u64,
                 len: len as u32,
                 key: self.data.mr.rkey(),
-                invalidate: false,
+                invalidate: self.ask_invalidate,
             };
         }
         self.send

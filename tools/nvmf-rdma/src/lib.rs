@@ -24,10 +24,10 @@
 //!   several commands at once for the benchmark.
 //! * [`perf`]: the benchmark (fio-like workloads, latency percentiles, JSON).
 //!
-//! SEND with invalidate: the verbs layer has no such opcode (nor local invalidation), so the
-//! target answers a keyed SGL with the invalidate subtype with a plain SEND and the host's
-//! registration stays valid (as a Linux host does when the key is not invalidated remotely, it
-//! would invalidate it itself; our host keeps its buffers registered for the queue's life).
+//! SEND with invalidate: the target answers a keyed SGL with the invalidate subtype (and a
+//! length other than 0) with SEND with invalidate of that key (a Linux host's fast-registration
+//! key). Our host never asks: its buffers are ordinary registrations, kept for the queue's
+//! life, which cannot be invalidated remotely.
 //!
 //! The tools need `std` (threads for the queues, files, sockets); the protocol crate and the
 //! target's queue engine stay `no_std`.

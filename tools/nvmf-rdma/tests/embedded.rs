@@ -463,3 +463,30 @@ fn disconnect_in_the_middle_of_writes_then_reconnect_and_read_back() {
         a.transport.close();
     });
 }
+
+#[test]
+fn an_invalidate_sgl_is_answered_with_send_with_invalidate() {
+    // Our host's buffers are ordinary registrations: asked to invalidate the key, the target
+    // answers with SEND with invalidate, which the host's NIC refuses (remote invalid
+    // request) as a real ConnectX does: the command fails on the transport, not with a
+    // status. A plain SGL (the default) works on a fresh queue.
+    with_target_of(target(), false, |e, dst, _| {
+        let mut admin = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        admin.connect_admin(&params(SUBNQN, 120_000)).unwrap();
+        admin.enable(100).unwrap();
+        admin.transport.set_ask_invalidate(true);
+        match admin.identify_controller() {
+            Err(HostError::Transport(nvmf_rdma::host::XferError::Completion(s))) => {
+                assert_eq!(s, verbs::WcStatus::RemInvReqErr);
+            }
+            other => panic!("identify with an invalidate SGL: {other:?}"),
+        }
+        admin.transport.close();
+        let mut admin = connect_queue(&e.host, dst, admin_cfg()).unwrap();
+        admin.connect_admin(&params(SUBNQN, 120_000)).unwrap();
+        admin.enable(100).unwrap();
+        assert_eq!(admin.identify_controller().unwrap().subnqn, SUBNQN);
+        admin.shutdown().unwrap();
+        admin.transport.close();
+    });
+}

@@ -167,6 +167,11 @@ pub(crate) struct Mkey {
     pub length64: bool,
     /// mkc byte 2: bit 6 a, 5 rw, 4 rr, 3 lw, 2 lr.
     pub access: u8,
+    /// mkc `en_rinval`: a SEND with invalidate may invalidate the key.
+    pub rinval: bool,
+    /// Invalidated by a SEND with invalidate: every access through the key fails (as
+    /// through a free mkey) until it is destroyed.
+    pub invalidated: bool,
     /// Absolute log2 page size (MTT mode).
     pub log_page_size: u8,
     /// Page addresses (MTT mode), as many as `start`/`len` need.

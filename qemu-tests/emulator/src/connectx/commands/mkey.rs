@@ -95,6 +95,8 @@ pub(super) fn create_mkey(d: &mut Device, input: &Input<'_>) -> CmdResult {
         len,
         length64,
         access,
+        rinval: c(mkc::EN_RINVAL) != 0,
+        invalidated: false,
         log_page_size: log_page_size as u8,
         contig: crate::connectx::objects::contiguous_runs(&mtt, 1u64 << log_page_size),
         mtt,

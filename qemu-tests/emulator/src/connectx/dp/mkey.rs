@@ -86,7 +86,7 @@ impl Sgl {
 /// Why a key check failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyError {
-    /// No such mkey index, or the variant byte differs.
+    /// No such mkey index, the variant byte differs, or the key was invalidated.
     NoKey,
     /// The key belongs to another PD.
     Pd,
@@ -108,7 +108,7 @@ impl Device {
         need: u8,
     ) -> Result<Sgl, KeyError> {
         let m = self.obj.mkeys.get(key >> 8).ok_or(KeyError::NoKey)?;
-        if m.key_7_0 != key as u8 {
+        if m.key_7_0 != key as u8 || m.invalidated {
             return Err(KeyError::NoKey);
         }
         if m.pd != pd {
@@ -151,6 +151,24 @@ impl Device {
             at += n;
         }
         Ok(sgl)
+    }
+
+    /// SEND with invalidate of `key` arriving on a QP of PD `pd`: the key must name a valid
+    /// mkey of that PD created with `en_rinval`; it is then invalidated (every later access
+    /// through it fails as through an unknown key).
+    pub(crate) fn remote_invalidate(&mut self, key: u32, pd: u32) -> Result<(), KeyError> {
+        let m = self.obj.mkeys.get_mut(key >> 8).ok_or(KeyError::NoKey)?;
+        if m.key_7_0 != key as u8 || m.invalidated {
+            return Err(KeyError::NoKey);
+        }
+        if m.pd != pd {
+            return Err(KeyError::Pd);
+        }
+        if !m.rinval {
+            return Err(KeyError::Access);
+        }
+        m.invalidated = true;
+        Ok(())
     }
 
     /// Reads `len` bytes at offset `off` of a translated buffer.

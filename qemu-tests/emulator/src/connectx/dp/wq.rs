@@ -300,6 +300,8 @@ impl Device {
         let datagram = st == q::ST_UD || st == q::ST_QP1;
         let legal = match opcode {
             wop::NOP | wop::SEND | wop::SEND_IMM => true,
+            // SEND with invalidate exists on RC only (no UC/UD opcode carries an IETH).
+            wop::SEND_INVAL => st == q::ST_RC,
             wop::RDMA_WRITE | wop::RDMA_WRITE_IMM => st == q::ST_RC || st == q::ST_UC,
             wop::RDMA_READ | wop::ATOMIC_CS | wop::ATOMIC_FA => st == q::ST_RC,
             _ => false,
@@ -359,7 +361,7 @@ impl Device {
         }
         let gather = matches!(
             opcode,
-            wop::SEND | wop::SEND_IMM | wop::RDMA_WRITE | wop::RDMA_WRITE_IMM
+            wop::SEND | wop::SEND_IMM | wop::SEND_INVAL | wop::RDMA_WRITE | wop::RDMA_WRITE_IMM
         );
         let segs = match parse_segs(b.get(at..).unwrap_or(&[]), gather) {
             Ok(s) => s,

@@ -7,7 +7,7 @@ use firmware_interface::cqe::syndrome as cs;
 use firmware_interface::wqe::opcode as wop;
 use roce_wire::fabric::SegmentShape;
 use roce_wire::packet::{
-    AtomicEth, Bth, Deth, ExtHeaders, GSI_QKEY, ImmDt, Packet, Position, Reth, Transport,
+    AtomicEth, Bth, Deth, ExtHeaders, GSI_QKEY, Ieth, ImmDt, Packet, Position, Reth, Transport,
 };
 use roce_wire::seg::{MessageOp, segment_opcode};
 use roce_wire::transport::{psn_add, psn_diff};
@@ -132,6 +132,7 @@ impl Device {
                     let (msg, remote) = match w.opcode {
                         wop::SEND => (MessageOp::Send, false),
                         wop::SEND_IMM => (MessageOp::SendWithImm, false),
+                        wop::SEND_INVAL => (MessageOp::SendWithInv, false),
                         wop::RDMA_WRITE => (MessageOp::RdmaWrite, true),
                         _ => (MessageOp::RdmaWriteWithImm, true),
                     };
@@ -197,6 +198,10 @@ impl Device {
                     if pos.ends_message() {
                         if matches!(msg, MessageOp::SendWithImm | MessageOp::RdmaWriteWithImm) {
                             ext.imm_dt = Some(ImmDt { imm: w.imm });
+                        }
+                        if msg == MessageOp::SendWithInv {
+                            // The control segment's immediate field holds the rkey.
+                            ext.ieth = Some(Ieth { rkey: w.imm });
                         }
                         if w.opcode != wop::RDMA_WRITE {
                             bth.solicited = w.solicited;

@@ -35,7 +35,7 @@ impl Device {
             Position::Last => (1..=mtu).contains(&plen),
             Position::Only => plen <= mtu,
         };
-        if !len_ok || pkt.ext.ieth.is_some() {
+        if !len_ok {
             return Err(RespErr::Invalid);
         }
         let first = pos.starts_message();
@@ -63,6 +63,17 @@ impl Device {
                 cs::LOCAL_ACCESS_ERR,
                 NakCode::RemoteOperationalError,
             ))
+        } else if let Some(ieth) = pkt.ext.ieth
+            && self.remote_invalidate(ieth.rkey, info.pd).is_err()
+        {
+            // SEND with invalidate (the IETH rides on the LAST/ONLY packet) naming no key of
+            // this QP's PD that may be invalidated remotely (mkc `en_rinval`): the receive
+            // completes with the remote invalid request error, the sender gets NAK invalid
+            // request, both QPs go to error.
+            Some(RespErr::Local(
+                cs::REMOTE_INVAL_REQ_ERR,
+                NakCode::InvalidRequest,
+            ))
         } else {
             None
         };
@@ -74,11 +85,11 @@ impl Device {
         }
         let off = off + plen;
         if pos.ends_message() {
-            let imm = pkt.ext.imm_dt.map(|i| i.imm);
-            let op = if imm.is_some() {
-                cqe::opcode::RESP_SEND_IMM
-            } else {
-                cqe::opcode::RESP_SEND
+            let (op, imm) = match (pkt.ext.imm_dt, pkt.ext.ieth) {
+                (Some(i), _) => (cqe::opcode::RESP_SEND_IMM, Some(i.imm)),
+                // The key was invalidated above; the CQE reports it.
+                (None, Some(i)) => (cqe::opcode::RESP_SEND_INV, Some(i.rkey)),
+                (None, None) => (cqe::opcode::RESP_SEND, None),
             };
             self.set_cur(qpn, None, true);
             if !self.resp_cqe(

@@ -1183,3 +1183,120 @@ fn a_retried_read_takes_a_fresh_or_a_replayed_response() {
         assert!(n.h.mem.rd(local.addr, 4096) == data, "replay {replay}");
     }
 }
+
+#[test]
+fn send_with_invalidate_invalidates_the_key_and_later_access_fails() {
+    let mut t = pair();
+    let src = t.n.mr(8192, ALL);
+    let dst = t.n.mr(8192, ALL);
+    let pd = t.n.pd;
+    // Two keys that may be invalidated: one by a one-packet SEND, one by a three-packet SEND
+    // (FIRST, MIDDLE, LAST_WITH_INVALIDATE at MTU 1024).
+    for (i, len) in [100u32, 2500].into_iter().enumerate() {
+        let target = t.n.mr_rinval(4096, ALL, pd);
+        let data = pattern(len as usize, 40 + i as u32);
+        t.n.h.mem.wr(src.addr, &data);
+        // The key works before.
+        let w = t.n.post_send(
+            &mut t.a,
+            &Wr::new(RDMA_WRITE).sge(&src, 0, 16).remote(&target, 0),
+        );
+        t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, RDMA_WRITE, w);
+        assert_eq!(t.n.h.mem.rd(target.addr, 16), data[..16]);
+        t.n.recv(&mut t.b, &dst, 0, 8192);
+        let mut wr = Wr::new(SEND_INVAL).sge(&src, 0, len);
+        wr.imm = target.key;
+        let idx = t.n.post_send(&mut t.a, &wr);
+        t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, SEND_INVAL, idx);
+        let r = t.n.cqe(&mut t.cq_b);
+        assert_eq!(
+            (r.opcode, r.byte_cnt, r.imm, r.qpn),
+            (co::RESP_SEND_INV, len, target.key, t.b.qpn)
+        );
+        assert_eq!(t.n.h.mem.rd(dst.addr, len as usize), data);
+        // Invalidating it again: the key names nothing any more.
+        assert_eq!(
+            t.n.h.dev.remote_invalidate(target.key, pd),
+            Err(crate::connectx::dp::mkey::KeyError::NoKey)
+        );
+    }
+    // A later access through an invalidated key is a remote access error.
+    let target = t.n.mr_rinval(4096, ALL, pd);
+    t.n.recv(&mut t.b, &dst, 0, 8192);
+    let mut wr = Wr::new(SEND_INVAL).sge(&src, 0, 8);
+    wr.imm = target.key;
+    let idx = t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_a).req_ok(t.a.qpn, SEND_INVAL, idx);
+    assert_eq!(t.n.cqe(&mut t.cq_b).opcode, co::RESP_SEND_INV);
+    refused_write(&mut t, target, 0, 100);
+}
+
+/// A SEND with invalidate whose key the responder may not invalidate: the receive completes
+/// with REMOTE_INVAL_REQ_ERR, the sender gets NAK invalid request (REMOTE_INVAL_REQ_ERR), both
+/// QPs end in ERR and the key stays valid.
+fn refused_invalidate(t: &mut Pair, key: u32) {
+    let src = t.n.mr(4096, ALL);
+    let dst = t.n.mr(4096, ALL);
+    t.n.recv(&mut t.b, &dst, 0, 4096);
+    let mut wr = Wr::new(SEND_INVAL).sge(&src, 0, 64);
+    wr.imm = key;
+    let idx = t.n.post_send(&mut t.a, &wr);
+    t.n.cqe(&mut t.cq_b)
+        .err(co::RESP_ERR, cs::REMOTE_INVAL_REQ_ERR);
+    let c = t.n.cqe(&mut t.cq_a);
+    c.err(co::REQ_ERR, cs::REMOTE_INVAL_REQ_ERR);
+    assert_eq!(c.wqe_counter, idx);
+    assert_eq!(t.n.h.dev.qp_state(t.a.qpn), Some(qpc::STATE_ERR as u8));
+    assert_eq!(t.n.h.dev.qp_state(t.b.qpn), Some(qpc::STATE_ERR as u8));
+}
+
+#[test]
+fn send_with_invalidate_of_an_ordinary_key_is_refused() {
+    let mut t = pair();
+    let pd = t.n.pd;
+    let plain = t.n.mr(4096, ALL);
+    refused_invalidate(&mut t, plain.key);
+    // Not invalidated: the key still names its memory.
+    assert!(t.n.h.dev.translate(plain.key, pd, plain.addr, 8, 0).is_ok());
+}
+
+#[test]
+fn send_with_invalidate_of_another_pds_or_unknown_key_is_refused() {
+    let mut t = pair();
+    let pd2 = t.n.h.alloc_pd();
+    let other = t.n.mr_rinval(4096, ALL, pd2);
+    refused_invalidate(&mut t, other.key);
+    assert!(
+        t.n.h
+            .dev
+            .translate(other.key, pd2, other.addr, 8, 0)
+            .is_ok()
+    );
+    let mut t = pair();
+    let pd = t.n.pd;
+    let k = t.n.mr_rinval(4096, ALL, pd);
+    // The right index with another variant byte.
+    refused_invalidate(&mut t, k.key ^ 0x80);
+}
+
+#[test]
+fn send_with_invalidate_is_rc_only() {
+    // A UC QP refuses the opcode: a local QP operation error on the WQE.
+    let mut n = Node::new([10, 0, 0, 1]);
+    let mut cq_a = n.cq(6);
+    let mut a = n.qp(qpc::ST_UC, &cq_a, &cq_a, 6, Some((6, 2)));
+    let b = n.qp(qpc::ST_UC, &cq_a, &cq_a, 6, Some((6, 2)));
+    let ip = n.ip;
+    n.connect(&a, b.qpn, ip, Conn::default());
+    n.connect(&b, a.qpn, ip, Conn::default());
+    let src = n.mr(4096, ALL);
+    let mut wr = Wr::new(SEND_INVAL).sge(&src, 0, 8);
+    wr.imm = src.key;
+    n.post_send(&mut a, &wr);
+    n.cqe(&mut cq_a).err(co::REQ_ERR, cs::LOCAL_QP_OP_ERR);
+    assert!(n.h.dev.errors().contains(&DeviceError::BadWqe {
+        qpn: a.qpn,
+        wqe_counter: 0,
+        fault: WqeFault::BadOpcode(SEND_INVAL),
+    }));
+}

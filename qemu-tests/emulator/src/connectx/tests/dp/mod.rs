@@ -361,6 +361,18 @@ impl Node {
     }
 
     pub(crate) fn mr_at(&mut self, addr: u64, len: u64, access: u8, pd: u32) -> Mr {
+        self.mr_with(addr, len, access, pd, false)
+    }
+
+    /// A PA-mode MR over `len` fresh bytes with `access` that a SEND with invalidate may
+    /// invalidate (mkc `en_rinval`).
+    pub(crate) fn mr_rinval(&mut self, len: u64, access: u8, pd: u32) -> Mr {
+        let addr = self.h.mem.alloc(len.max(64).div_ceil(4096) * 4096, 4096);
+        self.mr_with(addr, len, access, pd, true)
+    }
+
+    /// [`mr_at`](Self::mr_at), with `en_rinval` set when `rinval`.
+    pub(crate) fn mr_with(&mut self, addr: u64, len: u64, access: u8, pd: u32, rinval: bool) -> Mr {
         self.key_variant = self.key_variant.wrapping_add(1);
         let v = self.key_variant;
         let mut m = msg(op::CREATE_MKEY, 0, 0x110);
@@ -372,6 +384,7 @@ impl Node {
         set(&mut m, mkc::PD.at(c), pd);
         set64(&mut m, mkc::START_ADDR.at(c), addr);
         set64(&mut m, mkc::LEN.at(c), len);
+        set(&mut m, mkc::EN_RINVAL.at(c), u32::from(rinval));
         let o = self.h.ok(&m, 16);
         let idx = cmds::create_mkey_out::MKEY_INDEX.get(&o);
         Mr {
@@ -732,5 +745,5 @@ pub(crate) fn av(dqpn: u32, qkey: u32, dst: Ipv4Addr) -> DatagramSeg {
 
 /// Send opcode helpers for readability.
 pub(crate) use wop::{
-    ATOMIC_CS, ATOMIC_FA, NOP, RDMA_READ, RDMA_WRITE, RDMA_WRITE_IMM, SEND, SEND_IMM,
+    ATOMIC_CS, ATOMIC_FA, NOP, RDMA_READ, RDMA_WRITE, RDMA_WRITE_IMM, SEND, SEND_IMM, SEND_INVAL,
 };

@@ -40,8 +40,6 @@ use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
 const PAGE: u64 = 4096;
-/// Size of a TX WQE (64 bytes; the 128-byte format comes with the data path).
-const TX_WQE: u32 = 64;
 /// Size of an RX descriptor.
 const RX_DESC: u32 = 16;
 
@@ -579,7 +577,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if cap.max_send_wr == 0
             || cap.max_send_wr > a.max_sq_depth
             || cap.max_send_sge > a.max_wr_send_sges.into()
-            || cap.max_inline_data > a.inline_buf_size
+            || cap.max_inline_data > a.max_inline_data()
             || cap.max_recv_wr > a.max_rq_depth
             || cap.max_recv_sge > a.max_wr_recv_sges.into()
             || (cap.max_recv_wr > 0 && cap.max_recv_sge == 0)
@@ -591,7 +589,10 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .max(a.min_sq_depth.into())
             .checked_next_power_of_two()
             .ok_or(Error::InvalidArgument)?;
-        let sq_ring = sq_depth.checked_mul(TX_WQE).ok_or(Error::InvalidArgument)?;
+        // The LLQ: `sq_depth` entries of the WQE size (128 bytes with `data_polling_128`).
+        let sq_ring = sq_depth
+            .checked_mul(a.tx_wqe_size())
+            .ok_or(Error::InvalidArgument)?;
         // Request ids and the SQ counter are 16 bits wide.
         if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size || sq_depth > 1 << 15 {
             return Err(Error::InvalidArgument);
@@ -683,7 +684,8 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             depth: sq_depth,
             max_tx_batch: a.max_tx_batch,
             max_sge: cap.max_send_sge,
-            max_inline: cap.max_inline_data.min(a.inline_buf_size),
+            max_inline: cap.max_inline_data.min(a.max_inline_data()),
+            wide: a.tx_wqe_size() == 128,
             mtu: a.mtu,
             read_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_READ),
             write_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_WRITE),
@@ -847,7 +849,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             } else {
                 0
             },
-            max_inline_data: a.inline_buf_size,
+            max_inline_data: a.max_inline_data(),
             max_cq: a.max_cq,
             max_cqe: a.max_cq_depth,
             max_mr: a.max_mr,

@@ -197,6 +197,19 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// This profile with 128-byte TX WQEs turned on: `device_caps` gets `data_polling_128`
+    /// and `inline_buf_size` the 80 bytes a 128-byte WQE holds. The device then takes a QP
+    /// whose CREATE_QP ring size is depth × 128 as an LLQ of 128-byte entries (depth × 64
+    /// stays 64-byte entries); without the capability only 64-byte entries are accepted.
+    pub fn with_wqe128(self) -> Profile {
+        use feature::device_attr as d;
+        Profile {
+            device_caps: self.device_caps | d::CAP_DATA_POLLING_128,
+            inline_buf_size: firmware_interface::efa::io::TX_INLINE_MAX_128 as u32,
+            ..self
+        }
+    }
+
     /// `supported_features` of DEVICE_ATTR: every feature the model answers.
     pub fn supported_features(&self) -> u64 {
         use feature::id;

@@ -623,6 +623,16 @@ impl Device {
             .map(|q| (q.dp.sq_cc, q.dp.sq_depth))
     }
 
+    /// The LLQ entry size of QP number `qpn` in bytes (64, or 128 for a QP created with
+    /// 128-byte WQEs); `None` for no such QP.
+    pub fn sq_wqe_size(&self, qpn: u16) -> Option<usize> {
+        self.obj
+            .qps
+            .values()
+            .find(|q| q.qpn == qpn)
+            .map(|q| q.dp.wqe_size)
+    }
+
     /// Whether CQ `idx` is armed (a CQ doorbell with the arm bit since its last event).
     pub fn cq_armed(&self, idx: u16) -> Option<bool> {
         self.obj.cqs.get(&idx).map(|c| c.armed)

@@ -280,6 +280,9 @@ pub(crate) struct PostCtx {
     /// 128-byte WQEs (the device's `data_polling_128`): every WR goes through
     /// [`post_wide`].
     wide: bool,
+    /// The LLQ's offset in the memory BAR (what [`post_wide`] writes to; the 64-byte path
+    /// takes `Qp::llq_fast`).
+    llq: usize,
 }
 
 /// How `create_qp` sized a QP's send side.
@@ -303,6 +306,8 @@ pub(crate) struct SqParams {
     pub sig_all: bool,
     /// The LLQ holds 128-byte WQEs (else 64-byte ones).
     pub wide: bool,
+    /// The LLQ's offset in the memory BAR.
+    pub llq: usize,
 }
 
 /// The driver's side of a QP's queues.
@@ -379,6 +384,7 @@ impl QpDp {
                 sig_all: sq.sig_all,
                 max_inline: sq.max_inline,
                 wide: sq.wide,
+                llq: sq.llq,
             },
             rq_pc: 0,
             rq_ring: rq.and_then(|b| NonNull::new(b.va())),
@@ -421,17 +427,15 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if qp.state != QpState::Rts {
             return Err(fail(verbs::Error::InvalidArgument, 0));
         }
-        let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
+        let (llq, sq_db) = (qp.llq_fast as usize, qp.sq_db_offset as usize);
         let QpDp { core, sq, ctx, .. } = &mut qp.dp;
         let ctx: &PostCtx = ctx;
         // The send slots, `mask + 1` of them (the SQ depth).
         let Some(slots) = core.sq.get(..=ctx.mask as usize) else {
             return Err(fail(verbs::Error::Io, 0));
         };
-        if ctx.wide {
-            return post_wide(bars, llq, sq_db, slots, sq, ctx, wrs);
-        }
-        // The LLQ's mapping, where the BAR is mapped (8-byte aligned).
+        // The LLQ's mapping, where the BAR is mapped (8-byte aligned; never for 128-byte
+        // WQEs: `Qp::llq_fast`).
         let Some(map) = bars
             .mem
             .mapped(llq, slots.len() * io::TX_WQE_SIZE)
@@ -883,7 +887,9 @@ fn stop<R: RegisterIo>(
 }
 
 /// `post_send` where the memory BAR is not mapped: every WQE (`N` words: 8, or 16 for
-/// 128-byte WQEs) built by [`build`] and written with one [`RegisterIo::write_block`].
+/// 128-byte WQEs) built by [`build`] and written with one [`RegisterIo::write_block`]. A QP
+/// with 128-byte WQEs that arrives here with `N = 8` (the fast path refuses every mapping
+/// for it) goes to [`post_wide`].
 #[cold]
 #[inline(never)]
 fn post_unmapped<R: RegisterIo, const N: usize>(
@@ -895,6 +901,9 @@ fn post_unmapped<R: RegisterIo, const N: usize>(
     ctx: &PostCtx,
     wrs: &[SendWr<'_, Ah>],
 ) -> Result<(), PostError> {
+    if ctx.wide && N == 8 {
+        return post_wide(bars, ctx.llq, sq_db, slots, sq, ctx, wrs);
+    }
     let mut pc = sq.pc;
     for chunk in wrs.chunks(ctx.batch) {
         let first = pc;

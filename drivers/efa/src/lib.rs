@@ -22,14 +22,13 @@
 //! the destroy succeeded, the device was reset).
 //!
 //! **The data path** needs the memory BAR (BAR2) and the doorbell BAR
-//! ([`Device::attach_data_bars`]): `post_send` writes each 64-byte WQE into the low-latency
+//! ([`Device::attach_data_bars`]): `post_send` writes each 64-byte WQE (128-byte where the
+//! device offers `data_polling_128`: [`Attributes::tx_wqe_size`]) into the low-latency
 //! queue and rings the SQ doorbell, `post_recv` writes RX descriptors into the host ring and
 //! rings the RQ doorbell, `poll_cq` takes completions by phase and checks every field against
 //! the driver's bookkeeping (see the `dp` module's rules: send ids are free send slots,
 //! since SRD completes out of order). Without the data BARs, post and poll answer
-//! EOPNOTSUPP. Not yet:
-//! `req_notify_cq` and completion channels (completion EQs), 128-byte WQEs; SRQs, RDMA write
-//! with immediate and atomics do not exist on EFA (EOPNOTSUPP).
+//! EOPNOTSUPP. SRQs and atomics do not exist on EFA (EOPNOTSUPP).
 //!
 //! ```
 //! // Which PCI functions this driver binds to.

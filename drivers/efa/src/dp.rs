@@ -1,5 +1,6 @@
 //! The data path (`docs/efa.md#data-path`): posting sends through the low-latency queue
-//! (the 64-byte WQE written into the memory BAR, then the SQ doorbell), posting receives (RX
+//! (the 64-byte WQE, or the 128-byte one on a device with `data_polling_128`, written into
+//! the memory BAR, then the SQ doorbell), posting receives (RX
 //! descriptors in the host ring, then the RQ doorbell), and polling completions by phase.
 //!
 //! Bookkeeping lives in driver memory and every value the device wrote is checked before use
@@ -276,6 +277,12 @@ pub(crate) struct PostCtx {
     write_ok: bool,
     sig_all: bool,
     max_inline: u32,
+    /// 128-byte WQEs (the device's `data_polling_128`): every WR goes through
+    /// [`post_wide`].
+    wide: bool,
+    /// The LLQ's offset in the memory BAR (what [`post_wide`] writes to; the 64-byte path
+    /// takes `Qp::llq_fast`).
+    llq: usize,
 }
 
 /// How `create_qp` sized a QP's send side.
@@ -297,6 +304,10 @@ pub(crate) struct SqParams {
     pub write_ok: bool,
     /// `sq_sig_all`.
     pub sig_all: bool,
+    /// The LLQ holds 128-byte WQEs (else 64-byte ones).
+    pub wide: bool,
+    /// The LLQ's offset in the memory BAR.
+    pub llq: usize,
 }
 
 /// The driver's side of a QP's queues.
@@ -342,11 +353,15 @@ impl QpDp {
         rq_descs: u32,
     ) -> QpDp {
         let depth = sq.depth.max(1);
-        // `max_tx_batch` counts 64-byte units; 0 = unlimited (one doorbell per list).
+        // `max_tx_batch` counts 64-byte units (a 128-byte WQE takes two); 0 = unlimited (one
+        // doorbell per list).
         let batch = if sq.max_tx_batch == 0 {
             usize::MAX
         } else {
-            usize::from(sq.max_tx_batch).min(depth as usize)
+            let units = if sq.wide { 2 } else { 1 };
+            (usize::from(sq.max_tx_batch) / units)
+                .max(1)
+                .min(depth as usize)
         };
         QpDp {
             core,
@@ -368,6 +383,8 @@ impl QpDp {
                 write_ok: sq.write_ok,
                 sig_all: sq.sig_all,
                 max_inline: sq.max_inline,
+                wide: sq.wide,
+                llq: sq.llq,
             },
             rq_pc: 0,
             rq_ring: rq.and_then(|b| NonNull::new(b.va())),
@@ -393,10 +410,11 @@ fn imm_host(v: u32) -> u32 {
 }
 
 impl<R: RegisterIo, P: Platform> Device<R, P> {
-    /// `post_send`: one 64-byte WQE per WR through the LLQ, a doorbell every `max_tx_batch`
-    /// WQEs and at the end. Where the memory BAR is mapped, a one-SGE SEND takes the fast
-    /// path (its WQE stored straight into its LLQ slot); any other WR, and every WR where the
-    /// BAR is not mapped, is built by [`build`], every field checked.
+    /// `post_send`: one WQE per WR through the LLQ, a doorbell every `max_tx_batch` 64-byte
+    /// units and at the end. With 64-byte WQEs, where the memory BAR is mapped, a one-SGE
+    /// SEND takes the fast path (its WQE stored straight into its LLQ slot); any other WR,
+    /// every WR where the BAR is not mapped, and every WR of a QP with 128-byte WQEs
+    /// ([`post_wide`]) is built by [`build`], every field checked.
     pub(crate) fn post_send_dp(
         &self,
         qp: &mut Qp,
@@ -409,20 +427,21 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if qp.state != QpState::Rts {
             return Err(fail(verbs::Error::InvalidArgument, 0));
         }
-        let (llq, sq_db) = (qp.llq_offset as usize, qp.sq_db_offset as usize);
+        let (llq, sq_db) = (qp.llq_fast as usize, qp.sq_db_offset as usize);
         let QpDp { core, sq, ctx, .. } = &mut qp.dp;
         let ctx: &PostCtx = ctx;
         // The send slots, `mask + 1` of them (the SQ depth).
         let Some(slots) = core.sq.get(..=ctx.mask as usize) else {
             return Err(fail(verbs::Error::Io, 0));
         };
-        // The LLQ's mapping, where the BAR is mapped (8-byte aligned).
+        // The LLQ's mapping, where the BAR is mapped (8-byte aligned; never for 128-byte
+        // WQEs: `Qp::llq_fast`).
         let Some(map) = bars
             .mem
             .mapped(llq, slots.len() * io::TX_WQE_SIZE)
             .filter(|p| p.as_ptr().cast::<u64>().is_aligned())
         else {
-            return post_unmapped(bars, llq, sq_db, slots, sq, ctx, wrs);
+            return post_unmapped::<_, 8>(bars, llq, sq_db, slots, sq, ctx, wrs);
         };
         let map = map.as_ptr().cast::<u64>();
         let (mask, fast_len, meta0, qkey0) = (ctx.mask, ctx.fast_len, ctx.meta0, ctx.qkey);
@@ -474,7 +493,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
                     unsafe { store_wqe(q, [w0, w1, w2, 0, d0, d1, 0, 0]) };
                 } else {
                     let mut w = [0u64; 8];
-                    if let Err(e) = build(slots, &mut next, ctx, wr, hp & 1 << 24, &mut w) {
+                    if let Err(e) = build::<8>(slots, &mut next, ctx, wr, hp & 1 << 24, &mut w) {
                         sq.next = next;
                         let pcs = (first as u16, pc as u16);
                         return Err(fail(e, stop(bars, sq_db, sq, pcs, wrs, wr)));
@@ -800,14 +819,15 @@ fn rdma_area(
     Ok(([a, b, c, d], s.length))
 }
 
-/// The data area of an inline send: `(words, length)`.
+/// The data area of an inline send of at most `max` bytes (and at most the 80 of a
+/// 128-byte WQE): `(words, length)`, the words past the data zero.
 #[inline(never)]
-fn inline_area(wr: &SendWr<'_, Ah>, max: u32) -> Result<([u64; 4], u32), verbs::Error> {
+fn inline_area(wr: &SendWr<'_, Ah>, max: u32) -> Result<([u64; 10], u32), verbs::Error> {
     let d = wr.inline_data;
-    if d.len() > io::TX_INLINE_MAX || d.len() as u32 > max {
+    if d.len() > io::TX_INLINE_MAX_128 || d.len() as u32 > max {
         return Err(verbs::Error::InvalidArgument);
     }
-    let mut b = [0u8; io::TX_INLINE_MAX];
+    let mut b = [0u8; io::TX_INLINE_MAX_128];
     b[..d.len()].copy_from_slice(d);
     let w = core::array::from_fn(|i| {
         u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
@@ -832,16 +852,16 @@ fn next_pass(hp: u64) -> u64 {
     hp ^ 1 << 24
 }
 
-/// Stores a WQE (`w`: its eight little-endian words) at `q`, word by word (what a
-/// write-combining BAR takes in as one 64-byte line).
+/// Stores a WQE (`w`: its `N` little-endian words, 8 or 16) at `q`, word by word (what a
+/// write-combining BAR takes in as one or two 64-byte lines).
 ///
 /// # Safety
 ///
-/// `q` is valid for volatile writes of 8 aligned words (an LLQ slot in the mapped BAR).
+/// `q` is valid for volatile writes of `N` aligned words (an LLQ slot in the mapped BAR).
 #[inline(always)]
-unsafe fn store_wqe(q: *mut u64, w: [u64; 8]) {
+unsafe fn store_wqe<const N: usize>(q: *mut u64, w: [u64; N]) {
     for (k, x) in w.into_iter().enumerate() {
-        // SAFETY: word `k < 8` of the slot (the caller's contract).
+        // SAFETY: word `k < N` of the slot (the caller's contract).
         unsafe { core::ptr::write_volatile(q.add(k), x) };
     }
 }
@@ -867,11 +887,13 @@ fn stop<R: RegisterIo>(
     (core::ptr::from_ref(wr).addr() - wrs.as_ptr().addr()) / core::mem::size_of::<SendWr<'_, Ah>>()
 }
 
-/// `post_send` where the memory BAR is not mapped: every WQE built by [`build`] and written
-/// with one [`RegisterIo::write_block`].
+/// `post_send` where the memory BAR is not mapped: every WQE (`N` words: 8, or 16 for
+/// 128-byte WQEs) built by [`build`] and written with one [`RegisterIo::write_block`]. A QP
+/// with 128-byte WQEs that arrives here with `N = 8` (the fast path refuses every mapping
+/// for it) goes to [`post_wide`].
 #[cold]
 #[inline(never)]
-fn post_unmapped<R: RegisterIo>(
+fn post_unmapped<R: RegisterIo, const N: usize>(
     bars: &DataBars<R>,
     llq: usize,
     sq_db: usize,
@@ -880,21 +902,23 @@ fn post_unmapped<R: RegisterIo>(
     ctx: &PostCtx,
     wrs: &[SendWr<'_, Ah>],
 ) -> Result<(), PostError> {
+    if ctx.wide && N == 8 {
+        return post_wide(bars, ctx.llq, sq_db, slots, sq, ctx, wrs);
+    }
     let mut pc = sq.pc;
     for chunk in wrs.chunks(ctx.batch) {
         let first = pc;
         for wr in chunk {
             let phase = u64::from((u32::from(pc) >> ctx.shift) & 1) << 24;
-            let mut w = [0u64; 8];
+            let mut w = [0u64; N];
             if let Err(error) = build(slots, &mut sq.next, ctx, wr, phase, &mut w) {
                 let bad_wr = stop(bars, sq_db, sq, (first, pc), wrs, wr);
                 return Err(PostError { error, bad_wr });
             }
-            // SAFETY: `w` is 64 initialised bytes (the WQE's byte image), borrowed for the
-            // call only.
-            let bytes =
-                unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), io::TX_WQE_SIZE) };
-            let at = (u32::from(pc) & ctx.mask) as usize * io::TX_WQE_SIZE;
+            // SAFETY: `w` is `N * 8` initialised bytes (the WQE's byte image), borrowed for
+            // the call only.
+            let bytes = unsafe { core::slice::from_raw_parts(w.as_ptr().cast::<u8>(), N * 8) };
+            let at = (u32::from(pc) & ctx.mask) as usize * (N * 8);
             bars.mem.write_block(llq + at, bytes);
             pc = pc.wrapping_add(1);
         }
@@ -905,18 +929,65 @@ fn post_unmapped<R: RegisterIo>(
     Ok(())
 }
 
-/// One WQE for `wr` into `w` (eight little-endian words), its send id a free send slot at or
-/// after the cursor `next` (which moves past it); `phase` is the SQ phase of the WQE's slot
-/// in bit 24.
+/// `post_send` of a QP with 128-byte WQEs: every WQE built by [`build`] into 16 words and
+/// stored into its LLQ slot where the memory BAR is mapped, else written by
+/// [`post_unmapped`].
+#[cold]
 #[inline(never)]
-fn build(
+fn post_wide<R: RegisterIo>(
+    bars: &DataBars<R>,
+    llq: usize,
+    sq_db: usize,
+    slots: &[SqSlot],
+    sq: &mut SqCursor,
+    ctx: &PostCtx,
+    wrs: &[SendWr<'_, Ah>],
+) -> Result<(), PostError> {
+    let Some(map) = bars
+        .mem
+        .mapped(llq, slots.len() * io::TX_WQE128_SIZE)
+        .filter(|p| p.as_ptr().cast::<u64>().is_aligned())
+    else {
+        return post_unmapped::<_, 16>(bars, llq, sq_db, slots, sq, ctx, wrs);
+    };
+    let map = map.as_ptr().cast::<u64>();
+    let mut pc = sq.pc;
+    for chunk in wrs.chunks(ctx.batch) {
+        let first = pc;
+        for wr in chunk {
+            let phase = u64::from((u32::from(pc) >> ctx.shift) & 1) << 24;
+            let mut w = [0u64; 16];
+            if let Err(error) = build(slots, &mut sq.next, ctx, wr, phase, &mut w) {
+                let bad_wr = stop(bars, sq_db, sq, (first, pc), wrs, wr);
+                return Err(PostError { error, bad_wr });
+            }
+            // SAFETY: slot `pc & mask` of the LLQ, 128 bytes (16 words) at word
+            // `(pc & mask) * 16`, lies in the mapped range (`mask + 1 = slots.len()` slots of
+            // 128 bytes), which lives as long as `bars`; the base is 8-byte aligned (checked).
+            unsafe { store_wqe(map.add((u32::from(pc) & ctx.mask) as usize * 16), w) };
+            pc = pc.wrapping_add(1);
+        }
+        mmio_wmb();
+        bars.db.write32(sq_db, pc.into());
+    }
+    sq.pc = pc;
+    Ok(())
+}
+
+/// One WQE for `wr` into `w` (`N` little-endian words: 8 for a 64-byte WQE, 16 for a
+/// 128-byte one; zero on entry), its send id a free send slot at or after the cursor `next`
+/// (which moves past it); `phase` is the SQ phase of the WQE's slot in bit 24. The words the
+/// WR does not use stay zero.
+#[inline(never)]
+fn build<const N: usize>(
     slots: &[SqSlot],
     next: &mut u32,
     ctx: &PostCtx,
     wr: &SendWr<'_, Ah>,
     phase: u64,
-    w: &mut [u64; 8],
+    w: &mut [u64; N],
 ) -> Result<(), verbs::Error> {
+    const { assert!(N == 8 || N == 16) };
     use verbs::Error::{InvalidArgument as Inval, NoMemory};
     let Some(dest) = &wr.dest else {
         return Err(Inval);
@@ -939,8 +1010,15 @@ fn build(
             }
             wc_op = WcOpcode::Send;
             if wr.flags.contains(SendFlags::INLINE) {
-                let (area, l) = inline_area(wr, ctx.max_inline)?;
-                w[4..].copy_from_slice(&area);
+                // The data area holds 32 inline bytes in a 64-byte WQE, 80 in a 128-byte one.
+                let room = if N >= 16 {
+                    io::TX_INLINE_MAX_128
+                } else {
+                    io::TX_INLINE_MAX
+                };
+                let (area, l) = inline_area(wr, ctx.max_inline.min(room as u32))?;
+                let k = N.saturating_sub(4).min(area.len());
+                w[4..4 + k].copy_from_slice(&area[..k]);
                 ctrl1 |= u64::from(CTRL1_INLINE_MSG);
                 n = u64::from(l);
                 len = l;
@@ -958,7 +1036,7 @@ fn build(
             } else {
                 let mut k = 0usize;
                 let mut total = 0u32;
-                w[4..].fill(0);
+                w[4..8].fill(0);
                 for s in wr.sg_list {
                     if s.length == 0 {
                         continue;
@@ -1003,7 +1081,7 @@ fn build(
                 op => return Err(refused(op)),
             };
             let (area, l) = rdma_area(wr, *remote_addr, *rkey)?;
-            w[4..].copy_from_slice(&area);
+            w[4..8].copy_from_slice(&area);
             ctrl1 |= u64::from(op);
             n = 1;
             len = l;

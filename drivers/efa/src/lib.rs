@@ -22,14 +22,13 @@
 //! the destroy succeeded, the device was reset).
 //!
 //! **The data path** needs the memory BAR (BAR2) and the doorbell BAR
-//! ([`Device::attach_data_bars`]): `post_send` writes each 64-byte WQE into the low-latency
+//! ([`Device::attach_data_bars`]): `post_send` writes each 64-byte WQE (128-byte where the
+//! device offers `data_polling_128`: [`Attributes::tx_wqe_size`]) into the low-latency
 //! queue and rings the SQ doorbell, `post_recv` writes RX descriptors into the host ring and
 //! rings the RQ doorbell, `poll_cq` takes completions by phase and checks every field against
 //! the driver's bookkeeping (see the `dp` module's rules: send ids are free send slots,
 //! since SRD completes out of order). Without the data BARs, post and poll answer
-//! EOPNOTSUPP. Not yet:
-//! `req_notify_cq` and completion channels (completion EQs), 128-byte WQEs; SRQs, RDMA write
-//! with immediate and atomics do not exist on EFA (EOPNOTSUPP).
+//! EOPNOTSUPP. SRQs and atomics do not exist on EFA (EOPNOTSUPP).
 //!
 //! ```
 //! // Which PCI functions this driver binds to.
@@ -180,6 +179,29 @@ impl Attributes {
     /// Whether `device_caps` has `cap`.
     pub fn has(&self, cap: u32) -> bool {
         self.device_caps & cap == cap
+    }
+
+    /// The size of the TX WQEs this driver writes: 128 bytes when the device offers
+    /// `data_polling_128` (`CAP_DATA_POLLING_128`), else 64. Every QP's LLQ is made of
+    /// entries of this size (CREATE_QP's `send_queue_ring_size` is depth × this).
+    pub fn tx_wqe_size(&self) -> u32 {
+        if self.has(firmware_interface::efa::feature::device_attr::CAP_DATA_POLLING_128) {
+            firmware_interface::efa::io::TX_WQE128_SIZE as u32
+        } else {
+            firmware_interface::efa::io::TX_WQE_SIZE as u32
+        }
+    }
+
+    /// The most inline bytes a send may carry (`max_inline_data`): the device's
+    /// `inline_buf_size`, at most what the data area of a [`Attributes::tx_wqe_size`] WQE
+    /// holds (32 bytes in a 64-byte WQE, 80 in a 128-byte one).
+    pub fn max_inline_data(&self) -> u32 {
+        let area = if self.tx_wqe_size() == 128 {
+            firmware_interface::efa::io::TX_INLINE_MAX_128
+        } else {
+            firmware_interface::efa::io::TX_INLINE_MAX
+        };
+        self.inline_buf_size.min(area as u32)
     }
 
     /// The firmware version as this driver prints it: the four bytes of `fw_version`, most

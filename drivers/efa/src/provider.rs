@@ -39,9 +39,10 @@ use crate::events::{CompChannel, CqNotify};
 use crate::mem::{Shared, address_space};
 
 const ENTRY: usize = admin::ENTRY_SIZE;
+/// [`Qp::llq_fast`] of a QP with 128-byte WQEs: an offset whose LLQ (of at least 64 bytes)
+/// would end past 4 GiB, which the memory BAR never maps (`create_qp` checks it).
+pub(crate) const NO_FAST_LLQ: u32 = u32::MAX;
 const PAGE: u64 = 4096;
-/// Size of a TX WQE (64 bytes; the 128-byte format comes with the data path).
-const TX_WQE: u32 = 64;
 /// Size of an RX descriptor.
 const RX_DESC: u32 = 16;
 
@@ -193,6 +194,10 @@ pub struct Qp {
     pub(crate) sq_db_offset: u32,
     pub(crate) rq_db_offset: u32,
     pub(crate) llq_offset: u32,
+    /// Where `post_send`'s 64-byte path looks for the LLQ's mapping: `llq_offset` for 64-byte
+    /// WQEs; [`NO_FAST_LLQ`] for 128-byte WQEs, which thus take the unmapped branch and from
+    /// there the 128-byte one (the WQE size costs the 64-byte fast path nothing).
+    pub(crate) llq_fast: u32,
     rq: Option<Shared>,
     pub(crate) dp: QpDp,
 }
@@ -579,7 +584,7 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if cap.max_send_wr == 0
             || cap.max_send_wr > a.max_sq_depth
             || cap.max_send_sge > a.max_wr_send_sges.into()
-            || cap.max_inline_data > a.inline_buf_size
+            || cap.max_inline_data > a.max_inline_data()
             || cap.max_recv_wr > a.max_rq_depth
             || cap.max_recv_sge > a.max_wr_recv_sges.into()
             || (cap.max_recv_wr > 0 && cap.max_recv_sge == 0)
@@ -591,10 +596,23 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             .max(a.min_sq_depth.into())
             .checked_next_power_of_two()
             .ok_or(Error::InvalidArgument)?;
-        let sq_ring = sq_depth.checked_mul(TX_WQE).ok_or(Error::InvalidArgument)?;
+        // The LLQ: `sq_depth` entries of the WQE size (128 bytes with `data_polling_128`).
+        let sq_ring = sq_depth
+            .checked_mul(a.tx_wqe_size())
+            .ok_or(Error::InvalidArgument)?;
         // Request ids and the SQ counter are 16 bits wide.
         if sq_depth > a.max_sq_depth || sq_ring > a.max_llq_size || sq_depth > 1 << 15 {
             return Err(Error::InvalidArgument);
+        }
+        // A QP with 128-byte WQEs keeps off `post_send`'s 64-byte path by an LLQ offset no
+        // BAR under 4 GiB maps (`Qp::llq_fast`); a BAR that maps it cannot have such QPs.
+        if a.tx_wqe_size() == 128
+            && self.data.as_ref().is_some_and(|b| {
+                let len = sq_depth as usize * firmware_interface::efa::io::TX_WQE_SIZE;
+                b.mem.mapped(NO_FAST_LLQ as usize, len).is_some()
+            })
+        {
+            return Err(Error::NotSupported);
         }
         let (rq_depth, rq_ring) = if cap.max_recv_wr == 0 {
             (0, 0)
@@ -683,7 +701,9 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             depth: sq_depth,
             max_tx_batch: a.max_tx_batch,
             max_sge: cap.max_send_sge,
-            max_inline: cap.max_inline_data.min(a.inline_buf_size),
+            max_inline: cap.max_inline_data.min(a.max_inline_data()),
+            wide: a.tx_wqe_size() == 128,
+            llq: o::LLQ_DESCRIPTORS_OFFSET.get(&out) as usize,
             mtu: a.mtu,
             read_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_READ),
             write_ok: attr.qp_type == QpType::Srd && a.has(d::CAP_RDMA_WRITE),
@@ -720,6 +740,11 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
             sq_db_offset: sq_db,
             rq_db_offset: rq_db,
             llq_offset: o::LLQ_DESCRIPTORS_OFFSET.get(&out),
+            llq_fast: if a.tx_wqe_size() == 128 {
+                NO_FAST_LLQ
+            } else {
+                o::LLQ_DESCRIPTORS_OFFSET.get(&out)
+            },
             rq,
             dp,
         };
@@ -847,7 +872,7 @@ impl<R: RegisterIo, P: Platform> verbs::Provider for Device<R, P> {
             } else {
                 0
             },
-            max_inline_data: a.inline_buf_size,
+            max_inline_data: a.max_inline_data(),
             max_cq: a.max_cq,
             max_cqe: a.max_cq_depth,
             max_mr: a.max_mr,

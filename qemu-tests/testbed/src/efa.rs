@@ -161,29 +161,32 @@ impl LlqMapping {
             return;
         }
         let qpn = offset / 8;
-        let Some((cc, depth)) = u16::try_from(qpn)
-            .ok()
-            .and_then(|n| lock(dev).sq_position(n))
-        else {
+        let Some((cc, depth, size)) = u16::try_from(qpn).ok().and_then(|n| {
+            let d = lock(dev);
+            let (cc, depth) = d.sq_position(n)?;
+            Some((cc, depth, d.sq_wqe_size(n)?))
+        }) else {
             return;
         };
         let depth = depth as usize;
-        if depth == 0 || depth * 64 > q {
+        // Entries of 64 or 128 bytes (the QP's LLQ entry size).
+        if depth == 0 || !matches!(size, 64 | 128) || depth * size > q {
             return;
         }
+        let words = size / 8;
         let base = qpn * q / 8;
         let new = usize::from((value as u16).wrapping_sub(cc)).min(depth);
         for k in 0..new {
             let slot = (usize::from(cc) + k) % depth;
-            let at = base + slot * 8;
-            let Some(now) = self.mem.get(at..at + 8) else {
+            let at = base + slot * words;
+            let Some(now) = self.mem.get(at..at + words) else {
                 return;
             };
-            let mut bytes = [0u8; 64];
+            let mut bytes = [0u8; 128];
             for (b, a) in bytes.chunks_mut(8).zip(now) {
                 b.copy_from_slice(&a.load(Ordering::Acquire).to_ne_bytes());
             }
-            lock(dev).bar_write(nic_emulator::efa::MEM_BAR, at * 8, &bytes);
+            lock(dev).bar_write(nic_emulator::efa::MEM_BAR, at * 8, &bytes[..size]);
         }
     }
 

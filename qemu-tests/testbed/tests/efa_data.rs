@@ -51,7 +51,21 @@ impl Node {
         mapped: bool,
         events: bool,
     ) -> Node {
-        let tb = world.efa_at(ip, Profile::default());
+        Node::build_on(world, ip, qp_type, mapped, events, Profile::default())
+    }
+
+    /// [`Node::build`] on a device of `profile` (the QP asks for the profile's inline
+    /// bytes).
+    fn build_on(
+        world: &Arc<World>,
+        ip: Ipv4Addr,
+        qp_type: QpType,
+        mapped: bool,
+        events: bool,
+        profile: Profile,
+    ) -> Node {
+        let max_inline_data = profile.inline_buf_size;
+        let tb = world.efa_at(ip, profile);
         let config = efa::Config {
             device_id: 0xefa1,
             ..Default::default()
@@ -78,7 +92,7 @@ impl Node {
                         max_recv_wr: 512,
                         max_send_sge: 2,
                         max_recv_sge: 2,
-                        max_inline_data: 32,
+                        max_inline_data,
                     },
                     sq_sig_all: true,
                 },
@@ -1079,4 +1093,177 @@ fn srd_rdma_write_with_immediate_consumes_a_receive() {
     settle(&w, &[&a, &b]);
     a.teardown();
     b.teardown();
+}
+
+/// Two SRD nodes on devices with 128-byte WQEs (`data_polling_128`), their BAR2s mapped when
+/// `mapped`.
+fn wide_pair(seed: u64, mapped: bool) -> (Arc<World>, Node, Node) {
+    let w = World::new(seed);
+    let p = Profile::default().with_wqe128();
+    let ip = |n| Ipv4Addr::new(127, 0, 1, n);
+    let mut a = Node::build_on(&w, ip(1), QpType::Srd, mapped, false, p.clone());
+    let mut b = Node::build_on(&w, ip(2), QpType::Srd, mapped, false, p);
+    a.connect(&b);
+    b.connect(&a);
+    (w, a, b)
+}
+
+/// With 128-byte WQEs: inline sends up to the 80 bytes such a WQE holds (81 refused), sends of
+/// one and two SGEs (with immediate), enough sends to wrap the SQ twice, SRD RDMA reads and
+/// writes, and no device error (the emulated device records any WQE of the wrong size).
+fn wqe128_data_path(mapped: bool) {
+    let (w, mut a, mut b) = wide_pair(7, mapped);
+    assert_eq!(a.dev.attributes().tx_wqe_size(), 128);
+    let attr = a.dev.query_device().unwrap();
+    assert_eq!(attr.max_inline_data, 80);
+    assert_eq!(a.qp.cap().max_inline_data, 80);
+    // One receive for each of the five sends before the loop below.
+    b.post_recvs(0, 256, 5);
+    // Inline at the new limit, and just under the old one's double.
+    for (i, n) in [80usize, 33, 1].into_iter().enumerate() {
+        let data: Vec<u8> = (0..n)
+            .map(|j| (j as u8).wrapping_mul(13) ^ i as u8)
+            .collect();
+        let wr = SendWr {
+            wr_id: i as u64,
+            opcode: WrOpcode::SendWithImm,
+            imm_data: (0x100 + i as u32).to_be(),
+            flags: SendFlags::INLINE,
+            inline_data: &data,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!((c[0].wr_id, c[0].status), (i as u64, WcStatus::Success));
+        let r = wait(&w, &b, 1);
+        assert_eq!((r[0].wr_id, r[0].byte_len), (1000 + i as u64, n as u32));
+        assert_eq!(r[0].imm_data, (0x100 + i as u32).to_be());
+        let mut got = vec![0u8; n];
+        b.buf().read(i * 256, &mut got).unwrap();
+        assert_eq!(got, data, "inline {n}");
+    }
+    // One byte past the limit: refused before anything reaches the device.
+    let big = [0u8; 81];
+    let wr = SendWr {
+        flags: SendFlags::INLINE,
+        inline_data: &big,
+        dest: Some(dest!(a, b, QKEY)),
+        ..Default::default()
+    };
+    let e = a.dev.post_send(&mut a.qp, &[wr]).unwrap_err();
+    assert_eq!((e.error, e.bad_wr), (Error::InvalidArgument, 0));
+    // Two SGEs, then one.
+    a.buf().write(0, b"first part|").unwrap();
+    a.buf().write(4096, b"second part").unwrap();
+    let two = [a.sge(0, 11), a.sge(4096, 11)];
+    let one = [a.sge(4096, 6)];
+    let wrs = [
+        SendWr {
+            wr_id: 10,
+            sg_list: &two,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        },
+        SendWr {
+            wr_id: 11,
+            sg_list: &one,
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        },
+    ];
+    a.dev.post_send(&mut a.qp, &wrs).unwrap();
+    let mut c: Vec<u64> = wait(&w, &a, 2).iter().map(|c| c.wr_id).collect();
+    c.sort_unstable();
+    assert_eq!(c, [10, 11]);
+    let mut r = wait(&w, &b, 2);
+    r.sort_by_key(|c| c.wr_id);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (1003, 22));
+    assert_eq!((r[1].wr_id, r[1].byte_len), (1004, 6));
+    let mut got = [0u8; 22];
+    b.buf().read(3 * 256, &mut got).unwrap();
+    assert_eq!(&got, b"first part|second part");
+    let mut got = [0u8; 6];
+    b.buf().read(4 * 256, &mut got).unwrap();
+    assert_eq!(&got, b"second");
+    // More sends than two passes of the SQ (512 WQEs of 128 bytes), in lists of 100: every
+    // slot and both phases.
+    const N: u64 = 1100;
+    let mut sent = 0;
+    while sent < N {
+        let k = (N - sent).min(100);
+        b.post_recvs(8192, 64, k);
+        for i in sent..sent + k {
+            a.buf()
+                .write_u64((8192 + (i % 100) * 64) as usize, i)
+                .unwrap();
+        }
+        let sges: Vec<[Sge; 1]> = (sent..sent + k)
+            .map(|i| [a.sge(8192 + (i % 100) * 64, 8)])
+            .collect();
+        let wrs: Vec<SendWr<'_, efa::Ah>> = (0..k as usize)
+            .map(|j| SendWr {
+                wr_id: sent + j as u64,
+                sg_list: &sges[j],
+                dest: Some(dest!(a, b, QKEY)),
+                ..Default::default()
+            })
+            .collect();
+        a.dev.post_send(&mut a.qp, &wrs).unwrap();
+        let done = wait(&w, &a, k as usize);
+        assert!(done.iter().all(|c| c.status == WcStatus::Success));
+        let got = wait(&w, &b, k as usize);
+        let mut seen: Vec<u64> = got
+            .iter()
+            .map(|c| {
+                assert_eq!((c.status, c.byte_len), (WcStatus::Success, 8));
+                b.buf()
+                    .read_u64((8192 + (c.wr_id - 1000) * 64) as usize)
+                    .unwrap()
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (sent..sent + k).collect::<Vec<_>>());
+        sent += k;
+    }
+    // SRD RDMA read and write.
+    for (i, &len) in [1u32, 64, 8929, 65536].iter().enumerate() {
+        read_and_check(&w, &mut a, &b, len, 0x60 + i as u8);
+        let data: Vec<u8> = (0..len).map(|j| (j as u8) ^ (0x70 + i as u8)).collect();
+        a.buf().write(0, &data).unwrap();
+        let sge = [a.sge(0, len)];
+        let wr = SendWr {
+            wr_id: 7000 + i as u64,
+            opcode: WrOpcode::RdmaWrite,
+            sg_list: &sge,
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + (1 << 20),
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        };
+        a.dev.post_send(&mut a.qp, &[wr]).unwrap();
+        let c = wait(&w, &a, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status, c[0].opcode),
+            (7000 + i as u64, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let mut got = vec![0u8; len as usize];
+        b.buf().read(1 << 20, &mut got).unwrap();
+        assert!(got == data, "write of {len} bytes differs");
+    }
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+#[test]
+fn srd_with_128_byte_wqes_through_trapped_llq_writes() {
+    wqe128_data_path(false);
+}
+
+#[test]
+fn srd_with_128_byte_wqes_stored_into_a_mapped_llq() {
+    wqe128_data_path(true);
 }

@@ -18,6 +18,7 @@
 use firmware_interface::efa::admin::{self, CtrlBuffInfo, status as st};
 use firmware_interface::efa::cmds::*;
 use firmware_interface::efa::feature::{self, id};
+use firmware_interface::efa::io;
 use firmware_interface::efa::opcode as op;
 
 use super::objects::{self, Ah, Cq, Eq, Mr, Pd, Qp, Uar};
@@ -277,7 +278,18 @@ impl Device {
                 && sq_depth >= u32::from(p.min_sq_depth)
                 && sq_depth <= p.max_sq_depth,
         )?;
-        check(u64::from(sq_ring) >= u64::from(sq_depth) * 64 && sq_ring <= p.max_llq_size)?;
+        check(sq_ring <= p.max_llq_size)?;
+        // The LLQ entry size is the ring size over the depth: 64 bytes, or 128 when the device
+        // offers `data_polling_128`; anything else is refused.
+        let wqe_size = if u64::from(sq_ring) == u64::from(sq_depth) * 64 {
+            io::TX_WQE_SIZE
+        } else if u64::from(sq_ring) == u64::from(sq_depth) * 128
+            && p.device_caps & feature::device_attr::CAP_DATA_POLLING_128 != 0
+        {
+            io::TX_WQE128_SIZE
+        } else {
+            return Err(st::ILLEGAL_PARAMETER);
+        };
         let rq_depth = m::RECV_QUEUE_DEPTH.get(c);
         let rq_ring = m::RECV_QUEUE_RING_SIZE.get(c);
         check(rq_depth <= p.max_rq_depth)?;
@@ -314,6 +326,7 @@ impl Device {
                 subs: (0, 0),
                 dp: super::dp::QpDp {
                     sq_depth,
+                    wqe_size,
                     llq: vec![0; sq_ring as usize],
                     rq_base: m::RQ_BASE_ADDR.get64(c),
                     rq_descs: rq_ring / 16,

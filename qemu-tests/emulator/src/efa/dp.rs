@@ -96,6 +96,9 @@ pub struct DataStats {
 pub(crate) struct QpDp {
     /// SQ depth (WQEs).
     pub sq_depth: u32,
+    /// Bytes of an LLQ entry: 64, or 128 on a device with `data_polling_128` when CREATE_QP
+    /// asked for them (ring size = depth × 128).
+    pub wqe_size: usize,
     /// The LLQ: the SQ ring as written into BAR2.
     pub llq: Vec<u8>,
     /// WQEs consumed (16-bit running counter, like the doorbell).
@@ -292,9 +295,13 @@ impl Device {
                 });
                 return;
             }
-            let slot = (u32::from(i) % depth) as usize * io::TX_WQE_SIZE;
-            let mut w = [0u8; io::TX_WQE_SIZE];
-            w.copy_from_slice(&q.dp.llq[slot..slot + io::TX_WQE_SIZE]);
+            let size = q.dp.wqe_size;
+            let slot = (u32::from(i) % depth) as usize * size;
+            let mut w = [0u8; io::TX_WQE128_SIZE];
+            let Some(src) = q.dp.llq.get(slot..slot + size) else {
+                return;
+            };
+            w[..size].copy_from_slice(src);
             let phase = ((u32::from(i) / depth) & 1) as u8;
             if w[3] & CTRL2_PHASE != phase {
                 let qpn = q.qpn;
@@ -302,7 +309,7 @@ impl Device {
                 return;
             }
             q.dp.sq_cc = i.wrapping_add(1);
-            self.tx(h, &w);
+            self.tx(h, &w[..size]);
         }
     }
 
@@ -447,7 +454,8 @@ impl Device {
 
     // ------------------------------------------------------------ transmit
 
-    fn tx(&mut self, h: u32, w: &[u8; io::TX_WQE_SIZE]) {
+    /// Executes the WQE `w` (64 or 128 bytes, the QP's LLQ entry size) and completes it.
+    fn tx(&mut self, h: u32, w: &[u8]) {
         let Some(m) = TxMetaDesc::read_from(w) else {
             return;
         };
@@ -493,6 +501,34 @@ impl Device {
             op_type::RDMA_WRITE if srd && caps & d::CAP_RDMA_WRITE != 0 => {}
             _ => return Err(cs::LOCAL_ERROR_UNSUPPORTED_OP),
         }
+        // A 128-byte WQE's data area is 96 bytes, of which a WR uses its inline bytes, its
+        // buffer descriptors or (RDMA) a remote address and one local buffer; the rest must be
+        // zero (what a driver writes that builds its WQE in a zeroed buffer). A 64-byte WQE in
+        // a 128-byte LLQ shows as the next WQE in that rest.
+        if data.len() > io::TX_WQE_SIZE - io::TX_DATA_OFF {
+            let used = match op {
+                op_type::SEND if m.ctrl1 & CTRL1_INLINE_MSG != 0 => usize::from(m.length.get()),
+                op_type::SEND => 16 * usize::from(m.length.get()),
+                _ => 32,
+            };
+            if data.get(used..).is_some_and(|r| r.iter().any(|&b| b != 0)) {
+                self.error(DeviceError::BadWqe {
+                    qpn,
+                    reason: "bytes past the WR's data in a 128-byte WQE (a 64-byte WQE?)",
+                });
+                return Err(cs::LOCAL_ERROR_QP_INTERNAL_ERROR);
+            }
+        } else if op == op_type::SEND
+            && m.ctrl1 & CTRL1_INLINE_MSG != 0
+            && usize::from(m.length.get()) > io::TX_INLINE_MAX
+        {
+            // More inline bytes than a 64-byte WQE holds: a 128-byte WQE in a 64-byte LLQ.
+            self.error(DeviceError::BadWqe {
+                qpn,
+                reason: "inline bytes past a 64-byte WQE (a 128-byte WQE?)",
+            });
+            return Err(cs::LOCAL_ERROR_BAD_LENGTH);
+        }
         let ah = self
             .obj
             .ahs
@@ -517,7 +553,13 @@ impl Device {
             let len = usize::from(m.length.get());
             let mut payload = Vec::new();
             if m.ctrl1 & CTRL1_INLINE_MSG != 0 {
-                if len > io::TX_INLINE_MAX || len > self.profile.inline_buf_size as usize {
+                // 32 inline bytes fit a 64-byte WQE, 80 a 128-byte one.
+                let room = if data.len() > io::TX_WQE_SIZE - io::TX_DATA_OFF {
+                    io::TX_INLINE_MAX_128
+                } else {
+                    io::TX_INLINE_MAX
+                };
+                if len > room || len > self.profile.inline_buf_size as usize {
                     return Err(cs::LOCAL_ERROR_BAD_LENGTH);
                 }
                 payload.extend_from_slice(&data[..len]);

@@ -197,6 +197,19 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// This profile with 128-byte TX WQEs turned on: `device_caps` gets `data_polling_128`
+    /// and `inline_buf_size` the 80 bytes a 128-byte WQE holds. The device then takes a QP
+    /// whose CREATE_QP ring size is depth × 128 as an LLQ of 128-byte entries (depth × 64
+    /// stays 64-byte entries); without the capability only 64-byte entries are accepted.
+    pub fn with_wqe128(self) -> Profile {
+        use feature::device_attr as d;
+        Profile {
+            device_caps: self.device_caps | d::CAP_DATA_POLLING_128,
+            inline_buf_size: firmware_interface::efa::io::TX_INLINE_MAX_128 as u32,
+            ..self
+        }
+    }
+
     /// `supported_features` of DEVICE_ATTR: every feature the model answers.
     pub fn supported_features(&self) -> u64 {
         use feature::id;
@@ -608,6 +621,16 @@ impl Device {
             .values()
             .find(|q| q.qpn == qpn)
             .map(|q| (q.dp.sq_cc, q.dp.sq_depth))
+    }
+
+    /// The LLQ entry size of QP number `qpn` in bytes (64, or 128 for a QP created with
+    /// 128-byte WQEs); `None` for no such QP.
+    pub fn sq_wqe_size(&self, qpn: u16) -> Option<usize> {
+        self.obj
+            .qps
+            .values()
+            .find(|q| q.qpn == qpn)
+            .map(|q| q.dp.wqe_size)
     }
 
     /// Whether CQ `idx` is armed (a CQ doorbell with the arm bit since its last event).

@@ -313,15 +313,15 @@ impl Device {
             return false;
         };
         let mut progress = false;
-        let qps: Vec<(u32, u16, u16, u32)> = self
+        let qps: Vec<(u32, u16, u16, u32, usize)> = self
             .obj
             .qps
             .iter()
-            .map(|(h, q)| (*h, q.qpn, q.dp.sq_cc, q.dp.sq_depth))
+            .map(|(h, q)| (*h, q.qpn, q.dp.sq_cc, q.dp.sq_depth, q.dp.wqe_size))
             .collect();
         shm.doorbells.retain(|h, _| self.obj.qps.contains_key(h));
         let llq_size = self.profile.max_llq_size as usize;
-        for (h, qpn, cc, depth) in qps {
+        for (h, qpn, cc, depth, size) in qps {
             let base = shm.layout.doorbells + usize::from(qpn) * 8;
             let sq = shm.read32(base) as u16;
             let rq = shm.read32(base + 4) as u16;
@@ -344,10 +344,11 @@ impl Device {
                 let n = u32::from(sq.wrapping_sub(cc)).min(depth);
                 let llq = shm.layout.llq + usize::from(qpn) * llq_size;
                 for k in 0..n {
-                    let slot = ((u32::from(cc) + k) % depth) as usize * io::TX_WQE_SIZE;
-                    let mut w = [0u8; io::TX_WQE_SIZE];
-                    shm.bar.read(llq + slot, &mut w);
-                    self.llq_write(usize::from(qpn) * llq_size + slot, &w);
+                    let slot = ((u32::from(cc) + k) % depth) as usize * size;
+                    let mut w = [0u8; io::TX_WQE128_SIZE];
+                    let w = &mut w[..size.min(io::TX_WQE128_SIZE)];
+                    shm.bar.read(llq + slot, w);
+                    self.llq_write(usize::from(qpn) * llq_size + slot, w);
                 }
             }
             self.doorbell_write(usize::from(qpn) * 8, &u32::from(sq).to_le_bytes());

@@ -1256,3 +1256,99 @@ fn srd_retransmission_backs_off_to_a_cap_and_gives_up_after_about_one_and_a_half
         "{total}"
     );
 }
+
+/// A SEND meta descriptor with phase 0 (`inline` bytes inline, else one buffer descriptor).
+fn send_meta(req_id: u16, inline: Option<u16>) -> [u8; 32] {
+    use firmware_interface::efa::io::{self, TxMetaDesc};
+    let ctrl1 = io::CTRL1_META_DESC | io::op_type::SEND;
+    let (ctrl1, length) = match inline {
+        Some(n) => (ctrl1 | io::CTRL1_INLINE_MSG, n),
+        None => (ctrl1, 1),
+    };
+    TxMetaDesc {
+        req_id: Le16::new(req_id),
+        ctrl1,
+        ctrl2: io::CTRL2_FIRST | io::CTRL2_LAST | io::CTRL2_COMP_REQ,
+        length: Le16::new(length),
+        ..Default::default()
+    }
+    .to_bytes()
+}
+
+#[test]
+fn wqe128_llqs_come_with_the_capability_and_wqe_sizes_must_match_the_llq() {
+    use firmware_interface::efa::io::{TX_INLINE_MAX_128, TX_WQE_SIZE, TX_WQE128_SIZE};
+    let qp_cmd = |d: &mut Drv, ring: u32| {
+        let (pd, uar) = (d.alloc_pd(), d.alloc_uar());
+        let cq = d.create_cq(uar, None);
+        let mut b = d.qp_cmd(pd, uar, cq, create_qp_cmd::QP_TYPE_SRD);
+        create_qp_cmd::SEND_QUEUE_RING_SIZE.set(&mut b, ring);
+        b
+    };
+    // Without `data_polling_128` (the default profile): 64-byte entries only.
+    let mut d = Drv::up();
+    let (_, a) = d.get_feature(id::DEVICE_ATTR);
+    let caps = feature::device_attr::DEVICE_CAPS.at(get_feature_resp::DATA_OFF);
+    assert_eq!(caps.get(&a) & feature::device_attr::CAP_DATA_POLLING_128, 0);
+    let b = qp_cmd(&mut d, 128 * 128);
+    assert_eq!(d.cmd(op::CREATE_QP, b).0, st::ILLEGAL_PARAMETER);
+    let b = qp_cmd(&mut d, 128 * 64);
+    assert_eq!(d.cmd(op::CREATE_QP, b).0, st::SUCCESS);
+
+    // With it: the capability and 80 inline bytes are reported; depth × 128 makes a 128-byte
+    // LLQ, depth × 64 a 64-byte one, anything else is refused.
+    let mut d = Drv::new(Profile::default().with_wqe128());
+    d.reset(r::reset_reason::NORMAL);
+    d.admin_init();
+    let (_, a) = d.get_feature(id::DEVICE_ATTR);
+    assert_ne!(caps.get(&a) & feature::device_attr::CAP_DATA_POLLING_128, 0);
+    let (_, q) = d.get_feature(id::QUEUE_ATTR);
+    let inline = feature::queue_attr::INLINE_BUF_SIZE.at(get_feature_resp::DATA_OFF);
+    assert_eq!(inline.get(&q), TX_INLINE_MAX_128 as u32);
+    let b = qp_cmd(&mut d, 128 * 96);
+    assert_eq!(d.cmd(op::CREATE_QP, b).0, st::ILLEGAL_PARAMETER);
+    let llq_size = d.dev.profile().max_llq_size as usize;
+    let db = d.dev.profile().db_bar as u8;
+    let rts_qp = |d: &mut Drv, ring: u32| {
+        let b = qp_cmd(d, ring);
+        let o = d.ok(op::CREATE_QP, b);
+        let handle = create_qp_resp::QP_HANDLE.get(&o);
+        d.bring_to_rts(handle);
+        create_qp_resp::QP_NUM.get(&o) as usize
+    };
+    let wide = rts_qp(&mut d, 128 * TX_WQE128_SIZE as u32);
+    let narrow = rts_qp(&mut d, 128 * TX_WQE_SIZE as u32);
+    assert!(d.dev.errors().is_empty(), "{:?}", d.dev.errors());
+
+    // Two 64-byte WQEs (one buffer descriptor each) in the 128-byte LLQ: the device takes
+    // both as its first entry, whose second half is not zero: recorded, and the WQE fails.
+    let mut two = [0u8; 128];
+    two[..32].copy_from_slice(&send_meta(0, None));
+    two[64..96].copy_from_slice(&send_meta(1, None));
+    d.dev.bar_write(2, wide * llq_size, &two);
+    d.dev.bar_write(db, wide * 8, &1u32.to_le_bytes());
+    assert!(
+        matches!(
+            d.dev.errors(),
+            [DeviceError::BadWqe { qpn, reason }] if *qpn as usize == wide && reason.contains("128-byte")
+        ),
+        "{:?}",
+        d.dev.errors()
+    );
+
+    // A 128-byte WQE with 80 inline bytes in the 64-byte LLQ: its inline length does not fit
+    // a 64-byte WQE: recorded.
+    let mut big = [0u8; 128];
+    big[..32].copy_from_slice(&send_meta(0, Some(TX_INLINE_MAX_128 as u16)));
+    big[32..112].fill(0xab);
+    d.dev.bar_write(2, narrow * llq_size, &big);
+    d.dev.bar_write(db, narrow * 8, &1u32.to_le_bytes());
+    assert!(
+        matches!(
+            d.dev.errors().last(),
+            Some(DeviceError::BadWqe { qpn, reason }) if *qpn as usize == narrow && reason.contains("64-byte")
+        ),
+        "{:?}",
+        d.dev.errors()
+    );
+}

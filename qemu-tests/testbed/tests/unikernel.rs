@@ -928,6 +928,12 @@ fn nic_emud_signals_an_armed_eq_through_the_ivshmem_eventfd() {
         .wait_cq_event(&mut ch, 30_000_000_000)
         .unwrap()
         .expect("the completion event (no interrupt woke the wait)");
+    // The eventfd's reader counts the vector on its own thread: the wait may have found the
+    // EQE before that thread ran, so the count is awaited, not read once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nic_hal::Interrupts::count(&*irq, vector) <= before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(
         nic_hal::Interrupts::count(&*irq, vector) > before,
         "vector {vector} never fired"

@@ -28,8 +28,8 @@ use core::mem::size_of;
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::ptr::{self, NonNull, null_mut};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use capi_abi::ibv::*;
 use capi_abi::rdmacm::*;
@@ -210,6 +210,9 @@ pub struct Id<D: Device> {
     saved: Option<Saved>,
     /// The CQs (and their channels) the library created for the id's QP.
     own_cqs: bool,
+    /// Events reported against this id and not yet acknowledged (changed under the stack's
+    /// `ids` lock): rdma_destroy_id waits for them, as librdmacm's does.
+    unacked: AtomicU32,
 }
 
 /// A connection manager event and the private data it points to.
@@ -217,6 +220,9 @@ pub struct Id<D: Device> {
 pub struct Event {
     c: rdma_cm_event,
     pdata: Vec<u8>,
+    /// The `Id` whose `unacked` count this event holds (its own id, or the listener for a
+    /// connect request, as librdmacm counts them), or 0.
+    counted: usize,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +243,8 @@ pub struct Stack<D: Device> {
     ev_channels: Mutex<Vec<usize>>,
     /// Connection manager ids by handle (their `Id` addresses).
     ids: Mutex<HashMap<u64, usize>>,
+    /// Signalled (with `ids`) when an event is acknowledged.
+    acked: Condvar,
     /// The context ids report (`id->verbs`) and the PD of ids given none.
     context: Mutex<Option<(usize, usize)>>,
     /// The port's address resolution, for address vectors the program gives (`ibv_modify_qp`,
@@ -293,6 +301,7 @@ impl<D: Device> Stack<D> {
             comp_channels: Mutex::new(Vec::new()),
             ev_channels: Mutex::new(Vec::new()),
             ids: Mutex::new(HashMap::new()),
+            acked: Condvar::new(),
             context: Mutex::new(None),
             resolver,
             clock,
@@ -839,6 +848,7 @@ impl<D: Device> Stack<D> {
             id: Some(cm_id),
             saved: None,
             own_cqs: false,
+            unacked: AtomicU32::new(0),
         });
         b.c.channel = channel;
         b.c.context = context;
@@ -881,11 +891,26 @@ impl<D: Device> Stack<D> {
         mut ev: cm::CmEvent<D>,
         ch: *mut rdma_event_channel,
     ) -> Option<*mut Event> {
+        // The id the event is counted against is found and counted under the `ids` lock, so
+        // that rdma_destroy_id (which unregisters under the same lock) either discards the
+        // event or waits for its acknowledgement before freeing the id.
         let ids = lock(&self.ids);
         let get = |h: cm::IdHandle| ids.get(&h.cq_context()).map(|&a| a as *mut Id<D>);
         let listen = ev.listen_id.and_then(get);
+        let new = ev.take_id();
+        let existing = match new {
+            Some(_) => None,
+            // An event of an id destroyed meanwhile is dropped.
+            None => Some(get(ev.id)?),
+        };
+        let counted = existing.or(listen);
+        if let Some(c) = counted {
+            // SAFETY: a registered id is live (unregistered under this lock before it is
+            // freed).
+            unsafe { (*c).unacked.fetch_add(1, Ordering::Relaxed) };
+        }
         drop(ids);
-        let id: *mut Id<D> = if let Some(new) = ev.take_id() {
+        let id: *mut Id<D> = if let Some(new) = new {
             let (lch, lctx) = match listen {
                 // SAFETY: a registered id is live.
                 Some(l) => unsafe { ((*l).c.channel, (*l).c.context) },
@@ -901,10 +926,8 @@ impl<D: Device> Stack<D> {
             }
             n
         } else {
-            let ids = lock(&self.ids);
-            let id = ids.get(&ev.id.cq_context()).map(|&a| a as *mut Id<D>)?;
-            drop(ids);
-            // SAFETY: a registered id is live.
+            let id = existing?;
+            // SAFETY: counted above, so not freed before this event is acknowledged.
             self.refresh(unsafe { &mut *id });
             id
         };
@@ -945,6 +968,7 @@ impl<D: Device> Stack<D> {
                 param,
             },
             pdata,
+            counted: counted.map_or(0, |c| c as usize),
         });
         let pd_ptr = if e.pdata.is_empty() {
             ptr::null()
@@ -2022,6 +2046,15 @@ impl<D: Device> Backend for Stack<D> {
             lock(&self.ids).remove(&c.handle().cq_context());
             c.destroy_id();
         }
+        // As in librdmacm: the id is freed only once every event reported for it has been
+        // acknowledged (another thread may still be handling one: rping's cm_thread gets the
+        // client's DISCONNECTED while its main thread destroys the id). No new event is
+        // reported for it once it left `ids`.
+        let mut ids = lock(&self.ids);
+        while i.unacked.load(Ordering::Relaxed) != 0 {
+            ids = self.acked.wait(ids).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(ids);
         // The manager destroyed a QP left on the id; as in librdmacm the program still holds
         // `id->qp` and frees it with ibv_destroy_qp (rping destroys the id first): the C
         // object stays, detached (its posts fail).
@@ -2189,7 +2222,19 @@ impl<D: Device> Backend for Stack<D> {
             return fail(EINVAL);
         }
         // SAFETY: an event of ours, acknowledged once.
-        drop(unsafe { Box::from_raw(ev.cast::<Event>()) });
+        let e = unsafe { Box::from_raw(ev.cast::<Event>()) };
+        if e.counted != 0 {
+            let ids = lock(&self.ids);
+            // SAFETY: the id this event counts against is not freed while the count holds
+            // (rdma_destroy_id waits for it).
+            unsafe {
+                (*(e.counted as *mut Id<D>))
+                    .unacked
+                    .fetch_sub(1, Ordering::Relaxed)
+            };
+            drop(ids);
+            self.acked.notify_all();
+        }
         0
     }
 

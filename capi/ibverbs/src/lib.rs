@@ -868,7 +868,12 @@ pub unsafe extern "C" fn ibv_create_cq(
 }
 versioned!("IBVERBS_1.1", ibv_create_cq);
 
-/// `int ibv_destroy_cq(struct ibv_cq *)`: 0 or an errno (EBUSY while a QP uses it).
+/// `int ibv_destroy_cq(struct ibv_cq *)`: 0 or an errno (EBUSY while a QP uses it). As in
+/// libibverbs, it returns once every completion event `ibv_get_cq_event` reported for the CQ
+/// has been acknowledged (`ibv_ack_cq_events`), and the CQ's events still queued on its
+/// channel are never reported. (No asynchronous events are reported: the context's
+/// `async_fd` is -1 and `ibv_get_async_event` is not exported, so there are none to wait
+/// for.)
 ///
 /// # Safety
 ///
@@ -897,10 +902,18 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 }
 versioned!("IBVERBS_1.1", ibv_get_cq_event);
 
-/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`: events need no
-/// acknowledgement here (a CQ can be destroyed with events unacknowledged).
+/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`: acknowledges `nevents`
+/// completion events `ibv_get_cq_event` reported for `cq` (`ibv_destroy_cq` waits until all
+/// are).
+///
+/// # Safety
+///
+/// `cq` is NULL or a live CQ of this library.
 #[unsafe(no_mangle)]
-pub extern "C" fn ibv_ack_cq_events(_cq: *mut ibv_cq, _nevents: c_uint) {}
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    // SAFETY: the caller's CQ.
+    with_stack((), |s| unsafe { s.ack_cq_events(cq, nevents) })
+}
 versioned!("IBVERBS_1.1", ibv_ack_cq_events);
 
 /// `int ibv_query_qp(qp, attr, attr_mask, init_attr)`: the state, the Q_Key of a UD QP,
@@ -958,7 +971,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
 }
 versioned!("IBVERBS_1.1", ibv_modify_qp);
 
-/// `int ibv_destroy_qp(struct ibv_qp *)`: 0 or an errno.
+/// `int ibv_destroy_qp(struct ibv_qp *)`: 0 or an errno. (libibverbs' waits for the QP's
+/// unacknowledged asynchronous events; none are reported here, see `ibv_destroy_cq`.)
 ///
 /// # Safety
 ///

@@ -28,7 +28,7 @@ use core::mem::size_of;
 use core::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use core::ptr::{self, NonNull, null_mut};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use capi_abi::ibv::*;
@@ -141,14 +141,23 @@ pub struct Mr<D: Device> {
 }
 
 /// A completion channel: the provider's channel, the events taken from it, and the fd.
+///
+/// Lock order: the stack's `comp_channels`, then `ch`, then `queue`, then the stack's
+/// `cq_events`.
 #[repr(C)]
 pub struct Channel<D: Device> {
     c: ibv_comp_channel,
+    /// The provider's channel. Held while its events move to `queue`, so that a CQ's events
+    /// are either still in the provider (which drops those of destroyed CQs) or in `queue`
+    /// (where ibv_destroy_cq removes them).
     ch: Mutex<D::CompChannel>,
     /// CQ contexts (our `Cq` addresses) of events not yet read; the fd is readable while
     /// this is not empty (both change under this lock).
     queue: Mutex<VecDeque<u64>>,
     efd: EventFd,
+    /// The CQs using the channel (changed under the stack's `comp_channels` lock):
+    /// ibv_destroy_comp_channel answers EBUSY while there are any, as libibverbs does.
+    cqs: AtomicU32,
 }
 
 /// A completion queue.
@@ -156,6 +165,15 @@ pub struct Channel<D: Device> {
 pub struct Cq<D: Device> {
     c: ibv_cq,
     cq: Arc<D::Cq>,
+    /// Completion events ibv_get_cq_event reported for the CQ (counted under its channel's
+    /// `queue` lock and the stack's `cq_events` lock) and those ibv_ack_cq_events
+    /// acknowledged (under `cq_events`): ibv_destroy_cq frees the CQ only once they are
+    /// equal, as libibverbs' does.
+    reported: AtomicU64,
+    acked: AtomicU64,
+    /// Set (under the channel's `queue` lock) when ibv_destroy_cq starts: the CQ's events
+    /// still queued are no longer reported.
+    dying: AtomicBool,
 }
 
 /// Who holds a QP.
@@ -245,6 +263,10 @@ pub struct Stack<D: Device> {
     ids: Mutex<HashMap<u64, usize>>,
     /// Signalled (with `ids`) when an event is acknowledged.
     acked: Condvar,
+    /// Guards the CQs' completion event counts (`Cq::reported`, `Cq::acked`);
+    /// `cq_acked` is signalled with it when events are acknowledged.
+    cq_events: Mutex<()>,
+    cq_acked: Condvar,
     /// The context ids report (`id->verbs`) and the PD of ids given none.
     context: Mutex<Option<(usize, usize)>>,
     /// The port's address resolution, for address vectors the program gives (`ibv_modify_qp`,
@@ -302,6 +324,8 @@ impl<D: Device> Stack<D> {
             ev_channels: Mutex::new(Vec::new()),
             ids: Mutex::new(HashMap::new()),
             acked: Condvar::new(),
+            cq_events: Mutex::new(()),
+            cq_acked: Condvar::new(),
             context: Mutex::new(None),
             resolver,
             clock,
@@ -346,19 +370,34 @@ impl<D: Device> Stack<D> {
         }
     }
 
-    /// Moves the provider's completion events of `ch` to its queue; signals the fd.
+    /// Moves the provider's completion events of `ch` to its queue; signals the fd. The
+    /// provider's channel stays locked until the events are queued (see [`Channel::ch`]).
     fn drain_channel(&self, ch: &Channel<D>) {
         let mut got = Vec::new();
-        {
-            let mut pch = lock(&ch.ch);
-            while let Ok(Some(ev)) = self.prov.get_cq_event(&mut pch) {
-                got.push(ev.cq_context);
-            }
+        let mut pch = lock(&ch.ch);
+        while let Ok(Some(ev)) = self.prov.get_cq_event(&mut pch) {
+            got.push(ev.cq_context);
         }
         if !got.is_empty() {
             let mut q = lock(&ch.queue);
             q.extend(got);
             ch.efd.signal();
+        }
+        drop(pch);
+    }
+
+    /// Removes the queued events of the CQ at `cq` from its channel `ch`, after setting
+    /// `dying` (the CQ's flag) when given. The provider's channel is held: no event of the
+    /// CQ is on its way from the provider to the queue meanwhile.
+    fn purge_cq_events(&self, ch: &Channel<D>, cq: u64, dying: Option<&AtomicBool>) {
+        let _pch = lock(&ch.ch);
+        let mut q = lock(&ch.queue);
+        if let Some(d) = dying {
+            d.store(true, Ordering::Relaxed);
+        }
+        q.retain(|&a| a != cq);
+        if q.is_empty() {
+            ch.efd.clear();
         }
     }
 
@@ -425,6 +464,7 @@ pub trait Backend: Send + Sync {
         cq: *mut *mut ibv_cq,
         ctx: *mut *mut c_void,
     ) -> c_int;
+    unsafe fn ack_cq_events(&self, cq: *mut ibv_cq, nevents: c_uint);
     unsafe fn poll_cq(&self, cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int;
     unsafe fn req_notify_cq(&self, cq: *mut ibv_cq, solicited: c_int) -> c_int;
     unsafe fn post_send(
@@ -1224,6 +1264,7 @@ impl<D: Device> Backend for Stack<D> {
             ch: Mutex::new(ch),
             queue: Mutex::new(VecDeque::new()),
             efd,
+            cqs: AtomicU32::new(0),
         });
         let p = Box::into_raw(b);
         lock(&self.comp_channels).push(p as usize);
@@ -1239,6 +1280,12 @@ impl<D: Device> Backend for Stack<D> {
         let Some(i) = list.iter().position(|&a| a == p as usize) else {
             return EINVAL;
         };
+        // As in libibverbs: not while CQs use the channel (their count changes under the
+        // list lock held here).
+        // SAFETY: a listed channel is live.
+        if unsafe { (*p).cqs.load(Ordering::Relaxed) } != 0 {
+            return libc::EBUSY;
+        }
         // SAFETY: a listed channel is live; the list lock keeps the progress thread off it.
         let c = unsafe { Box::from_raw(p) };
         let Channel {
@@ -1246,6 +1293,7 @@ impl<D: Device> Backend for Stack<D> {
             ch: inner,
             queue,
             efd,
+            cqs,
         } = *c;
         match self
             .prov
@@ -1268,6 +1316,7 @@ impl<D: Device> Backend for Stack<D> {
                                     ch: Mutex::new(back),
                                     queue,
                                     efd,
+                                    cqs,
                                 },
                             )
                         };
@@ -1294,14 +1343,33 @@ impl<D: Device> Backend for Stack<D> {
         }
         let slot: Box<core::mem::MaybeUninit<Cq<D>>> = Box::new_uninit();
         let addr = Box::into_raw(slot);
-        let r = if ch.is_null() {
-            self.prov.create_cq(cqe as u32, addr as u64, None)
+        // The channel is counted under the channels' lock, held from the check that it is
+        // ours until the CQ is made (ibv_destroy_comp_channel takes it too).
+        let channels = lock(&self.comp_channels);
+        let chan = if ch.is_null() {
+            None
+        } else if channels.contains(&(ch as usize)) {
+            // SAFETY: a listed channel is live while the list is locked.
+            Some(unsafe { &*ch.cast::<Channel<D>>() })
         } else {
-            // SAFETY: a channel of ours.
-            let c = unsafe { &*ch.cast::<Channel<D>>() };
-            let g = lock(&c.ch);
-            self.prov.create_cq(cqe as u32, addr as u64, Some(&g))
+            // SAFETY: the box we made, never initialised.
+            drop(unsafe { Box::from_raw(addr) });
+            set_errno(EINVAL);
+            return null_mut();
         };
+        let r = match chan {
+            None => self.prov.create_cq(cqe as u32, addr as u64, None),
+            Some(c) => {
+                let g = lock(&c.ch);
+                self.prov.create_cq(cqe as u32, addr as u64, Some(&g))
+            }
+        };
+        if r.is_ok()
+            && let Some(c) = chan
+        {
+            c.cqs.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(channels);
         match r {
             Ok(cq) => {
                 let n = cq.cqe();
@@ -1319,6 +1387,9 @@ impl<D: Device> Backend for Stack<D> {
                         Cq {
                             c,
                             cq: Arc::new(cq),
+                            reported: AtomicU64::new(0),
+                            acked: AtomicU64::new(0),
+                            dying: AtomicBool::new(false),
                         },
                     )
                 };
@@ -1338,40 +1409,71 @@ impl<D: Device> Backend for Stack<D> {
             return EINVAL;
         }
         let p = cq.cast::<Cq<D>>();
-        // SAFETY: a CQ of ours.
-        let c = unsafe { ptr::read(p) };
-        let Cq { c: cc, cq: arc } = c;
-        match Arc::try_unwrap(arc) {
-            Ok(inner) => match self.prov.destroy_cq(inner) {
-                Ok(()) => {
-                    // SAFETY: the box's contents were moved out above; free the memory only.
-                    unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<Cq<D>>()) };
-                    0
-                }
-                Err(e) => {
-                    let err = e.error.errno();
-                    if let Some(back) = e.object {
-                        // SAFETY: put it back for the caller.
-                        unsafe {
-                            ptr::write(
-                                p,
-                                Cq {
-                                    c: cc,
-                                    cq: Arc::new(back),
-                                },
-                            )
-                        };
-                    }
-                    err
-                }
-            },
-            Err(arc) => {
-                // a QP still uses it
-                // SAFETY: put it back for the caller.
-                unsafe { ptr::write(p, Cq { c: cc, cq: arc }) };
-                libc::EBUSY
-            }
+        // SAFETY: a CQ of ours, live until freed below.
+        let c = unsafe { &*p };
+        if Arc::strong_count(&c.cq) != 1 {
+            // a QP still uses it
+            return libc::EBUSY;
         }
+        // As in libibverbs, the CQ is freed only once every completion event reported for
+        // it has been acknowledged (another thread may still be handling one), and its
+        // events still queued on the channel are never reported: they are dropped now, and
+        // those arriving until the provider's CQ is gone are skipped (`dying`).
+        let chan = if c.c.channel.is_null() {
+            None
+        } else {
+            // SAFETY: the CQ's channel is live while the CQ is (ibv_destroy_comp_channel
+            // refuses while the channel counts CQs).
+            Some(unsafe { &*c.c.channel.cast::<Channel<D>>() })
+        };
+        if let Some(ch) = chan {
+            self.purge_cq_events(ch, p as u64, Some(&c.dying));
+        }
+        // No event of the CQ is reported after the purge (counts change under the channel's
+        // queue lock, which the purge took), so the wait ends once the handlers acknowledge
+        // what they hold.
+        let mut g = lock(&self.cq_events);
+        while c.acked.load(Ordering::Relaxed) < c.reported.load(Ordering::Relaxed) {
+            g = self.cq_acked.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(g);
+        // `c` is not used past this point: the provider CQ moves out of the box.
+        // SAFETY: the CQ's provider object, moved out here and either destroyed or written
+        // back below.
+        let arc = unsafe { ptr::read(&raw const (*p).cq) };
+        let undo = |arc: Arc<D::Cq>| {
+            // SAFETY: put the provider CQ back for the caller; events are reported again.
+            unsafe { ptr::write(&raw mut (*p).cq, arc) };
+            // SAFETY: as above: the CQ stays the caller's.
+            unsafe { (*p).dying.store(false, Ordering::Relaxed) };
+        };
+        let inner = match Arc::try_unwrap(arc) {
+            Ok(i) => i,
+            Err(arc) => {
+                // a QP was made on it meanwhile
+                undo(arc);
+                return libc::EBUSY;
+            }
+        };
+        if let Err(e) = self.prov.destroy_cq(inner) {
+            let err = e.error.errno();
+            if let Some(back) = e.object {
+                undo(Arc::new(back));
+            }
+            return err;
+        }
+        if let Some(ch) = chan {
+            // Events the provider produced before its CQ went away (skipped as `dying`
+            // meanwhile); the channel is live: the CQ still counts in it.
+            self.purge_cq_events(ch, p as u64, None);
+            let _list = lock(&self.comp_channels);
+            ch.cqs.fetch_sub(1, Ordering::Relaxed);
+        }
+        // SAFETY: the box's provider CQ was moved out and destroyed above; the other fields
+        // have no destructor. Nothing refers to the CQ any more: no queued event, no
+        // unacknowledged one. Free the memory only.
+        unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<Cq<D>>()) };
+        0
     }
 
     unsafe fn get_cq_event(
@@ -1388,18 +1490,33 @@ impl<D: Device> Backend for Stack<D> {
         loop {
             let got = {
                 let mut q = lock(&c.queue);
-                let v = q.pop_front();
+                let mut got = None;
+                while let Some(a) = q.pop_front() {
+                    // SAFETY: a queued event's CQ is live: ibv_destroy_cq removes the CQ's
+                    // events from the queue (under this lock) before freeing it.
+                    let p = unsafe { &*(a as *const Cq<D>) };
+                    // The events of a CQ being destroyed are not reported.
+                    if p.dying.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    // Counted under the queue lock: ibv_destroy_cq, having purged the queue
+                    // under it, sees every event reported before and waits for its
+                    // acknowledgement.
+                    let g = lock(&self.cq_events);
+                    p.reported.fetch_add(1, Ordering::Relaxed);
+                    drop(g);
+                    got = Some(a);
+                    break;
+                }
                 if q.is_empty() {
                     c.efd.clear();
                 }
-                v
+                got
             };
             if let Some(a) = got {
                 let p = a as *mut Cq<D>;
-                // SAFETY: the CQ context is our Cq's address; the CQ is live while events
-                // of it are unacknowledged (the program's side of the contract).
+                // SAFETY: the CQ is live until this event is acknowledged (counted above).
                 unsafe {
-                    (*p).c.comp_events_completed = (*p).c.comp_events_completed.wrapping_add(0);
                     *cq = p.cast();
                     *ctx = (*p).c.cq_context;
                 }
@@ -1414,6 +1531,20 @@ impl<D: Device> Backend for Stack<D> {
             }
             c.efd.ready(2);
         }
+    }
+
+    unsafe fn ack_cq_events(&self, cq: *mut ibv_cq, nevents: c_uint) {
+        if cq.is_null() || nevents == 0 {
+            return;
+        }
+        // SAFETY: a CQ of ours, live until its reported events are acknowledged (these
+        // among them); not used after the lock is released.
+        let c = unsafe { &*cq.cast::<Cq<D>>() };
+        let g = lock(&self.cq_events);
+        c.acked.fetch_add(u64::from(nevents), Ordering::Relaxed);
+        drop(g);
+        // The condition variable is the stack's (never freed), not the CQ's.
+        self.cq_acked.notify_all();
     }
 
     unsafe fn poll_cq(&self, cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {

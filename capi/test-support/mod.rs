@@ -160,3 +160,31 @@ pub fn cc_ours(src: &Path, out: &Path, extra: &[&str]) {
     cmd.arg("-o").arg(out).arg(src).args(extra);
     run(&mut cmd);
 }
+
+/// Builds the C test program `src` against rdma-core's headers, linked with the built
+/// libraries `libs` (installed in a fresh scratch directory `tag`) and pthreads, runs it on
+/// the default in-process NIC under a 120 s `timeout`, and asserts that it succeeds and that
+/// every line of `want` is among its output lines; its stdout.
+pub fn run_c_test(tag: &str, src: &Path, libs: &[&str], want: &[&str]) -> String {
+    let dir = scratch(tag);
+    let mut link = vec![format!("-L{}", dir.display())];
+    for l in libs {
+        install(&dir, l);
+        link.push(format!("-l{l}"));
+    }
+    link.push("-lpthread".into());
+    let exe = dir.join("test-program");
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    cc(src, &exe, &link);
+    let mut cmd = Command::new("timeout");
+    cmd.arg("120")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env_remove("RDMA_STACK_DEVICE");
+    let out = run(&mut cmd);
+    let lines: Vec<&str> = out.lines().collect();
+    for w in want {
+        assert!(lines.contains(w), "no line {w:?} in:\n{out}");
+    }
+    out
+}

@@ -10,32 +10,22 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn destroy_cq_waits_for_the_held_event_and_drops_queued_ones() {
-    let dir = support::scratch("destroy-cq-while-held");
-    support::install(&dir, "ibverbs");
-    let exe = dir.join("destroy_cq_while_held");
-    let l = format!("-L{}", dir.display());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/destroy_cq_while_held.c");
-    support::cc(&src, &exe, &[&l, "-libverbs", "-lpthread"]);
-    let mut cmd = Command::new("timeout");
-    cmd.arg("120")
-        .arg(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env_remove("RDMA_STACK_DEVICE");
-    let out = support::run(&mut cmd);
-    let lines: Vec<&str> = out.lines().collect();
-    for want in [
-        "handler: event for the CQ",
-        "handler: cq context intact",
-        "destroy returned after the acknowledgement",
-        "after destroy: -1 Resource temporarily unavailable",
-        "destroy channel with a CQ: Device or resource busy",
-        "destroy channel without CQs: destroyed",
-        "ok",
-    ] {
-        assert!(lines.contains(&want), "no line {want:?} in:\n{out}");
-    }
+    support::run_c_test(
+        "destroy-cq-while-held",
+        &src,
+        &["ibverbs"],
+        &[
+            "handler: event for the CQ",
+            "handler: cq context intact",
+            "destroy returned after the acknowledgement",
+            "after destroy: -1 Resource temporarily unavailable",
+            "destroy channel with a CQ: Device or resource busy",
+            "destroy channel without CQs: destroyed",
+            "ok",
+        ],
+    );
 }

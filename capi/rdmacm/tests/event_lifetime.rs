@@ -9,31 +9,20 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn destroy_waits_for_the_held_event_and_drops_queued_ones() {
-    let dir = support::scratch("destroy-while-held");
-    support::install(&dir, "rdmacm");
-    support::install(&dir, "ibverbs");
-    let exe = dir.join("destroy_while_held");
-    let l = format!("-L{}", dir.display());
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/destroy_while_held.c");
-    support::cc(&src, &exe, &[&l, "-lrdmacm", "-libverbs", "-lpthread"]);
-    let mut cmd = Command::new("timeout");
-    cmd.arg("120")
-        .arg(&exe)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env_remove("RDMA_STACK_DEVICE");
-    let out = support::run(&mut cmd);
-    let lines: Vec<&str> = out.lines().collect();
-    for want in [
-        "handler: RDMA_CM_EVENT_ADDR_RESOLVED",
-        "handler: id context intact",
-        "destroy returned after the acknowledgement",
-        "after destroy: -1 Resource temporarily unavailable",
-        "ok",
-    ] {
-        assert!(lines.contains(&want), "no line {want:?} in:\n{out}");
-    }
+    support::run_c_test(
+        "destroy-while-held",
+        &src,
+        &["rdmacm", "ibverbs"],
+        &[
+            "handler: RDMA_CM_EVENT_ADDR_RESOLVED",
+            "handler: id context intact",
+            "destroy returned after the acknowledgement",
+            "after destroy: -1 Resource temporarily unavailable",
+            "ok",
+        ],
+    );
 }

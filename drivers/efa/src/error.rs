@@ -2,7 +2,7 @@
 
 use firmware_interface::efa::admin::status as st;
 use firmware_interface::efa::opcode;
-use nic_hal::DmaError;
+use nic_hal::{DmaError, IrqError};
 
 /// What was wrong with an admin completion the device wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,13 @@ impl From<DmaError> for Error {
             DmaError::InvalidRequest => Error::InvalidArgument,
             DmaError::NoMemory | DmaError::MapFailed | DmaError::OutOfBounds => Error::NoMemory,
         }
+    }
+}
+
+/// A failed interrupt operation (enabling or waiting on a vector) is [`Error::Interrupt`].
+impl From<IrqError> for Error {
+    fn from(e: IrqError) -> Self {
+        Error::Interrupt(e)
     }
 }
 

@@ -23,7 +23,6 @@
 
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::sync::atomic::AtomicU32;
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -34,7 +33,7 @@ use firmware_interface::efa::cmds::{create_eq_cmd, create_eq_resp, destroy_eq_cm
 use firmware_interface::efa::opcode as op;
 use firmware_interface::efa::regs as r;
 use nic_hal::barrier::{dma_rmb, mmio_wmb};
-use nic_hal::{IrqWatch, Platform, RegisterIo};
+use nic_hal::{Platform, RegisterIo};
 use verbs::{CqEvent, DestroyError};
 
 use crate::Error;
@@ -289,19 +288,26 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// Waits up to `timeout_ns` nanoseconds (of [`Platform::now_ns`]) for the channel's next
     /// completion event (a blocking `ibv_get_cq_event`); `None` when the time ran out. Only
     /// armed CQs produce events. With interrupts the thread sleeps on the channel's vector
-    /// between checks.
+    /// between checks (at most [`WAIT_RECHECK_NS`] at a time; a check that finds the EQ empty
+    /// arms it); [`Platform::relax`] runs between checks in both modes (on an emulated device
+    /// it is what moves time and the device along). The loop is [`nic_hal::wait_for`].
     pub(crate) fn wait_event(
         &self,
         ch: &mut CompChannel,
         timeout_ns: u64,
     ) -> Result<Option<CqEvent>, Error> {
-        let v = [ch.vector];
-        self.wait_for(&v, timeout_ns, || self.cq_event(ch))
+        nic_hal::wait_for(
+            &self.platform,
+            &[ch.vector],
+            timeout_ns,
+            WAIT_RECHECK_NS,
+            || self.cq_event(ch),
+        )
     }
 
     /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
     /// `channels`: the index of its channel and the event, `None` when the time ran out. The
-    /// channels are looked at in order. No channel: EINVAL.
+    /// channels are looked at in order ([`nic_hal::wait_for_any`]). No channel: EINVAL.
     pub(crate) fn wait_events(
         &self,
         channels: &mut [&mut CompChannel],
@@ -310,53 +316,13 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if channels.is_empty() {
             return Err(Error::InvalidArgument);
         }
-        let mut vectors: Vec<u16> = channels.iter().map(|c| c.vector).collect();
-        vectors.sort_unstable();
-        vectors.dedup();
-        self.wait_for(&vectors, timeout_ns, || {
-            for (i, ch) in channels.iter_mut().enumerate() {
-                if let Some(ev) = self.cq_event(ch)? {
-                    return Ok(Some((i, ev)));
-                }
-            }
-            Ok(None)
-        })
-    }
-
-    /// Reads the vectors' counts, checks (which arms the EQs it finds empty), sleeps until a
-    /// vector fires (at most [`WAIT_RECHECK_NS`]), checks again; until `check` finds
-    /// something or the deadline passed. [`Platform::relax`] runs between checks in both
-    /// modes (on an emulated device it is what moves time and the device along).
-    fn wait_for<T>(
-        &self,
-        vectors: &[u16],
-        timeout_ns: u64,
-        mut check: impl FnMut() -> Result<Option<T>, Error>,
-    ) -> Result<Option<T>, Error> {
-        let deadline = self.platform.now_ns().saturating_add(timeout_ns);
-        let mut watch: Vec<IrqWatch> = vectors
-            .iter()
-            .map(|&vector| IrqWatch { vector, seen: 0 })
-            .collect();
-        loop {
-            let irq = self.platform.interrupts();
-            if let Some(i) = irq {
-                for w in watch.iter_mut() {
-                    w.seen = i.count(w.vector);
-                }
-            }
-            if let Some(x) = check()? {
-                return Ok(Some(x));
-            }
-            let now = self.platform.now_ns();
-            if now >= deadline {
-                return Ok(None);
-            }
-            if let Some(i) = irq {
-                let nap = (deadline - now).min(WAIT_RECHECK_NS);
-                i.wait(&watch, nap).map_err(Error::Interrupt)?;
-            }
-            self.platform.relax();
-        }
+        nic_hal::wait_for_any(
+            &self.platform,
+            channels,
+            |c| c.vector,
+            timeout_ns,
+            WAIT_RECHECK_NS,
+            |c| self.cq_event(c),
+        )
     }
 }

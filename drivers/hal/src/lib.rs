@@ -9,7 +9,9 @@
 //!   CPU address (`va`) and a device address (`iova`). The buffer is unmapped and freed on drop.
 //! - [`Platform`]: a relax hook for poll loops (where an inline emulator makes progress), a
 //!   monotonic clock for timeouts and, where the backend can deliver them, the device's
-//!   interrupt vectors ([`Interrupts`]) to sleep on instead of spinning.
+//!   interrupt vectors ([`Interrupts`]) to sleep on instead of spinning. [`wait_for`] and
+//!   [`wait_for_any`] are the drivers' blocking wait built on them: check, sleep on the
+//!   vectors, check again, until the check finds something or a deadline passed.
 //!
 //! and the named barriers of [`barrier`], which follow rdma-core's `udma_barrier.h`.
 //!
@@ -69,12 +71,14 @@ mod dma;
 mod heap;
 pub mod irq;
 mod mmio;
+mod wait;
 
 pub use device_mem::{DeviceBuf, StaticDma, address_space};
 pub use dma::{DmaAllocator, DmaBuf, DmaError, DmaRegion};
 pub use heap::HeapDma;
 pub use irq::{Interrupts, IrqError, IrqWatch};
 pub use mmio::MmioBar;
+pub use wait::{wait_for, wait_for_any};
 
 /// Access to one device BAR by byte offset.
 ///

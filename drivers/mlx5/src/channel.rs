@@ -19,11 +19,10 @@
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use firmware_interface::eqe;
-use nic_hal::{IrqWatch, Platform, RegisterIo};
+use nic_hal::{Platform, RegisterIo};
 use verbs::{AsyncElement, AsyncEvent, AsyncEventType, CqEvent};
 
 use crate::cq::{Cq, CqCore};
@@ -236,24 +235,29 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
     /// completion event (a blocking `ibv_get_cq_event`); `None` when the time ran out. As with
     /// `ibv_get_cq_event`, only CQs armed with a notification request produce events.
     ///
-    /// With interrupts the calling thread sleeps on the channel's vector between checks;
-    /// without, it polls [`get_cq_event`](Self::get_cq_event), calling
-    /// [`Platform::relax`] in between.
+    /// With interrupts the calling thread sleeps on the channel's vector between checks (at
+    /// most [`Config::irq_recheck_ns`](crate::Config::irq_recheck_ns) at a time); without, it
+    /// polls [`get_cq_event`](Self::get_cq_event), calling [`Platform::relax`] in between
+    /// ([`nic_hal::wait_for`]). A check that finds the EQ empty leaves it armed (every poll
+    /// that consumes an EQE re-arms it), so an event after the check raises the vector and
+    /// ends the sleep.
     pub fn wait_cq_event(
         &self,
         ch: &mut CompChannel,
         timeout_ns: u64,
     ) -> Result<Option<CqEvent>, Error> {
-        let vector = [ch.vector()];
-        self.wait_for(&vector, timeout_ns, || self.get_cq_event(ch))
+        let recheck = self.config.irq_recheck_ns;
+        nic_hal::wait_for(&self.platform, &[ch.vector()], timeout_ns, recheck, || {
+            self.get_cq_event(ch)
+        })
     }
 
     /// Waits up to `timeout_ns` nanoseconds for the next completion event of any of
     /// `channels` (as `poll(2)` on several channel descriptors, then `ibv_get_cq_event` on the
     /// ready one); returns the index of its channel and the event, `None` when the time ran
     /// out. The channels are looked at in order: the first one's events come first. With
-    /// interrupts the thread sleeps on the channels' vectors. No channel:
-    /// [`Error::InvalidArgument`].
+    /// interrupts the thread sleeps on the channels' vectors ([`nic_hal::wait_for_any`]). No
+    /// channel: [`Error::InvalidArgument`].
     pub fn wait_cq_events(
         &self,
         channels: &mut [&mut CompChannel],
@@ -262,64 +266,25 @@ impl<R: RegisterIo, P: Platform> Device<R, P> {
         if channels.is_empty() {
             return Err(Error::InvalidArgument);
         }
-        let mut vectors: Vec<u16> = channels.iter().map(|c| c.vector()).collect();
-        vectors.sort_unstable();
-        vectors.dedup();
-        self.wait_for(&vectors, timeout_ns, || {
-            for (i, ch) in channels.iter_mut().enumerate() {
-                if let Some(ev) = self.get_cq_event(ch)? {
-                    return Ok(Some((i, ev)));
-                }
-            }
-            Ok(None)
-        })
+        let recheck = self.config.irq_recheck_ns;
+        nic_hal::wait_for_any(
+            &self.platform,
+            channels,
+            |c| c.vector(),
+            timeout_ns,
+            recheck,
+            |c| self.get_cq_event(c),
+        )
     }
 
     /// Waits up to `timeout_ns` nanoseconds for the next asynchronous event (a blocking
     /// `ibv_get_async_event`, see [`get_async_event`](Self::get_async_event)); `None` when the
     /// time ran out. With interrupts the thread sleeps on vector 0, the driver EQ's.
     pub fn wait_async_event(&self, timeout_ns: u64) -> Result<Option<AsyncEvent>, Error> {
-        self.wait_for(&[0], timeout_ns, || self.get_async_event())
-    }
-
-    /// Arm, check, sleep until one of `vectors` fires, check again; until `check` finds
-    /// something or the deadline passed. `check` polls EQs, which leaves each armed when it
-    /// found it empty (every poll that consumes an EQE re-arms it), so an event after the
-    /// check raises the vector and ends the sleep. A sleep lasts at most
-    /// [`Config::irq_recheck_ns`](crate::Config::irq_recheck_ns).
-    fn wait_for<T>(
-        &self,
-        vectors: &[u16],
-        timeout_ns: u64,
-        mut check: impl FnMut() -> Result<Option<T>, Error>,
-    ) -> Result<Option<T>, Error> {
-        let deadline = self.platform.now_ns().saturating_add(timeout_ns);
-        let mut watch: Vec<IrqWatch> = vectors
-            .iter()
-            .map(|&vector| IrqWatch { vector, seen: 0 })
-            .collect();
-        loop {
-            let irq = self.platform.interrupts();
-            if let Some(i) = irq {
-                for w in watch.iter_mut() {
-                    w.seen = i.count(w.vector);
-                }
-            }
-            if let Some(x) = check()? {
-                return Ok(Some(x));
-            }
-            let now = self.platform.now_ns();
-            if now >= deadline {
-                return Ok(None);
-            }
-            match irq {
-                Some(i) if !watch.is_empty() => {
-                    let nap = (deadline - now).min(self.config.irq_recheck_ns);
-                    i.wait(&watch, nap).map_err(Error::Interrupt)?;
-                }
-                _ => self.platform.relax(),
-            }
-        }
+        let recheck = self.config.irq_recheck_ns;
+        nic_hal::wait_for(&self.platform, &[0], timeout_ns, recheck, || {
+            self.get_async_event()
+        })
     }
 
     /// The next asynchronous event (CQ error, QP error, port change, fatal error), if any.

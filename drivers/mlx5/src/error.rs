@@ -5,7 +5,7 @@
 //! up; [`Error::errno`] gives the errno a Linux mlx5 user would see for the same failure.
 
 use firmware_interface::cmd_status;
-use nic_hal::DmaError;
+use nic_hal::{DmaError, IrqError};
 
 /// errno values used by [`Error::errno`].
 mod errno {
@@ -340,6 +340,13 @@ pub enum Error {
 impl From<DmaError> for Error {
     fn from(e: DmaError) -> Self {
         Error::Dma(e)
+    }
+}
+
+/// A failed interrupt operation (enabling or waiting on a vector) is [`Error::Interrupt`].
+impl From<IrqError> for Error {
+    fn from(e: IrqError) -> Self {
+        Error::Interrupt(e)
     }
 }
 

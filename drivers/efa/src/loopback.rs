@@ -199,7 +199,7 @@ pub enum LoopbackError {
     },
     /// A verbs call failed (`call` names it).
     Verbs {
-        /// The call (`"create_qp"`, `"post_send"`, ...).
+        /// The call (`"alloc_pd"`, `"datagram_qp"`, `"post_send"`, ...).
         call: &'static str,
         /// Its error.
         error: verbs::Error,
@@ -412,7 +412,7 @@ impl<D: Provider, P: Platform> Exchange<'_, D, P> {
                         let mut rep = LoopbackReport::default();
                         for qp_type in [QpType::Srd, QpType::Ud] {
                             let qp = datagram_qp(dev, pd, cq, qp_type, self.cfg.qkey, QP_DEPTH)
-                                .map_err(verbs_err("create_qp"));
+                                .map_err(verbs_err("datagram_qp"));
                             scoped(
                                 qp,
                                 |qp| self.on_qp(qp, cq, mr, ah, &mut rep, progress),

@@ -33,7 +33,7 @@
 //!   BARs are; the EFA driver probes it through those windows, creates a PD, a CQ, an SRD and
 //!   a UD QP, an MR and an address handle to its own address, sends messages on both QPs and
 //!   RDMA-READs its own buffer on the SRD QP, checking every completion and every byte, and
-//!   tears everything down with all DMA memory returned.
+//!   tears everything down with all DMA memory returned (the exchange is `efa::loopback`).
 //!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and

@@ -25,7 +25,8 @@
 //! `--mode efa-loopback` reads the identity page at offset 0x1000 of BAR2 (the EFA's PCI ids
 //! and where its doorbell and memory BARs are in BAR2), takes those windows and BAR2's start
 //! as the EFA's BARs, probes the EFA driver (its GID must be the IPv4-mapped `--ip`), and
-//! runs the loopback with the data checked; `reads` and `sends` count what was checked.
+//! runs the EFA loopback exchange (`efa::loopback`) with every completion and byte checked;
+//! `reads` and `sends` count what was checked.
 //!
 //! `--mode irq` enables the function's MSI-X vectors with an eventfd each
 //! (`vfio_attach::VfioInterrupts`) and gives them to the driver through

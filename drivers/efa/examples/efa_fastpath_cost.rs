@@ -23,8 +23,7 @@ use nic_emulator::efa::{Device as Emu, Profile};
 use nic_emulator::{AddressSpace, DmaFault};
 use nic_hal::{HeapDma, Platform, RegisterIo};
 use verbs::{
-    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpAttr, QpAttrMask as M, QpCap, QpInitAttr,
-    QpState, QpType, SendWr, Sge, UdDest, WorkCompletion,
+    AccessFlags, AhAttr, Gid, MemoryRegion, Provider, QpType, SendWr, Sge, UdDest, WorkCompletion,
 };
 
 const ROUNDS: u32 = 1000;
@@ -196,52 +195,8 @@ fn main() {
     .expect("bring-up");
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(64, 0, None).unwrap();
-    let (mut qp, _) = dev
-        .create_qp(
-            &pd,
-            &QpInitAttr {
-                qp_type: QpType::Srd,
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 32,
-                    max_recv_wr: 32,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: true,
-            },
-        )
-        .unwrap();
-    for (a, m) in [
-        (
-            QpAttr {
-                qp_state: QpState::Init,
-                port_num: 1,
-                qkey: 0x11,
-                ..Default::default()
-            },
-            M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY,
-        ),
-        (
-            QpAttr {
-                qp_state: QpState::Rtr,
-                ..Default::default()
-            },
-            M::STATE,
-        ),
-        (
-            QpAttr {
-                qp_state: QpState::Rts,
-                ..Default::default()
-            },
-            M::STATE | M::SQ_PSN,
-        ),
-    ] {
-        dev.modify_qp(&mut qp, &a, m).unwrap();
-    }
+    let mut qp = efa::loopback::datagram_qp(&dev, &pd, &cq, QpType::Srd, 0x11, 32)
+        .expect("an SRD QP in RTS");
     let ah = dev
         .create_ah(
             &pd,

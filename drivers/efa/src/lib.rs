@@ -58,6 +58,9 @@
 //!     Ok(dev.shutdown()?)
 //! }
 //! ```
+//!
+//! [`loopback`] is the exchange a test runs once a device is up on a new path: SRD and UD
+//! SENDs and an SRD RDMA READ of the device to itself, every completion and byte checked.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
@@ -66,6 +69,7 @@ mod device;
 mod dp;
 mod error;
 mod events;
+pub mod loopback;
 mod mem;
 mod provider;
 #[cfg(test)]

@@ -33,7 +33,7 @@
 //!   BARs are; the EFA driver probes it through those windows, creates a PD, a CQ, an SRD and
 //!   a UD QP, an MR and an address handle to its own address, sends messages on both QPs and
 //!   RDMA-READs its own buffer on the SRD QP, checking every completion and every byte, and
-//!   tears everything down with all DMA memory returned.
+//!   tears everything down with all DMA memory returned (the exchange is `efa::loopback`).
 //!
 //! Other keys: `ip=` the NIC's IPv4 address (its RoCE GID; default 127.0.5.1), `port=` the
 //! CM port (default 7471), `peer=` and `peer_mac=` (server: the client's address and
@@ -1078,215 +1078,30 @@ fn efa_probe(env: &Env) -> Result<EfaDev, String> {
     Ok(dev)
 }
 
-/// Polls `cq` until `n` completions came (30 s), sorted by `wr_id`.
-fn efa_wait(
-    env: &Env,
-    dev: &EfaDev,
-    cq: &efa::Cq,
-    n: usize,
-) -> Result<Vec<verbs::WorkCompletion>, String> {
-    use verbs::Provider;
-    let mut got = Vec::new();
-    let mut wc = [verbs::WorkCompletion::default(); 4];
-    let end = rdtsc() + env.clock.hz() * 30;
-    while got.len() < n {
-        let k = dev
-            .poll_cq(cq, &mut wc)
-            .map_err(|e| format!("poll_cq: {e:?} ({:?})", dev.bad_cqes()))?;
-        got.extend_from_slice(&wc[..k]);
-        if rdtsc() > end {
-            return Err(format!("{} of {n} completions within 30 s", got.len()));
-        }
-        core::hint::spin_loop();
-    }
-    if got.len() > n {
-        return Err(format!("{} completions, {n} expected", got.len()));
-    }
-    got.sort_by_key(|w| w.wr_id);
-    if let Some(w) = got.iter().find(|w| w.status != WcStatus::Success) {
-        return Err(format!("completion {} failed: {:?}", w.wr_id, w.status));
-    }
-    Ok(got)
-}
-
+/// The EFA loopback exchange (`efa::loopback`: SRD and UD SENDs and an SRD RDMA READ to its
+/// own address, every completion and byte checked), then shutdown with all DMA memory back.
 fn efa_loopback(env: &Env) -> Result<(), String> {
-    use verbs::{
-        AccessFlags, AhAttr, Provider, QpAttr, QpAttrMask as M, QpInitAttr as VQpInit, QpState,
-        QpType, QueuePair, RecvWr, RemoteOp, SendWr, Sge, UdDest, WrOpcode,
-    };
-    const QKEY: u32 = 0x1234;
+    use efa::loopback::{self, LoopbackConfig, Progress};
     let dev = efa_probe(env)?;
-    let gid = dev
-        .query_gid(1, 0)
-        .map_err(|e| format!("query_gid: {e:?}"))?;
-    if gid != Gid::from_ipv4(env.ip.octets()) {
-        return Err(format!("GID {gid:?} is not the IPv4-mapped {}", env.ip));
-    }
-    let e = |what: &'static str| move |e: verbs::Error| format!("{what}: {e:?}");
-    let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    let cq = dev.create_cq(64, 0, None).map_err(e("create_cq"))?;
-    let buf = dev.alloc_buf(1 << 16).map_err(e("alloc_buf"))?;
-    let mr = dev
-        .reg_mr(
-            &pd,
-            buf,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .map_err(e("reg_mr"))?;
-    let ah = dev
-        .create_ah(
-            &pd,
-            &AhAttr {
-                dgid: gid,
-                port_num: 1,
-                ..Default::default()
-            },
-        )
-        .map_err(e("create_ah"))?;
-    let b = mr.buffer().ok_or("the MR has no buffer")?;
-    let sge = |off: u64, len: u32| Sge {
-        addr: mr.addr() + off,
-        length: len,
-        lkey: mr.lkey(),
+    let cfg = LoopbackConfig {
+        gid: Some(Gid::from_ipv4(env.ip.octets())),
+        ..LoopbackConfig::default()
     };
-    for qp_type in [QpType::Srd, QpType::Ud] {
-        let (mut qp, _) = dev
-            .create_qp(
-                &pd,
-                &VQpInit {
-                    qp_type,
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    cap: QpCap {
-                        max_send_wr: 16,
-                        max_recv_wr: 16,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                    sq_sig_all: true,
-                },
-            )
-            .map_err(e("create_qp"))?;
-        let steps = [
-            (
-                QpAttr {
-                    qp_state: QpState::Init,
-                    port_num: 1,
-                    qkey: QKEY,
-                    ..Default::default()
-                },
-                M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY,
-            ),
-            (
-                QpAttr {
-                    qp_state: QpState::Rtr,
-                    ..Default::default()
-                },
-                M::STATE,
-            ),
-            (
-                QpAttr {
-                    qp_state: QpState::Rts,
-                    ..Default::default()
-                },
-                M::STATE | M::SQ_PSN,
-            ),
-        ];
-        for (a, m) in &steps {
-            dev.modify_qp(&mut qp, a, *m).map_err(e("modify_qp"))?;
+    let r = loopback::run(&dev, &env.clock, &cfg, &mut |p| match p {
+        Progress::Sent {
+            qp_type,
+            messages,
+            len,
+        } => kprintln!("UK: EFA {qp_type:?} SEND {messages} x {len} bytes to itself ok, data checked"),
+        Progress::Read { len } => {
+            kprintln!("UK: EFA RDMA READ {len} bytes from itself ok, data checked")
         }
-        let qpn = qp.qp_num();
-        let len: u32 = if qp_type == QpType::Srd { 6000 } else { 1000 };
-        for m in 0..3u32 {
-            let msg: Vec<u8> = (0..len)
-                .map(|i| (i as u8).wrapping_mul(29) ^ m as u8)
-                .collect();
-            b.write(0, &msg).map_err(|e| format!("write: {e:?}"))?;
-            b.write(16384, &vec![0u8; len as usize])
-                .map_err(|e| format!("write: {e:?}"))?;
-            let r = [sge(16384, 16384)];
-            dev.post_recv(
-                &mut qp,
-                &[RecvWr {
-                    wr_id: 100 + u64::from(m),
-                    sg_list: &r,
-                }],
-            )
-            .map_err(|e| format!("post_recv: {e:?}"))?;
-            let s = [sge(0, len)];
-            let wr = SendWr {
-                wr_id: u64::from(m),
-                sg_list: &s,
-                dest: Some(UdDest {
-                    ah: &ah,
-                    remote_qpn: qpn,
-                    remote_qkey: QKEY,
-                }),
-                ..Default::default()
-            };
-            dev.post_send(&mut qp, &[wr])
-                .map_err(|e| format!("post_send: {e:?}"))?;
-            let c = efa_wait(env, &dev, &cq, 2)?;
-            if (c[0].wr_id, c[0].opcode) != (u64::from(m), WcOpcode::Send)
-                || (c[1].wr_id, c[1].opcode, c[1].byte_len)
-                    != (100 + u64::from(m), WcOpcode::Recv, len)
-            {
-                return Err(format!("{qp_type:?} message {m}: completions {c:?}"));
-            }
-            let mut back = vec![0u8; len as usize];
-            b.read(16384, &mut back)
-                .map_err(|e| format!("read: {e:?}"))?;
-            if back != msg {
-                return Err(format!("{qp_type:?} message {m}: data differs"));
-            }
-        }
-        kprintln!("UK: EFA {qp_type:?} SEND 3 x {len} bytes to itself ok, data checked");
-        if qp_type == QpType::Srd {
-            let mut want = vec![0u8; len as usize];
-            b.read(0, &mut want).map_err(|e| format!("read: {e:?}"))?;
-            let l = [sge(32768, len)];
-            let wr = SendWr {
-                wr_id: 9,
-                opcode: WrOpcode::RdmaRead,
-                sg_list: &l,
-                remote: RemoteOp::Rdma {
-                    remote_addr: mr.addr(),
-                    rkey: mr.rkey(),
-                },
-                dest: Some(UdDest {
-                    ah: &ah,
-                    remote_qpn: qpn,
-                    remote_qkey: QKEY,
-                }),
-                ..Default::default()
-            };
-            dev.post_send(&mut qp, &[wr])
-                .map_err(|e| format!("post_send: {e:?}"))?;
-            let c = efa_wait(env, &dev, &cq, 1)?;
-            if (c[0].wr_id, c[0].opcode) != (9, WcOpcode::RdmaRead) {
-                return Err(format!("RDMA READ: completion {c:?}"));
-            }
-            let mut back = vec![0u8; len as usize];
-            b.read(32768, &mut back)
-                .map_err(|e| format!("read: {e:?}"))?;
-            if back != want {
-                return Err("RDMA READ: data differs".into());
-            }
-            kprintln!("UK: EFA RDMA READ {len} bytes from itself ok, data checked");
-        }
-        dev.destroy_qp(qp)
-            .map_err(|e| format!("destroy_qp: {:?}", e.error))?;
+    });
+    if let Err(e) = r {
+        let bad = dev.bad_cqes();
+        let _ = dev.shutdown();
+        return Err(format!("EFA loopback: {e} (refused completions {bad:?})"));
     }
-    dev.destroy_ah(ah)
-        .map_err(|e| format!("destroy_ah: {:?}", e.error))?;
-    dev.dereg_mr(mr)
-        .map_err(|e| format!("dereg_mr: {:?}", e.error))?;
-    dev.destroy_cq(cq)
-        .map_err(|e| format!("destroy_cq: {:?}", e.error))?;
-    dev.dealloc_pd(pd)
-        .map_err(|e| format!("dealloc_pd: {:?}", e.error))?;
     dev.shutdown().map_err(|e| format!("shutdown: {e:?}"))?;
     check_dma_returned(env)
 }

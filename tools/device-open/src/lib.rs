@@ -1173,56 +1173,12 @@ mod tests {
     #[cfg(feature = "emulator")]
     impl<D: Device> SrdEnd<D> {
         fn new(o: Opened<D>) -> SrdEnd<D> {
-            use verbs::{AccessFlags, QpAttr, QpAttrMask as M, QpCap, QpInitAttr, QpState};
+            use verbs::AccessFlags;
             let d = &o.dev;
             let pd = d.alloc_pd().unwrap();
             let cq = d.create_cq(64, 0, None).unwrap();
-            let (mut qp, _) = d
-                .create_qp(
-                    &pd,
-                    &QpInitAttr {
-                        qp_type: verbs::QpType::Srd,
-                        send_cq: &cq,
-                        recv_cq: &cq,
-                        srq: None,
-                        cap: QpCap {
-                            max_send_wr: 16,
-                            max_recv_wr: 16,
-                            max_send_sge: 1,
-                            max_recv_sge: 1,
-                            max_inline_data: 0,
-                        },
-                        sq_sig_all: true,
-                    },
-                )
-                .unwrap();
-            for (a, m) in [
-                (
-                    QpAttr {
-                        qp_state: QpState::Init,
-                        port_num: 1,
-                        qkey: EFA_QKEY,
-                        ..Default::default()
-                    },
-                    M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY,
-                ),
-                (
-                    QpAttr {
-                        qp_state: QpState::Rtr,
-                        ..Default::default()
-                    },
-                    M::STATE,
-                ),
-                (
-                    QpAttr {
-                        qp_state: QpState::Rts,
-                        ..Default::default()
-                    },
-                    M::STATE | M::SQ_PSN,
-                ),
-            ] {
-                d.modify_qp(&mut qp, &a, m).unwrap();
-            }
+            let qp =
+                efa::loopback::datagram_qp(d, &pd, &cq, verbs::QpType::Srd, EFA_QKEY, 16).unwrap();
             let buf = d.alloc_buf(1 << 16).unwrap();
             let mr = d
                 .reg_mr(

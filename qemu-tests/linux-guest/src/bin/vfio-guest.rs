@@ -25,7 +25,8 @@
 //! `--mode efa-loopback` reads the identity page at offset 0x1000 of BAR2 (the EFA's PCI ids
 //! and where its doorbell and memory BARs are in BAR2), takes those windows and BAR2's start
 //! as the EFA's BARs, probes the EFA driver (its GID must be the IPv4-mapped `--ip`), and
-//! runs the loopback with the data checked; `reads` and `sends` count what was checked.
+//! runs the EFA loopback exchange (`efa::loopback`) with every completion and byte checked;
+//! `reads` and `sends` count what was checked.
 //!
 //! `--mode irq` enables the function's MSI-X vectors with an eventfd each
 //! (`vfio_attach::VfioInterrupts`) and gives them to the driver through
@@ -815,31 +816,6 @@ type EfaDev = efa::Device<Window, SpinClock>;
 /// The emulated EFA's identity page in BAR2.
 const EFA_HEADER_OFF: usize = 0x1000;
 
-/// Polls `cq` until `n` completions came (60 s), sorted by `wr_id`, all successful.
-fn efa_wait(dev: &EfaDev, cq: &efa::Cq, n: usize) -> Result<Vec<verbs::WorkCompletion>, String> {
-    let mut got = Vec::new();
-    let mut wc = [verbs::WorkCompletion::default(); 4];
-    let end = Instant::now() + Duration::from_secs(60);
-    while got.len() < n {
-        let k = dev
-            .poll_cq(cq, &mut wc)
-            .map_err(|e| format!("poll_cq: {e:?} ({:?})", dev.bad_cqes()))?;
-        got.extend_from_slice(&wc[..k]);
-        if Instant::now() > end {
-            return Err(format!("{} of {n} completions within 60 s", got.len()));
-        }
-        std::thread::yield_now();
-    }
-    if got.len() > n {
-        return Err(format!("{} completions, {n} expected", got.len()));
-    }
-    got.sort_by_key(|w| w.wr_id);
-    if let Some(w) = got.iter().find(|w| w.status != WcStatus::Success) {
-        return Err(format!("completion {} failed: {:?}", w.wr_id, w.status));
-    }
-    Ok(got)
-}
-
 fn efa_loopback(
     o: &Opts,
     bar: &Arc<VfioBar>,
@@ -890,183 +866,46 @@ fn efa_loopback(
             nic.attributes().max_qp
         ),
     );
-    let r = efa_traffic(o, &nic, t0);
+    let r = efa_traffic(o, &nic, clock, t0);
     let shut = nic.shutdown().map_err(|e| format!("EFA shutdown: {e:?}"));
     let rep = r?;
     shut?;
     Ok(rep)
 }
 
-fn efa_traffic(o: &Opts, nic: &EfaDev, t0: Instant) -> Result<Report, String> {
-    use verbs::{QpAttr, QpAttrMask as M, QpState, QueuePair, UdDest};
-    const QKEY: u32 = 0x4242;
-    let gid = nic
-        .query_gid(1, 0)
-        .map_err(|e| format!("query_gid: {e:?}"))?;
-    if gid != Gid::from_ipv4(o.ip.octets()) {
-        return Err(format!(
-            "the EFA's GID {gid:?} is not the IPv4-mapped {}",
-            o.ip
-        ));
-    }
-    let e = |what: &'static str| move |e: verbs::Error| format!("{what}: {e:?}");
-    let pd = nic.alloc_pd().map_err(e("alloc_pd"))?;
-    let cq = nic.create_cq(64, 0, None).map_err(e("create_cq"))?;
-    let mr = nic
-        .reg_mr(
-            &pd,
-            nic.alloc_buf(1 << 16).map_err(e("alloc_buf"))?,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .map_err(e("reg_mr"))?;
-    let ah = nic
-        .create_ah(
-            &pd,
-            &AhAttr {
-                dgid: gid,
-                port_num: 1,
-                ..Default::default()
-            },
-        )
-        .map_err(e("create_ah"))?;
-    let b = mr.buffer().ok_or("the MR has no buffer")?;
-    let sge = |off: u64, len: u32| Sge {
-        addr: mr.addr() + off,
-        length: len,
-        lkey: mr.lkey(),
+/// The EFA loopback exchange (`efa::loopback`), a line per part that passed.
+fn efa_traffic(o: &Opts, nic: &EfaDev, clock: SpinClock, t0: Instant) -> Result<Report, String> {
+    use efa::loopback::{self, LoopbackConfig, Progress};
+    let cfg = LoopbackConfig {
+        qkey: 0x4242,
+        timeout_ns: 60_000_000_000,
+        gid: Some(Gid::from_ipv4(o.ip.octets())),
+        ..LoopbackConfig::default()
     };
-    let mut rep = Report::default();
-    for qp_type in [QpType::Srd, QpType::Ud] {
-        let (mut qp, _) = nic
-            .create_qp(
-                &pd,
-                &QpInitAttr {
-                    qp_type,
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    cap: QpCap {
-                        max_send_wr: 16,
-                        max_recv_wr: 16,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: 0,
-                    },
-                    sq_sig_all: true,
-                },
-            )
-            .map_err(e("create_qp"))?;
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qkey: QKEY,
-            ..Default::default()
-        };
-        nic.modify_qp(&mut qp, &init, M::STATE | M::PORT | M::PKEY_INDEX | M::QKEY)
-            .map_err(e("modify_qp INIT"))?;
-        for (st, m) in [
-            (QpState::Rtr, M::STATE),
-            (QpState::Rts, M::STATE | M::SQ_PSN),
-        ] {
-            let a = QpAttr {
-                qp_state: st,
-                ..Default::default()
-            };
-            nic.modify_qp(&mut qp, &a, m).map_err(e("modify_qp"))?;
-        }
-        let qpn = qp.qp_num();
-        let dest = || UdDest {
-            ah: &ah,
-            remote_qpn: qpn,
-            remote_qkey: QKEY,
-        };
-        let len: u32 = if qp_type == QpType::Srd { 6000 } else { 1000 };
-        for m in 0..3u32 {
-            let msg: Vec<u8> = (0..len)
-                .map(|i| (i as u8).wrapping_mul(23) ^ m as u8)
-                .collect();
-            b.write(0, &msg).map_err(|e| format!("write: {e:?}"))?;
-            let r = [sge(16384, 16384)];
-            nic.post_recv(
-                &mut qp,
-                &[RecvWr {
-                    wr_id: 100 + u64::from(m),
-                    sg_list: &r,
-                }],
-            )
-            .map_err(|e| format!("post_recv: {e:?}"))?;
-            let s = [sge(0, len)];
-            let wr = SendWr {
-                wr_id: u64::from(m),
-                sg_list: &s,
-                dest: Some(dest()),
-                ..Default::default()
-            };
-            nic.post_send(&mut qp, &[wr])
-                .map_err(|e| format!("post_send: {e:?}"))?;
-            let c = efa_wait(nic, &cq, 2)?;
-            if (c[0].wr_id, c[0].opcode) != (u64::from(m), WcOpcode::Send)
-                || (c[1].wr_id, c[1].opcode, c[1].byte_len)
-                    != (100 + u64::from(m), WcOpcode::Recv, len)
-            {
-                return Err(format!("{qp_type:?} message {m}: completions {c:?}"));
-            }
-            let mut back = vec![0u8; len as usize];
-            b.read(16384, &mut back)
-                .map_err(|e| format!("read: {e:?}"))?;
-            if back != msg {
-                return Err(format!("{qp_type:?} message {m}: the data differs"));
-            }
-            rep.sends += 1;
-        }
-        step(
+    let r = loopback::run(nic, &clock, &cfg, &mut |p| match p {
+        Progress::Sent {
+            qp_type,
+            messages,
+            len,
+        } => step(
             t0,
-            &format!("EFA {qp_type:?}: 3 SENDs of {len} bytes to itself, data checked"),
-        );
-        if qp_type == QpType::Srd {
-            let mut want = vec![0u8; len as usize];
-            b.read(0, &mut want).map_err(|e| format!("read: {e:?}"))?;
-            let l = [sge(32768, len)];
-            let wr = SendWr {
-                wr_id: 9,
-                opcode: WrOpcode::RdmaRead,
-                sg_list: &l,
-                remote: RemoteOp::Rdma {
-                    remote_addr: mr.addr(),
-                    rkey: mr.rkey(),
-                },
-                dest: Some(dest()),
-                ..Default::default()
-            };
-            nic.post_send(&mut qp, &[wr])
-                .map_err(|e| format!("post_send: {e:?}"))?;
-            let c = efa_wait(nic, &cq, 1)?;
-            if (c[0].wr_id, c[0].opcode) != (9, WcOpcode::RdmaRead) {
-                return Err(format!("RDMA READ: completion {c:?}"));
-            }
-            let mut back = vec![0u8; len as usize];
-            b.read(32768, &mut back)
-                .map_err(|e| format!("read: {e:?}"))?;
-            if back != want {
-                return Err("RDMA READ: the data differs".into());
-            }
-            rep.reads += 1;
-            rep.rdma_bytes += u64::from(len);
-            step(
-                t0,
-                &format!("EFA Srd: RDMA READ of {len} bytes from itself, data checked"),
-            );
-        }
-        nic.destroy_qp(qp)
-            .map_err(|e| format!("destroy_qp: {:?}", e.error))?;
-    }
-    nic.destroy_ah(ah)
-        .map_err(|e| format!("destroy_ah: {:?}", e.error))?;
-    nic.dereg_mr(mr)
-        .map_err(|e| format!("dereg_mr: {:?}", e.error))?;
-    nic.destroy_cq(cq)
-        .map_err(|e| format!("destroy_cq: {:?}", e.error))?;
-    nic.dealloc_pd(pd)
-        .map_err(|e| format!("dealloc_pd: {:?}", e.error))?;
-    Ok(rep)
+            &format!("EFA {qp_type:?}: {messages} SENDs of {len} bytes to itself, data checked"),
+        ),
+        Progress::Read { len } => step(
+            t0,
+            &format!("EFA Srd: RDMA READ of {len} bytes from itself, data checked"),
+        ),
+    })
+    .map_err(|e| {
+        format!(
+            "EFA loopback: {e} (refused completions {:?})",
+            nic.bad_cqes()
+        )
+    })?;
+    Ok(Report {
+        sends: r.sends,
+        reads: r.reads,
+        writes: 0,
+        rdma_bytes: r.read_bytes,
+    })
 }

@@ -572,6 +572,36 @@ fn fail(e: c_int) -> c_int {
     -1
 }
 
+/// Posts a C list of work requests one at a time: `post` for each, from `first` along `next`,
+/// until one fails; then `*bad` (when not NULL) names the failed request and its errno is
+/// returned (libibverbs' convention); 0 when all were posted.
+///
+/// # Safety
+///
+/// `first` is NULL or the head of a list of valid work requests linked by `next`; `bad` is
+/// NULL or writable.
+unsafe fn post_list<W>(
+    first: *mut W,
+    bad: *mut *mut W,
+    next: impl Fn(&W) -> *mut W,
+    mut post: impl FnMut(&W) -> Result<(), c_int>,
+) -> c_int {
+    let mut cur = first;
+    while !cur.is_null() {
+        // SAFETY: the caller's list of valid work requests.
+        let w = unsafe { &*cur };
+        if let Err(e) = post(w) {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = next(w);
+    }
+    0
+}
+
 fn cm_errno(e: cm::Error) -> c_int {
     e.errno()
 }
@@ -1599,30 +1629,18 @@ impl<D: Device> Backend for Stack<D> {
         wr: *mut ibv_send_wr,
         bad: *mut *mut ibv_send_wr,
     ) -> c_int {
-        let set_bad = |w: *mut ibv_send_wr| {
+        if qp.is_null() {
             if !bad.is_null() {
                 // SAFETY: the caller's out-pointer.
-                unsafe { *bad = w };
+                unsafe { *bad = wr };
             }
-        };
-        if qp.is_null() {
-            set_bad(wr);
             return EINVAL;
         }
         // SAFETY: a QP of ours.
         let q = unsafe { &*qp.cast::<Qp<D>>() };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the caller's list of valid work requests.
-            let w = unsafe { &*cur };
+        let post = |w: &ibv_send_wr| -> Result<(), c_int> {
             // SAFETY: the work request's scatter list.
-            let sg = match unsafe { sges(w.sg_list, w.num_sge) } {
-                Ok(s) => s,
-                Err(e) => {
-                    set_bad(cur);
-                    return e;
-                }
-            };
+            let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
             let opcode = match w.opcode {
                 IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite,
                 IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm,
@@ -1634,8 +1652,7 @@ impl<D: Device> Backend for Stack<D> {
                 // `invalidate_rkey` shares `imm_data`'s bits, which the work request carries.
                 IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
                 _ => {
-                    set_bad(cur);
-                    return EINVAL;
+                    return Err(EINVAL);
                 }
             };
             // SAFETY: reading the union member the opcode uses.
@@ -1675,16 +1692,14 @@ impl<D: Device> Backend for Stack<D> {
             let ud = unsafe { w.wr.ud };
             let ah = if is_ud {
                 if ud.ah.is_null() {
-                    set_bad(cur);
-                    return EINVAL;
+                    return Err(EINVAL);
                 }
                 // SAFETY: an AH of ours.
                 let a = unsafe { &*ud.ah.cast::<Ah<D>>() };
                 match a.ah.as_ref() {
                     Some(x) => Some(x),
                     None => {
-                        set_bad(cur);
-                        return EINVAL;
+                        return Err(EINVAL);
                     }
                 }
             } else {
@@ -1714,18 +1729,14 @@ impl<D: Device> Backend for Stack<D> {
                 QpKind::Own(m) => match lock(m).as_mut() {
                     Some(qp) => self.prov.post_send(qp, &[swr]),
                     None => {
-                        set_bad(cur);
-                        return EINVAL;
+                        return Err(EINVAL);
                     }
                 },
             };
-            if let Err(e) = r {
-                set_bad(cur);
-                return e.error.errno();
-            }
-            cur = w.next;
-        }
-        0
+            r.map_err(|e| e.error.errno())
+        };
+        // SAFETY: the caller's list of valid work requests and out-pointer.
+        unsafe { post_list(wr, bad, |w| w.next, post) }
     }
 
     unsafe fn post_recv(
@@ -1734,30 +1745,18 @@ impl<D: Device> Backend for Stack<D> {
         wr: *mut ibv_recv_wr,
         bad: *mut *mut ibv_recv_wr,
     ) -> c_int {
-        let set_bad = |w: *mut ibv_recv_wr| {
+        if qp.is_null() {
             if !bad.is_null() {
                 // SAFETY: the caller's out-pointer.
-                unsafe { *bad = w };
+                unsafe { *bad = wr };
             }
-        };
-        if qp.is_null() {
-            set_bad(wr);
             return EINVAL;
         }
         // SAFETY: a QP of ours.
         let q = unsafe { &*qp.cast::<Qp<D>>() };
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: the caller's list.
-            let w = unsafe { &*cur };
+        let post = |w: &ibv_recv_wr| -> Result<(), c_int> {
             // SAFETY: its scatter list.
-            let sg = match unsafe { sges(w.sg_list, w.num_sge) } {
-                Ok(s) => s,
-                Err(e) => {
-                    set_bad(cur);
-                    return e;
-                }
-            };
+            let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
             let rwr = RecvWr {
                 wr_id: w.wr_id,
                 sg_list: &sg,
@@ -1767,18 +1766,14 @@ impl<D: Device> Backend for Stack<D> {
                 QpKind::Own(m) => match lock(m).as_mut() {
                     Some(qp) => self.prov.post_recv(qp, &[rwr]),
                     None => {
-                        set_bad(cur);
-                        return EINVAL;
+                        return Err(EINVAL);
                     }
                 },
             };
-            if let Err(e) = r {
-                set_bad(cur);
-                return e.error.errno();
-            }
-            cur = w.next;
-        }
-        0
+            r.map_err(|e| e.error.errno())
+        };
+        // SAFETY: the caller's list of valid work requests and out-pointer.
+        unsafe { post_list(wr, bad, |w| w.next, post) }
     }
 
     unsafe fn query_qp(

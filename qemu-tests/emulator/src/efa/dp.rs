@@ -1599,3 +1599,35 @@ impl Addr for TxBufDesc {
         u64::from(self.buf_addr_hi.get()) << 32 | u64::from(self.buf_addr_lo.get())
     }
 }
+
+#[cfg(test)]
+mod window_tests {
+    use super::{Flow, RTO_NS, SRD_WINDOW_INIT, SRD_WINDOW_MAX, SRD_WINDOW_MIN};
+
+    #[test]
+    fn the_window_halves_once_per_timeout_burst_down_to_its_floor_and_grows_back_to_its_cap() {
+        let mut f = Flow::new();
+        assert_eq!(f.cwnd, SRD_WINDOW_INIT);
+        // Every operation of a burst times out at once: one halving.
+        assert!(f.on_loss(10 * RTO_NS));
+        assert!(!f.on_loss(10 * RTO_NS + 1));
+        assert_eq!(f.cwnd, SRD_WINDOW_INIT / 2);
+        // Timeouts an RTO apart halve it down to the floor, never below.
+        for i in 0..10 {
+            f.on_loss((11 + i) * RTO_NS);
+        }
+        assert_eq!((f.cwnd, f.ssthresh), (SRD_WINDOW_MIN, SRD_WINDOW_MIN));
+        // Above the threshold: one more packet per window's worth of acknowledgements.
+        for _ in 0..SRD_WINDOW_MIN - 1 {
+            f.on_ack();
+        }
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN);
+        f.on_ack();
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN + 1);
+        // It grows back, to the cap and no further.
+        for _ in 0..100_000 {
+            f.on_ack();
+        }
+        assert_eq!(f.cwnd, SRD_WINDOW_MAX);
+    }
+}

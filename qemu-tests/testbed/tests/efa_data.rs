@@ -610,7 +610,7 @@ fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
     for n in [&a, &b] {
         n.tb.device().faults().rx_buffer_frames = Some(24);
     }
-    assert!(24 < SRD_WINDOW_INIT);
+    const { assert!(24 < SRD_WINDOW_INIT) };
     w.fabric().set_faults(FaultConfig {
         loss: 0.05,
         ..FaultConfig::NONE
@@ -625,7 +625,9 @@ fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
     };
     // Writes: a[k·LEN] → b[half + k·LEN], all posted at once.
     for k in 0..N {
-        a.buf().write((k * u64::from(LEN)) as usize, &pattern(k)).unwrap();
+        a.buf()
+            .write((k * u64::from(LEN)) as usize, &pattern(k))
+            .unwrap();
     }
     let sges: Vec<[Sge; 1]> = (0..N).map(|k| [a.sge(k * u64::from(LEN), LEN)]).collect();
     let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)

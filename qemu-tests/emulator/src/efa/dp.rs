@@ -1490,7 +1490,11 @@ impl Device {
             && first.checked_add(count).is_some_and(|e| e <= chunks);
         let lo = first.saturating_mul(mtu).min(total);
         let hi = first.saturating_add(count).saturating_mul(mtu).min(total);
-        let data = if sane && self.remote_range(pd, h, PERM_REMOTE_READ, 0, total).is_some() {
+        let data = if sane
+            && self
+                .remote_range(pd, h, PERM_REMOTE_READ, 0, total)
+                .is_some()
+        {
             self.remote_range(pd, h, PERM_REMOTE_READ, lo as u32, hi - lo)
                 .and_then(|p| {
                     let mut v = Vec::with_capacity(hi - lo);

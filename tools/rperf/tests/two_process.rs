@@ -489,7 +489,8 @@ fn efa_large_reads_and_writes_with_a_deep_queue_are_paced_not_lost() {
     assert_eq!(v["iterations"].as_u64(), Some(256), "{v}");
     assert_eq!(v["bytes"].as_u64(), Some(65536), "{v}");
     assert_eq!(v["data_verified"], true, "{v}");
-    // Writes of 4 MiB, four at a time: 16 MiB posted at once, paced the same way.
+    // Writes of 4 MiB, four at a time: 16 MiB posted at once, paced the same way (this
+    // part passed without the window too; the reads above are what overflowed).
     let t = "write_bw";
     let srv = server(&[&[t, "--json"][..], &efa].concat(), sip, port);
     let args = [t, "-n", "8", "-s", "4194304", "-t", "4", "--json"];

@@ -681,8 +681,10 @@ fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
         assert!(got == pattern(k), "read {k} differs");
     }
     let (sa, sb) = (a.tb.device().data_stats(), b.tb.device().data_stats());
+    // Without a window the queue of writes put all its packets on the wire at once.
+    let burst = N * u64::from(LEN.div_ceil(Profile::default().mtu));
     assert!(
-        (1..=u64::from(SRD_WINDOW_MAX)).contains(&sa.srd_window_peak),
+        (1..=u64::from(SRD_WINDOW_MAX)).contains(&sa.srd_window_peak) && sa.srd_window_peak < burst,
         "{sa:?}"
     );
     assert!(sa.rx_overflow + sb.rx_overflow > 0, "{sa:?} {sb:?}");

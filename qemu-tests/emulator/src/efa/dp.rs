@@ -26,8 +26,8 @@
 //!   were posted) and go as acknowledgements free room. A timeout takes the operation's
 //!   unacknowledged packets out of flight as lost and halves the window (at most once per
 //!   [`RTO_NS`]); they are sent again through the window like new ones (retransmissions
-//!   count against it). Acknowledgements grow it again: by one per acknowledgement below
-//!   the last halving's threshold, by one per window's worth above it (AIMD). A read asks
+//!   count against it). Acknowledgements grow it again by one packet per window's worth
+//!   (AIMD; no slow start: a burst never exceeds the window it starts with). A read asks
 //!   for as many response chunks as there is room for (a request names its first chunk and
 //!   count), so a large read is spread over several requests; a read that lost chunks asks
 //!   again for those only. The retransmission timer of an operation runs while it has
@@ -203,9 +203,7 @@ pub(crate) struct Pending {
 pub(crate) struct Flow {
     /// Packets that may be in flight.
     cwnd: u32,
-    /// Below it the window grows by one per acknowledgement, above it by one per window.
-    ssthresh: u32,
-    /// Acknowledgements counted towards the next increase above `ssthresh`.
+    /// Acknowledgements counted towards the next increase.
     acked: u32,
     /// Packets in flight.
     in_flight: u32,
@@ -219,7 +217,6 @@ impl Flow {
     fn new() -> Flow {
         Flow {
             cwnd: SRD_WINDOW_INIT,
-            ssthresh: SRD_WINDOW_MAX,
             acked: 0,
             in_flight: 0,
             queue: VecDeque::new(),
@@ -227,17 +224,13 @@ impl Flow {
         }
     }
 
+    /// An acknowledgement: one more packet per window's worth of them (additive increase).
     fn on_ack(&mut self) {
-        if self.cwnd < self.ssthresh {
-            self.cwnd += 1;
-        } else {
-            self.acked += 1;
-            if self.acked >= self.cwnd {
-                self.acked = 0;
-                self.cwnd += 1;
-            }
+        self.acked += 1;
+        if self.acked >= self.cwnd {
+            self.acked = 0;
+            self.cwnd = (self.cwnd + 1).min(SRD_WINDOW_MAX);
         }
-        self.cwnd = self.cwnd.min(SRD_WINDOW_MAX);
     }
 
     /// A timeout: halves the window unless it was halved less than [`RTO_NS`] ago (every
@@ -250,8 +243,7 @@ impl Flow {
             return false;
         }
         self.last_cut = Some(now);
-        self.ssthresh = (self.cwnd / 2).max(SRD_WINDOW_MIN);
-        self.cwnd = self.ssthresh;
+        self.cwnd = (self.cwnd / 2).max(SRD_WINDOW_MIN);
         self.acked = 0;
         true
     }
@@ -1620,8 +1612,8 @@ mod window_tests {
         for i in 0..10 {
             f.on_loss((11 + i) * RTO_NS);
         }
-        assert_eq!((f.cwnd, f.ssthresh), (SRD_WINDOW_MIN, SRD_WINDOW_MIN));
-        // Above the threshold: one more packet per window's worth of acknowledgements.
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN);
+        // One more packet per window's worth of acknowledgements.
         for _ in 0..SRD_WINDOW_MIN - 1 {
             f.on_ack();
         }

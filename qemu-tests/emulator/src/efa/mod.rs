@@ -518,7 +518,8 @@ impl Device {
         self.net_deadline()
     }
 
-    /// SRD operations waiting for their acknowledgements or responses.
+    /// SRD operations waiting for their acknowledgements or responses (or, in the device, for
+    /// room in their destination's send window).
     pub fn srd_in_flight(&self) -> usize {
         self.net.pending.len()
     }

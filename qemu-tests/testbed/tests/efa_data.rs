@@ -584,9 +584,113 @@ fn exactly_once_over_a_lossy_fabric(mapped: bool) {
     let stats = w.fabric().stats();
     assert!(stats.dropped_loss > 0 && stats.duplicated > 0 && stats.reordered > 0);
     assert!(a.tb.device().data_stats().retransmits > 0);
+    let peak = a.tb.device().data_stats().srd_window_peak;
+    assert!(
+        (1..=u64::from(nic_emulator::efa::SRD_WINDOW_MAX)).contains(&peak),
+        "{peak}"
+    );
     // Reads too, through the same faults.
     for (i, &len) in [64u32, 8929, 65536].iter().enumerate() {
         read_and_check(&w, &mut a, &b, len, 0x40 + i as u8);
+    }
+    w.fabric().set_faults(FaultConfig::NONE);
+    settle(&w, &[&a, &b]);
+    a.teardown();
+    b.teardown();
+}
+
+/// SRD's send window: a deep queue of large writes, then of large reads, completes whole
+/// through a receive buffer of 24 frames at each end (less than the first window) on a
+/// fabric that also loses 5% of the frames. What is unacknowledged never exceeds the
+/// window; the buffer overflowed at first and the window was halved for it.
+#[test]
+fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
+    use nic_emulator::efa::{SRD_WINDOW_INIT, SRD_WINDOW_MAX};
+    let (w, mut a, b) = pair(8, QpType::Srd);
+    for n in [&a, &b] {
+        n.tb.device().faults().rx_buffer_frames = Some(24);
+    }
+    const { assert!(24 < SRD_WINDOW_INIT) };
+    w.fabric().set_faults(FaultConfig {
+        loss: 0.05,
+        ..FaultConfig::NONE
+    });
+    const LEN: u32 = 128 << 10;
+    const N: u64 = 8;
+    let half = (BUF / 2) as u64;
+    let pattern = |k: u64| -> Vec<u8> {
+        (0..LEN)
+            .map(|j| (j as u8).wrapping_mul(7) ^ (k as u8))
+            .collect()
+    };
+    // Writes: a[k·LEN] → b[half + k·LEN], all posted at once.
+    for k in 0..N {
+        a.buf()
+            .write((k * u64::from(LEN)) as usize, &pattern(k))
+            .unwrap();
+    }
+    let sges: Vec<[Sge; 1]> = (0..N).map(|k| [a.sge(k * u64::from(LEN), LEN)]).collect();
+    let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)
+        .map(|k| SendWr {
+            wr_id: k as u64,
+            opcode: WrOpcode::RdmaWrite,
+            sg_list: &sges[k],
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + half + k as u64 * u64::from(LEN),
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        })
+        .collect();
+    a.dev.post_send(&mut a.qp, &wrs).unwrap();
+    let c = wait(&w, &a, N as usize);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    for k in 0..N {
+        let mut got = vec![0u8; LEN as usize];
+        b.buf()
+            .read((half + k * u64::from(LEN)) as usize, &mut got)
+            .unwrap();
+        assert!(got == pattern(k), "write {k} differs");
+    }
+    // Reads: b[half + k·LEN] → a[half + k·LEN], all posted at once.
+    let sges: Vec<[Sge; 1]> = (0..N)
+        .map(|k| [a.sge(half + k * u64::from(LEN), LEN)])
+        .collect();
+    let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)
+        .map(|k| SendWr {
+            wr_id: 100 + k as u64,
+            opcode: WrOpcode::RdmaRead,
+            sg_list: &sges[k],
+            remote: RemoteOp::Rdma {
+                remote_addr: b.mr.addr() + half + k as u64 * u64::from(LEN),
+                rkey: b.mr.rkey(),
+            },
+            dest: Some(dest!(a, b, QKEY)),
+            ..Default::default()
+        })
+        .collect();
+    a.dev.post_send(&mut a.qp, &wrs).unwrap();
+    let c = wait(&w, &a, N as usize);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    for k in 0..N {
+        let mut got = vec![0u8; LEN as usize];
+        a.buf()
+            .read((half + k * u64::from(LEN)) as usize, &mut got)
+            .unwrap();
+        assert!(got == pattern(k), "read {k} differs");
+    }
+    let (sa, sb) = (a.tb.device().data_stats(), b.tb.device().data_stats());
+    // Without a window the queue of writes put all its packets on the wire at once.
+    let burst = N * u64::from(LEN.div_ceil(Profile::default().mtu));
+    assert!(
+        (1..=u64::from(SRD_WINDOW_MAX)).contains(&sa.srd_window_peak) && sa.srd_window_peak < burst,
+        "{sa:?}"
+    );
+    assert!(sa.rx_overflow + sb.rx_overflow > 0, "{sa:?} {sb:?}");
+    assert!(sa.srd_window_cuts > 0 && sa.retransmits > 0, "{sa:?}");
+    for n in [&a, &b] {
+        n.tb.device().faults().rx_buffer_frames = None;
     }
     w.fabric().set_faults(FaultConfig::NONE);
     settle(&w, &[&a, &b]);

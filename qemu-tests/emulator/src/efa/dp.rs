@@ -16,6 +16,23 @@
 //!   exchange on an Ethernet link, is not mistaken for a dead one), then completes with
 //!   LOCAL_ERROR_UNRESP_REMOTE. A NAK with REMOTE_ERROR_RNR is retried
 //!   after [`RNR_DELAY_NS`] while the QP's `rnr_retry` allows (7: for ever);
+//! * SRD paces what it sends with a send window per destination address (not per QP: what
+//!   overflows is the receiving port, one socket or link shared by every QP of the peer
+//!   device, so every QP sending to a peer shares one budget). A packet counts while it is
+//!   unacknowledged: a send or write chunk until its acknowledgement (or NAK), a read
+//!   response chunk from the request that asks for it until it arrives. At most the window
+//!   ([`SRD_WINDOW_INIT`] at first, between [`SRD_WINDOW_MIN`] and [`SRD_WINDOW_MAX`]) is
+//!   in flight; the rest of a WQE, and WQEs behind it, wait in the device (in the order they
+//!   were posted) and go as acknowledgements free room. A timeout takes the operation's
+//!   unacknowledged packets out of flight as lost and halves the window (at most once per
+//!   [`RTO_NS`]); they are sent again through the window like new ones (retransmissions
+//!   count against it). Acknowledgements grow it again by one packet per window's worth
+//!   (AIMD; no slow start: a burst never exceeds the window it starts with). A read asks
+//!   for as many response chunks as there is room for (a request names its first chunk and
+//!   count), so a large read is spread over several requests; a read that lost chunks asks
+//!   again for those only. The retransmission timer of an operation runs while it has
+//!   packets in flight and restarts from [`RTO_NS`] whenever one of them is acknowledged;
+//!   waiting for room is not a retry;
 //! * RDMA read and write move up to `max_rdma_size` bytes in chunks of at most the MTU, each
 //!   acknowledged (write) or answered (read) on its own; a lost chunk is asked for again;
 //! * completion events: a CQ doorbell with the arm bit arms an interrupt-mode CQ for one
@@ -25,7 +42,7 @@
 //!   EQEs written while it is not armed wait in the ring for the driver. Arming a CQ that
 //!   has no EQ is a driver mistake (recorded, ignored).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::Ipv4Addr;
 
 use firmware_interface::efa::admin;
@@ -62,6 +79,14 @@ pub const RNR_DELAY_NS: u64 = 1_000_000;
 pub const DEDUP_WINDOW: usize = 4096;
 /// Frames taken from the port per [`Device::poll`].
 const RX_BUDGET: usize = 1024;
+/// The SRD send window of a destination the device has not sent to yet, in packets.
+pub const SRD_WINDOW_INIT: u32 = 32;
+/// The smallest SRD send window (a timeout halves it down to this).
+pub const SRD_WINDOW_MIN: u32 = 4;
+/// The largest SRD send window: 128 packets of at most an MTU (8928 bytes by default) are
+/// about 1.1 MiB, a fraction of the 4 MiB receive buffer the UDP fabric asks for, so a few
+/// senders' full windows still fit in one receiver's socket.
+pub const SRD_WINDOW_MAX: u32 = 128;
 
 /// REG_MR permission bits.
 const PERM_LOCAL_WRITE: u8 = 1;
@@ -89,6 +114,14 @@ pub struct DataStats {
     pub retransmits: u64,
     /// SRD messages delivered to a receive queue.
     pub srd_delivered: u64,
+    /// The most SRD packets that were ever unacknowledged to one destination at once (never
+    /// above [`SRD_WINDOW_MAX`], nor above that destination's window at the time).
+    pub srd_window_peak: u64,
+    /// Times an SRD send window was halved after a timeout.
+    pub srd_window_cuts: u64,
+    /// Received frames dropped by the simulated receive buffer
+    /// ([`super::Faults::rx_buffer_frames`]).
+    pub rx_overflow: u64,
 }
 
 /// The data-path state of a QP.
@@ -113,6 +146,26 @@ pub(crate) struct QpDp {
     pub msg_seq: BTreeMap<(Ipv4Addr, u16), u32>,
 }
 
+/// Where one packet of an SRD operation is (a send or write chunk, or a read response
+/// chunk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    /// Not sent (or, for a read, not asked for) yet.
+    Unsent,
+    /// Sent and taken for lost (a timeout or an RNR NAK): to be sent again.
+    Lost,
+    /// In flight: counts against the destination's window.
+    Sent,
+    /// Acknowledged (send, write) or received (read).
+    Done,
+}
+
+impl Unit {
+    fn to_send(self) -> bool {
+        matches!(self, Unit::Unsent | Unit::Lost)
+    }
+}
+
 /// An SRD operation waiting for its acknowledgements (send, write) or responses (read).
 #[derive(Debug)]
 pub(crate) struct Pending {
@@ -120,18 +173,80 @@ pub(crate) struct Pending {
     req_id: u16,
     op: u8,
     comp: bool,
-    /// The frames to send again: one per chunk (send, write), or the request (read).
+    /// The frame of each unit (send, write); empty for a read, whose requests are made as
+    /// room allows from `read`.
     frames: Vec<Vec<u8>>,
-    /// Chunks acknowledged (send, write) or received (read).
-    done: Vec<bool>,
+    /// Read: the request header (its `chunk` and `imm` are set per request).
+    read: Option<Hdr>,
+    /// Every unit's state.
+    units: Vec<Unit>,
+    /// Units not done.
     left: usize,
+    /// Units in flight ([`Unit::Sent`]).
+    in_flight: usize,
     /// Read: where the response goes `(lkey, addr, len)`.
     local: Option<(u32, u64, u32)>,
     /// Write with immediate: the notice to send once every chunk is acknowledged.
     notice: Option<Hdr>,
     retries: u8,
     rnr_left: u8,
-    deadline: u64,
+    /// Retransmission timer (while units are in flight), or the end of an RNR wait.
+    deadline: Option<u64>,
+    /// Waiting out an RNR NAK: not sent before `deadline`.
+    rnr_hold: bool,
+    /// In its destination's queue.
+    queued: bool,
+}
+
+/// The send window of one destination.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    /// Packets that may be in flight.
+    cwnd: u32,
+    /// Acknowledgements counted towards the next increase.
+    acked: u32,
+    /// Packets in flight.
+    in_flight: u32,
+    /// Operations with units to send, in the order they became ready.
+    queue: VecDeque<PendingKey>,
+    /// When the window was last halved.
+    last_cut: Option<u64>,
+}
+
+impl Flow {
+    fn new() -> Flow {
+        Flow {
+            cwnd: SRD_WINDOW_INIT,
+            acked: 0,
+            in_flight: 0,
+            queue: VecDeque::new(),
+            last_cut: None,
+        }
+    }
+
+    /// An acknowledgement: one more packet per window's worth of them (additive increase).
+    fn on_ack(&mut self) {
+        self.acked += 1;
+        if self.acked >= self.cwnd {
+            self.acked = 0;
+            self.cwnd = (self.cwnd + 1).min(SRD_WINDOW_MAX);
+        }
+    }
+
+    /// A timeout: halves the window unless it was halved less than [`RTO_NS`] ago (every
+    /// operation of a burst times out together); whether it did.
+    fn on_loss(&mut self, now: u64) -> bool {
+        if self
+            .last_cut
+            .is_some_and(|t| now < t.saturating_add(RTO_NS))
+        {
+            return false;
+        }
+        self.last_cut = Some(now);
+        self.cwnd = (self.cwnd / 2).max(SRD_WINDOW_MIN);
+        self.acked = 0;
+        true
+    }
 }
 
 /// `(local QPN, peer address, peer QPN, message)`.
@@ -145,6 +260,8 @@ pub(crate) struct Net {
     pub clock: crate::Clock,
     pub pending: BTreeMap<PendingKey, Pending>,
     pub outcomes: BTreeMap<ContextKey, BTreeMap<u32, u8>>,
+    /// The send window of every destination.
+    pub flows: BTreeMap<Ipv4Addr, Flow>,
     pub stats: DataStats,
 }
 
@@ -158,6 +275,7 @@ impl Default for Net {
             }),
             pending: BTreeMap::new(),
             outcomes: BTreeMap::new(),
+            flows: BTreeMap::new(),
             stats: DataStats::default(),
         }
     }
@@ -689,27 +807,26 @@ impl Device {
         hdr.msg = *seq;
         *seq = seq.wrapping_add(1);
         let rnr = q.rnr_retry;
+        let read = hdr.op == wire::OP_SRD_READ_REQ;
         let mut frames = Vec::with_capacity(bodies.len());
         let mut offset = 0u32;
-        for (i, b) in bodies.iter().enumerate() {
-            let mut c = hdr;
-            if hdr.op == wire::OP_SRD_WRITE {
-                c.chunk = i as u16;
-                c.offset = offset;
-                offset += b.len() as u32;
+        if !read {
+            for (i, b) in bodies.iter().enumerate() {
+                let mut c = hdr;
+                if hdr.op == wire::OP_SRD_WRITE {
+                    c.chunk = i as u16;
+                    c.offset = offset;
+                    offset += b.len() as u32;
+                }
+                frames.push(wire::frame(src, dst, &c, b).ok_or(cs::LOCAL_ERROR_BAD_LENGTH)?);
             }
-            frames.push(wire::frame(src, dst, &c, b).ok_or(cs::LOCAL_ERROR_BAD_LENGTH)?);
         }
-        let parts = if hdr.op == wire::OP_SRD_READ_REQ {
+        let parts = if read {
             usize::from(hdr.chunks)
         } else {
             frames.len()
         };
-        for f in &frames {
-            self.push_frame(f.clone());
-        }
         let key = (hdr.src_qpn, dst, hdr.dest_qpn, hdr.msg);
-        let deadline = self.now().saturating_add(RTO_NS);
         self.net.pending.insert(
             key,
             Pending {
@@ -718,15 +835,21 @@ impl Device {
                 op: m.ctrl1 & CTRL1_OP_TYPE_MASK,
                 comp: m.ctrl2 & CTRL2_COMP_REQ != 0,
                 frames,
-                done: vec![false; parts],
+                read: read.then_some(hdr),
+                units: vec![Unit::Unsent; parts],
                 left: parts,
+                in_flight: 0,
                 local,
                 notice,
                 retries: 0,
                 rnr_left: rnr,
-                deadline,
+                deadline: None,
+                rnr_hold: false,
+                queued: false,
             },
         );
+        self.enqueue(key);
+        self.pump(dst);
         Ok(true)
     }
 
@@ -734,7 +857,7 @@ impl Device {
     /// message of its own (numbered in the same context), and the WQE now waits for the
     /// notice's acknowledgement (RNR and retransmission as for a send).
     fn send_notice(&mut self, key: PendingKey, mut n: Hdr) {
-        let Some(mut p) = self.net.pending.remove(&key) else {
+        let Some(mut p) = self.take_pending(key) else {
             return;
         };
         let (_, dst, dest_qpn, _) = key;
@@ -756,14 +879,19 @@ impl Device {
             );
             return;
         };
-        self.push_frame(f.clone());
         p.frames = vec![f];
-        p.done = vec![false];
+        p.units = vec![Unit::Unsent];
         p.left = 1;
+        p.in_flight = 0;
         p.retries = 0;
         p.rnr_left = rnr;
-        p.deadline = self.now().saturating_add(RTO_NS);
-        self.net.pending.insert((key.0, dst, dest_qpn, n.msg), p);
+        p.deadline = None;
+        p.rnr_hold = false;
+        p.queued = false;
+        let key = (key.0, dst, dest_qpn, n.msg);
+        self.net.pending.insert(key, p);
+        self.enqueue(key);
+        self.pump(dst);
     }
 
     fn push_frame(&mut self, f: Vec<u8>) {
@@ -790,9 +918,159 @@ impl Device {
     }
 
     fn finish(&mut self, key: PendingKey, status: u8) {
-        if let Some(p) = self.net.pending.remove(&key) {
+        if let Some(p) = self.take_pending(key) {
             self.tx_complete(p.handle, p.req_id, p.op, status, p.comp);
         }
+    }
+
+    /// Removes an operation; its units in flight leave its destination's window.
+    fn take_pending(&mut self, key: PendingKey) -> Option<Pending> {
+        let p = self.net.pending.remove(&key)?;
+        if let Some(f) = self.net.flows.get_mut(&key.1) {
+            f.in_flight = f.in_flight.saturating_sub(p.in_flight as u32);
+        }
+        Some(p)
+    }
+
+    /// Puts operation `key` in its destination's queue (once).
+    fn enqueue(&mut self, key: PendingKey) {
+        let Some(p) = self.net.pending.get_mut(&key) else {
+            return;
+        };
+        if p.queued || p.rnr_hold {
+            return;
+        }
+        p.queued = true;
+        self.net
+            .flows
+            .entry(key.1)
+            .or_insert_with(Flow::new)
+            .queue
+            .push_back(key);
+    }
+
+    /// Sends what the window of `dst` has room for, oldest operation first.
+    fn pump(&mut self, dst: Ipv4Addr) {
+        let src = self.net.port.as_ref().map(|p| p.addr());
+        let now = self.now();
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let net = &mut self.net;
+        let flow = net.flows.entry(dst).or_insert_with(Flow::new);
+        while flow.in_flight < flow.cwnd {
+            let Some(&key) = flow.queue.front() else {
+                break;
+            };
+            let room = (flow.cwnd - flow.in_flight) as usize;
+            let p = match net.pending.get_mut(&key) {
+                Some(p) if !p.rnr_hold => p,
+                Some(p) => {
+                    p.queued = false;
+                    flow.queue.pop_front();
+                    continue;
+                }
+                None => {
+                    flow.queue.pop_front();
+                    continue;
+                }
+            };
+            let mut sent = 0usize;
+            if let Some(rh) = p.read {
+                // A request per run of chunks to ask for, as many as there is room for.
+                let mut i = 0;
+                while i < p.units.len() && sent < room {
+                    if !p.units[i].to_send() {
+                        i += 1;
+                        continue;
+                    }
+                    let first = i;
+                    while i < p.units.len() && p.units[i].to_send() && sent < room {
+                        if p.units[i] == Unit::Lost {
+                            net.stats.retransmits += 1;
+                        }
+                        p.units[i] = Unit::Sent;
+                        sent += 1;
+                        i += 1;
+                    }
+                    let mut r = rh;
+                    r.chunk = first as u16;
+                    r.imm = (i - first) as u32;
+                    match src.and_then(|src| wire::frame(src, dst, &r, &[])) {
+                        Some(f) => out.push(f),
+                        None => net.stats.tx_dropped += 1,
+                    }
+                }
+            } else {
+                for (u, f) in p.units.iter_mut().zip(&p.frames) {
+                    if sent == room {
+                        break;
+                    }
+                    if u.to_send() {
+                        if *u == Unit::Lost {
+                            net.stats.retransmits += 1;
+                        }
+                        *u = Unit::Sent;
+                        out.push(f.clone());
+                        sent += 1;
+                    }
+                }
+            }
+            p.in_flight += sent;
+            if sent > 0 && p.deadline.is_none() {
+                p.deadline = Some(now.saturating_add(rto_after(p.retries)));
+            }
+            flow.in_flight += sent as u32;
+            net.stats.srd_window_peak = net.stats.srd_window_peak.max(flow.in_flight.into());
+            if !p.units.iter().any(|u| u.to_send()) {
+                p.queued = false;
+                flow.queue.pop_front();
+            }
+        }
+        for f in out {
+            self.push_frame(f);
+        }
+    }
+
+    /// Sends what every window has room for.
+    fn pump_all(&mut self) {
+        let dsts: Vec<Ipv4Addr> = self
+            .net
+            .flows
+            .iter()
+            .filter(|(_, f)| !f.queue.is_empty() && f.in_flight < f.cwnd)
+            .map(|(d, _)| *d)
+            .collect();
+        for d in dsts {
+            self.pump(d);
+        }
+    }
+
+    /// Unit `i` of operation `key` was acknowledged or answered: whether it was news.
+    fn unit_done(&mut self, key: PendingKey, i: usize) -> bool {
+        let now = self.now();
+        let Some(p) = self.net.pending.get_mut(&key) else {
+            return false;
+        };
+        let Some(u) = p.units.get_mut(i) else {
+            return false;
+        };
+        let was = *u;
+        if was == Unit::Done {
+            return false;
+        }
+        *u = Unit::Done;
+        p.left -= 1;
+        p.retries = 0;
+        if was == Unit::Sent {
+            p.in_flight -= 1;
+            if let Some(f) = self.net.flows.get_mut(&key.1) {
+                f.in_flight = f.in_flight.saturating_sub(1);
+                f.on_ack();
+            }
+        }
+        if !p.rnr_hold {
+            p.deadline = (p.in_flight > 0).then(|| now.saturating_add(RTO_NS));
+        }
+        true
     }
 
     // ------------------------------------------------------------ receive
@@ -800,7 +1078,13 @@ impl Device {
     /// Takes frames in and runs the retransmission timers; whether anything happened.
     pub(crate) fn poll_net(&mut self) -> bool {
         let mut progress = false;
-        for _ in 0..RX_BUDGET {
+        // A simulated receive buffer: what arrived since the last poll beyond it is dropped.
+        let cap = self.faults.rx_buffer_frames.map(|c| c as usize);
+        let mut taken = 0usize;
+        loop {
+            if cap.is_none() && taken >= RX_BUDGET {
+                break;
+            }
             let f = match &self.net.port {
                 Some(p) => match p.recv() {
                     Ok(Some(f)) => f,
@@ -809,15 +1093,22 @@ impl Device {
                 None => break,
             };
             progress = true;
+            taken += 1;
             self.net.stats.rx_frames += 1;
+            if cap.is_some_and(|c| taken > c) {
+                self.net.stats.rx_overflow += 1;
+                continue;
+            }
             self.rx_frame(&f);
         }
-        progress | self.run_timers()
+        progress |= self.run_timers();
+        self.pump_all();
+        progress
     }
 
     /// The earliest retransmission deadline.
     pub(crate) fn net_deadline(&self) -> Option<u64> {
-        self.net.pending.values().map(|p| p.deadline).min()
+        self.net.pending.values().filter_map(|p| p.deadline).min()
     }
 
     fn run_timers(&mut self) -> bool {
@@ -826,33 +1117,40 @@ impl Device {
             .net
             .pending
             .iter()
-            .filter(|(_, p)| p.deadline <= now)
+            .filter(|(_, p)| p.deadline.is_some_and(|d| d <= now))
             .map(|(k, _)| *k)
             .collect();
         for key in &due {
             let Some(p) = self.net.pending.get_mut(key) else {
                 continue;
             };
+            p.deadline = None;
+            if p.rnr_hold {
+                // The RNR wait is over: the send goes again through the window.
+                p.rnr_hold = false;
+                self.enqueue(*key);
+                continue;
+            }
             if p.retries >= MAX_RETRIES {
                 self.finish(*key, cs::LOCAL_ERROR_UNRESP_REMOTE);
                 continue;
             }
             p.retries += 1;
-            p.deadline = now.saturating_add(rto_after(p.retries));
-            let again: Vec<Vec<u8>> = if p.local.is_some() {
-                p.frames.clone()
-            } else {
-                p.frames
-                    .iter()
-                    .zip(&p.done)
-                    .filter(|(_, d)| !**d)
-                    .map(|(f, _)| f.clone())
-                    .collect()
-            };
-            for f in again {
-                self.net.stats.retransmits += 1;
-                self.push_frame(f);
+            // What is still in flight is taken for lost: out of the window, to send again.
+            let mut lost = 0u32;
+            for u in &mut p.units {
+                if *u == Unit::Sent {
+                    *u = Unit::Lost;
+                    lost += 1;
+                }
             }
+            p.in_flight = 0;
+            let flow = self.net.flows.entry(key.1).or_insert_with(Flow::new);
+            flow.in_flight = flow.in_flight.saturating_sub(lost);
+            if flow.on_loss(now) {
+                self.net.stats.srd_window_cuts += 1;
+            }
+            self.enqueue(*key);
         }
         !due.is_empty()
     }
@@ -1102,14 +1400,12 @@ impl Device {
         };
         match h.status {
             cs::OK => {
-                let i = usize::from(h.chunk);
-                if p.local.is_some() || i >= p.done.len() {
+                if p.read.is_some() || !self.unit_done(key, usize::from(h.chunk)) {
                     return;
                 }
-                if !p.done[i] {
-                    p.done[i] = true;
-                    p.left -= 1;
-                }
+                let Some(p) = self.net.pending.get_mut(&key) else {
+                    return;
+                };
                 if p.left == 0 {
                     match p.notice.take() {
                         Some(n) => self.send_notice(key, n),
@@ -1117,12 +1413,24 @@ impl Device {
                     }
                 }
             }
-            cs::REMOTE_ERROR_RNR if p.rnr_left > 0 => {
+            cs::REMOTE_ERROR_RNR if p.rnr_left > 0 && p.read.is_none() => {
                 if p.rnr_left < 7 {
                     p.rnr_left -= 1;
                 }
                 p.retries = 0;
-                p.deadline = now.saturating_add(RNR_DELAY_NS);
+                // The send was answered: out of the window, sent again after the wait.
+                let i = usize::from(h.chunk);
+                if p.units.get(i) == Some(&Unit::Sent) {
+                    p.units[i] = Unit::Lost;
+                    p.in_flight -= 1;
+                    if let Some(f) = self.net.flows.get_mut(&key.1) {
+                        f.in_flight = f.in_flight.saturating_sub(1);
+                    }
+                }
+                if p.units.get(i) == Some(&Unit::Lost) {
+                    p.rnr_hold = true;
+                    p.deadline = Some(now.saturating_add(RNR_DELAY_NS));
+                }
             }
             s => self.finish(key, s),
         }
@@ -1164,12 +1472,24 @@ impl Device {
         let mtu = (self.profile.mtu as usize).max(1);
         let total = h.total as usize;
         let chunks = total.div_ceil(mtu).max(1);
-        // The request's shape is checked before any memory is touched.
-        let sane = chunks == usize::from(h.chunks) && h.total <= self.profile.max_rdma_size;
-        let data = if sane {
-            self.remote_range(pd, h, PERM_REMOTE_READ, 0, total)
+        // The chunks asked for: `count` from `first`.
+        let (first, count) = (usize::from(h.chunk), h.imm as usize);
+        // The request's shape is checked before any memory is touched; the whole range
+        // must be readable, the asked-for part is read.
+        let sane = chunks == usize::from(h.chunks)
+            && h.total <= self.profile.max_rdma_size
+            && count > 0
+            && first.checked_add(count).is_some_and(|e| e <= chunks);
+        let lo = first.saturating_mul(mtu).min(total);
+        let hi = first.saturating_add(count).saturating_mul(mtu).min(total);
+        let data = if sane
+            && self
+                .remote_range(pd, h, PERM_REMOTE_READ, 0, total)
+                .is_some()
+        {
+            self.remote_range(pd, h, PERM_REMOTE_READ, lo as u32, hi - lo)
                 .and_then(|p| {
-                    let mut v = Vec::with_capacity(total);
+                    let mut v = Vec::with_capacity(hi - lo);
                     self.read_pieces(&p, &mut v).then_some(v)
                 })
         } else {
@@ -1180,12 +1500,12 @@ impl Device {
             self.send_frame(src, &r, &[]);
             return;
         };
-        for i in 0..chunks {
-            let lo = i * mtu;
-            let hi = (lo + mtu).min(total);
+        for i in first..first + count {
+            let a = i * mtu;
+            let b = (a + mtu).min(total);
             r.chunk = i as u16;
-            r.offset = lo as u32;
-            self.send_frame(src, &r, &data[lo..hi]);
+            r.offset = a as u32;
+            self.send_frame(src, &r, &data[a - lo..b - lo]);
         }
     }
 
@@ -1202,10 +1522,10 @@ impl Device {
             return;
         }
         let i = usize::from(h.chunk);
-        let fits = i < p.done.len()
+        let fits = i < p.units.len()
             && u64::from(h.offset) + payload.len() as u64 <= u64::from(len)
             && h.total == len;
-        if !fits || p.done[i] {
+        if !fits || p.units[i] == Unit::Done {
             return;
         }
         let Some(pd) = self.obj.qps.get(&p.handle).map(|q| q.pd) else {
@@ -1220,12 +1540,10 @@ impl Device {
             self.finish(key, cs::LOCAL_ERROR_INVALID_LKEY);
             return;
         }
-        let Some(p) = self.net.pending.get_mut(&key) else {
+        if !self.unit_done(key, i) {
             return;
-        };
-        p.done[i] = true;
-        p.left -= 1;
-        if p.left == 0 {
+        }
+        if self.net.pending.get(&key).is_some_and(|p| p.left == 0) {
             self.finish(key, cs::OK);
         }
     }
@@ -1257,9 +1575,10 @@ impl Device {
             if flush {
                 self.finish(k, cs::FLUSHED);
             } else {
-                self.net.pending.remove(&k);
+                self.take_pending(k);
             }
         }
+        self.pump_all();
         if let Some(q) = self.obj.qps.get(&handle) {
             let qpn = q.qpn;
             self.net.outcomes.retain(|k, _| k.2 != qpn);
@@ -1274,5 +1593,37 @@ trait Addr {
 impl Addr for TxBufDesc {
     fn addr(&self) -> u64 {
         u64::from(self.buf_addr_hi.get()) << 32 | u64::from(self.buf_addr_lo.get())
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::{Flow, RTO_NS, SRD_WINDOW_INIT, SRD_WINDOW_MAX, SRD_WINDOW_MIN};
+
+    #[test]
+    fn the_window_halves_once_per_timeout_burst_down_to_its_floor_and_grows_back_to_its_cap() {
+        let mut f = Flow::new();
+        assert_eq!(f.cwnd, SRD_WINDOW_INIT);
+        // Every operation of a burst times out at once: one halving.
+        assert!(f.on_loss(10 * RTO_NS));
+        assert!(!f.on_loss(10 * RTO_NS + 1));
+        assert_eq!(f.cwnd, SRD_WINDOW_INIT / 2);
+        // Timeouts an RTO apart halve it down to the floor, never below.
+        for i in 0..10 {
+            f.on_loss((11 + i) * RTO_NS);
+        }
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN);
+        // One more packet per window's worth of acknowledgements.
+        for _ in 0..SRD_WINDOW_MIN - 1 {
+            f.on_ack();
+        }
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN);
+        f.on_ack();
+        assert_eq!(f.cwnd, SRD_WINDOW_MIN + 1);
+        // It grows back, to the cap and no further.
+        for _ in 0..100_000 {
+            f.on_ack();
+        }
+        assert_eq!(f.cwnd, SRD_WINDOW_MAX);
     }
 }

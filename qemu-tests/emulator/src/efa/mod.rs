@@ -58,7 +58,10 @@ use std::sync::Arc;
 use crate::{AddressSpace, DmaFault};
 use firmware_interface::efa::{feature, pci};
 
-pub use dp::{DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_MAX_NS, RTO_NS, rto_after};
+pub use dp::{
+    DEDUP_WINDOW, DataStats, MAX_RETRIES, RNR_DELAY_NS, RTO_MAX_NS, RTO_NS, SRD_WINDOW_INIT,
+    SRD_WINDOW_MAX, SRD_WINDOW_MIN, rto_after,
+};
 pub use shm::{HEADER_LEN, HEADER_OFF, MAGIC, ShmHeader, ShmLayout};
 
 /// BAR of the low-latency send queues.
@@ -286,6 +289,10 @@ pub struct Faults {
     /// Admin doorbells are ignored: submissions stay unconsumed and no completion is ever
     /// written (the driver's admin command times out).
     pub stall_admin: bool,
+    /// A receive buffer of this many frames in front of the device: of the frames that
+    /// arrived since the last [`Device::poll`], those beyond it are dropped (what an
+    /// overflowing socket buffer does; counted in [`DataStats::rx_overflow`]).
+    pub rx_buffer_frames: Option<u32>,
 }
 
 /// Device-side errors a test can see: driver mistakes that have no admin status to carry
@@ -511,7 +518,8 @@ impl Device {
         self.net_deadline()
     }
 
-    /// SRD operations waiting for their acknowledgements or responses.
+    /// SRD operations waiting for their acknowledgements or responses (or, in the device, for
+    /// room in their destination's send window).
     pub fn srd_in_flight(&self) -> usize {
         self.net.pending.len()
     }

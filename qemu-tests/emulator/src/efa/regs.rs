@@ -209,6 +209,7 @@ impl Device {
         // Operations in flight are forgotten; the port and clock stay.
         self.net.pending.clear();
         self.net.outcomes.clear();
+        self.net.flows.clear();
         let resp = self.regs.resp;
         let (rip, reason) = (self.regs.reset_in_progress, self.regs.reset_reason);
         self.regs = Regs {

@@ -20,7 +20,8 @@ pub(crate) const OP_UD_SEND: u8 = 0xe0;
 pub(crate) const OP_SRD_SEND: u8 = 0xe1;
 /// SRD acknowledgement (status 0) or negative acknowledgement (an `efa_io_comp_status`).
 pub(crate) const OP_SRD_ACK: u8 = 0xe2;
-/// SRD RDMA read request.
+/// SRD RDMA read request: chunks `chunk .. chunk + imm` of the read that `raddr`, `total`
+/// and `chunks` describe (a read asks for what its send window has room for).
 pub(crate) const OP_SRD_READ_REQ: u8 = 0xe3;
 /// SRD RDMA read response (one chunk).
 pub(crate) const OP_SRD_READ_RESP: u8 = 0xe4;
@@ -57,7 +58,7 @@ pub(crate) struct Hdr {
     pub msg: u32,
     /// Q_Key.
     pub qkey: u32,
-    /// Immediate data (host order, as the WQE carries it).
+    /// Immediate data (host order, as the WQE carries it); a read request's chunk count.
     pub imm: u32,
     /// Chunk of a multi-packet RDMA operation.
     pub chunk: u16,

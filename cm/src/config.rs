@@ -85,4 +85,7 @@ pub struct CmStats {
     /// Asynchronous events dropped because the application did not read them
     /// ([`Cm::get_async_event`](crate::Cm::get_async_event); the oldest go first).
     pub async_events_dropped: u64,
+    /// SIDR_REQs of the datagram transport (EFA) refused with SIDR status 2 "rejected"
+    /// because they asked for a QP type (UD, SRD) other than their listener's.
+    pub qp_type_mismatches: u64,
 }

@@ -90,6 +90,8 @@ impl Default for Peer {
 /// A MAD waiting for its answer.
 pub(crate) struct Retx {
     pub mad: Box<MadBytes>,
+    /// The QP type a SIDR_REQ asks for (the datagram transport's header), 0 for others.
+    pub req_qp_type: u8,
     pub deadline: u64,
     pub timeout_ns: u64,
     pub tries_left: u8,

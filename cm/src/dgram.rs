@@ -9,19 +9,30 @@
 //!   started device, so all of them hold the same number: the one this manager's QP got),
 //!   its Q_Key [`DGRAM_CM_QKEY`](crate::mad::DGRAM_CM_QKEY).
 //! * Each message is a 32-byte [`DgramHeader`](crate::mad::DgramHeader) (the sender's IPv4
-//!   address, manager QPN and GID: an EFA receive completion carries no GRH) then the
-//!   256-byte MAD. Replies go to the QP the request came from.
+//!   address, manager QPN and GID: an EFA receive completion carries no GRH; for a SIDR_REQ,
+//!   the QP type it asks for) then the 256-byte MAD. Replies go to the QP the request came
+//!   from.
 //! * Retries and timeouts are the IB CM's (a SIDR_REQ is sent again after the CM response
 //!   timeout, 15 times; the passive side answers duplicates with the reply it sent).
 
-use verbs::{Gid, Provider};
+use verbs::{Gid, Provider, QpType};
 
 use crate::conn::Peer;
 use crate::error::Error;
 use crate::gsi::{Framing, Gsi};
-use crate::mad::MadBytes;
+use crate::mad::{MadBytes, dgram_qp_type};
 use crate::slab::Key;
 use crate::transport::{Received, Transport};
+
+/// The code of QP type `t` in the header of a SIDR_REQ ([`dgram_qp_type`]): UD or SRD, else
+/// [`UNSAID`](dgram_qp_type::UNSAID) (no other type is resolved with SIDR).
+pub(crate) const fn header_qp_type(t: QpType) -> u8 {
+    match t {
+        QpType::Ud => dgram_qp_type::UD,
+        QpType::Srd => dgram_qp_type::SRD,
+        _ => dgram_qp_type::UNSAID,
+    }
+}
 
 /// The manager's UD QP on a device without QP1.
 pub(crate) struct Dgram<P: Provider>(Gsi<P>);
@@ -66,8 +77,8 @@ impl<P: Provider> Transport<P> for Dgram<P> {
         self.0.can_send()
     }
 
-    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
-        self.0.send(p, to, msg)
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes, req_qp_type: u8) -> bool {
+        self.0.send(p, to, msg, req_qp_type)
     }
 
     fn poll(&mut self, p: &P, dev: Key, out: &mut alloc::vec::Vec<Received>, bad: &mut u64) {
@@ -85,7 +96,10 @@ impl<P: Provider> Transport<P> for Dgram<P> {
 
 #[cfg(test)]
 mod tests {
-    use crate::mad::{DGRAM_HEADER_SIZE, DgramHeader};
+    use verbs::QpType;
+
+    use super::header_qp_type;
+    use crate::mad::{DGRAM_HEADER_SIZE, DgramHeader, dgram_qp_type};
 
     #[test]
     fn the_header_round_trips_and_refuses_strangers() {
@@ -93,10 +107,11 @@ mod tests {
             ip: core::net::Ipv4Addr::new(127, 0, 0, 2),
             qpn: 0x12_3456,
             gid: [7; 16],
+            qp_type: dgram_qp_type::SRD,
         };
         let b = h.encode();
         assert_eq!(b.len(), DGRAM_HEADER_SIZE);
-        assert_eq!(&b[..5], b"EFCM\x01");
+        assert_eq!(&b[..8], b"EFCM\x01\x02\0\0");
         assert_eq!(&b[8..16], &[127, 0, 0, 2, 0, 0x12, 0x34, 0x56]);
         assert_eq!(DgramHeader::decode(&b), Some(h));
         assert_eq!(DgramHeader::decode(&b[..31]), None);
@@ -109,5 +124,20 @@ mod tests {
         let mut bad = b;
         bad[12] = 1;
         assert_eq!(DgramHeader::decode(&bad), None, "a QPN wider than 24 bits");
+        // an older peer's header: byte 5 reserved, 0, "no QP type said"
+        let mut old = b;
+        old[5] = 0;
+        assert_eq!(
+            DgramHeader::decode(&old).map(|h| h.qp_type),
+            Some(dgram_qp_type::UNSAID)
+        );
+    }
+
+    #[test]
+    fn sidr_qp_type_codes() {
+        assert_eq!(header_qp_type(QpType::Ud), dgram_qp_type::UD);
+        assert_eq!(header_qp_type(QpType::Srd), dgram_qp_type::SRD);
+        assert_eq!(header_qp_type(QpType::Rc), dgram_qp_type::UNSAID);
+        assert_ne!(dgram_qp_type::UD, dgram_qp_type::SRD);
     }
 }

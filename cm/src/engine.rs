@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::event::{ConnData, EventParam, EventType, UdData};
 use crate::mad::{
     CmMad, CmMessage, CmaAddrs, CmaHeader, Drep, Dreq, MadBytes, Mra, Rej, Rep, Req, Rtu, SidrRep,
-    SidrReq, limits, msg_kind, parse_service_id, rej_reason, sidr_status, transport,
+    SidrReq, dgram_qp_type, limits, msg_kind, parse_service_id, rej_reason, sidr_status, transport,
 };
 use crate::qp::{Connect, cm_access, qp_rtr_rts, qp_to_err};
 use crate::slab::Key;
@@ -22,12 +22,29 @@ use crate::state::{State, ib_time_ns};
 /// (4.096 µs × 2^24 ≈ 67 s, rdma_cm's).
 const MRA_SERVICE_TIMEOUT: u8 = 24;
 
+/// Who sent a SIDR_REQ: its manager's address and QP, and the QP type it asks for
+/// ([`dgram_qp_type`]).
+#[derive(Clone, Copy)]
+struct Requester {
+    ip: Ipv4Addr,
+    qpn: u32,
+    qp_type: u8,
+}
+
 /// −ETIMEDOUT, the status of timed-out events.
 pub(crate) const ETIMEDOUT_STATUS: i32 = -110;
 
 impl<P: Provider> State<P> {
-    /// Dispatches one received MAD.
-    pub(crate) fn on_mad(&mut self, d: Key, src: Ipv4Addr, src_qp: u32, bytes: &MadBytes) {
+    /// Dispatches one received MAD; `req_qp_type` is the QP type the transport says a
+    /// SIDR_REQ asks for ([`dgram_qp_type`]).
+    pub(crate) fn on_mad(
+        &mut self,
+        d: Key,
+        src: Ipv4Addr,
+        src_qp: u32,
+        req_qp_type: u8,
+        bytes: &MadBytes,
+    ) {
         let Ok(mad) = CmMad::decode(bytes) else {
             self.stats.bad_mads += 1;
             return;
@@ -40,7 +57,14 @@ impl<P: Provider> State<P> {
             CmMessage::Mra(r) => self.on_mra(d, r),
             CmMessage::Dreq(r) => self.on_dreq(d, src, src_qp, mad.tid, r),
             CmMessage::Drep(r) => self.on_drep(d, r),
-            CmMessage::SidrReq(r) => self.on_sidr_req(d, src, src_qp, mad.tid, mad.attr_mod, r),
+            CmMessage::SidrReq(r) => {
+                let from = Requester {
+                    ip: src,
+                    qpn: src_qp,
+                    qp_type: req_qp_type,
+                };
+                self.on_sidr_req(d, from, mad.tid, mad.attr_mod, r)
+            }
             CmMessage::SidrRep(r) => self.on_sidr_rep(d, r),
         }
     }
@@ -56,7 +80,7 @@ impl<P: Provider> State<P> {
             msg,
         }
         .encode();
-        self.send_to(d, to, &bytes);
+        self.send_to(d, to, &bytes, dgram_qp_type::UNSAID);
     }
 
     /// The listener of `(ps, port)` on device `d` for destination `dst`: `Err(true)` when
@@ -296,7 +320,7 @@ impl<P: Provider> State<P> {
             _ => None,
         };
         if let Some(b) = bytes {
-            self.send_to(d, &peer, &b);
+            self.send_to(d, &peer, &b, dgram_qp_type::UNSAID);
         }
     }
 
@@ -563,15 +587,8 @@ impl<P: Provider> State<P> {
         }
     }
 
-    fn on_sidr_req(
-        &mut self,
-        d: Key,
-        src: Ipv4Addr,
-        src_qp: u32,
-        tid: u64,
-        attr_mod: u32,
-        r: &SidrReq,
-    ) {
+    fn on_sidr_req(&mut self, d: Key, from: Requester, tid: u64, attr_mod: u32, r: &SidrReq) {
+        let (src, src_qp) = (from.ip, from.qpn);
         let Some(peer) = self.peer(d, src, src_qp) else {
             self.stats.send_failures += 1;
             return;
@@ -626,6 +643,16 @@ impl<P: Provider> State<P> {
         let Some(ls) = self.ids.get(l) else { return };
         if !crate::qp::datagram(ls.qp_type) {
             return status_rep(self, sidr_status::UNSUPPORTED);
+        }
+        // The requester said which QP type it wants (the datagram transport's header): a UD
+        // client cannot talk to an SRD QP nor the reverse, so a listener of the other type
+        // refuses it here, before the application sees a request ("rejected"). An older
+        // peer says nothing and is answered as before.
+        if from.qp_type != dgram_qp_type::UNSAID
+            && from.qp_type != crate::dgram::header_qp_type(ls.qp_type)
+        {
+            self.stats.qp_type_mismatches += 1;
+            return status_rep(self, sidr_status::REJECT);
         }
         if ls.queued_requests >= ls.backlog {
             self.stats.backlog_drops += 1;
@@ -853,7 +880,7 @@ impl<P: Provider> State<P> {
     /// Retransmissions, their exhaustion, and address-resolution deadlines.
     pub(crate) fn timers(&mut self) {
         let now = self.now;
-        let mut resend: Vec<(Key, Peer, MadBytes)> = Vec::new();
+        let mut resend: Vec<(Key, Peer, MadBytes, u8)> = Vec::new();
         let mut expired: Vec<Key> = Vec::new();
         let mut resolving: Vec<Key> = Vec::new();
         for (k, s) in self.ids.iter() {
@@ -880,7 +907,7 @@ impl<P: Provider> State<P> {
             if x.tries_left > 0 {
                 x.tries_left -= 1;
                 x.deadline = now + x.timeout_ns;
-                resend.push((d, s.conn.peer, *x.mad));
+                resend.push((d, s.conn.peer, *x.mad, x.req_qp_type));
                 continue;
             }
             s.conn.retx = None;
@@ -896,9 +923,9 @@ impl<P: Provider> State<P> {
             }
         }
         self.timewait_timers();
-        for (d, peer, bytes) in resend {
+        for (d, peer, bytes, req_qp_type) in resend {
             self.stats.retransmits += 1;
-            self.send_to(d, &peer, &bytes);
+            self.send_to(d, &peer, &bytes, req_qp_type);
         }
         self.orphan_timers();
     }

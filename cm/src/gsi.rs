@@ -226,7 +226,9 @@ impl<P: Provider> Gsi<P> {
         Ok(())
     }
 
-    fn send_mad(&mut self, p: &P, to: &Peer, bytes: &MadBytes) -> bool {
+    /// Sends one MAD; the datagram framing's header says `req_qp_type` (the GSI framing has
+    /// no room for it).
+    fn send_mad(&mut self, p: &P, to: &Peer, bytes: &MadBytes, req_qp_type: u8) -> bool {
         let Some(slot) = self.free_send.pop() else {
             return false;
         };
@@ -239,6 +241,7 @@ impl<P: Provider> Gsi<P> {
                     ip,
                     qpn: self.qp.qp_num(),
                     gid: gid.0,
+                    qp_type: req_qp_type,
                 }
                 .encode();
                 if self.buf.write(off, &h).is_err() {
@@ -364,17 +367,17 @@ impl<P: Provider> Gsi<P> {
                     continue;
                 }
                 let src = match self.framing {
-                    Framing::Grh => grh_source(&m[..GRH]),
+                    Framing::Grh => grh_source(&m[..GRH]).map(|ip| (ip, 0)),
                     Framing::Header { .. } => match DgramHeader::decode(&m[..pre]) {
                         // the header must name the QP the device says it came from
                         Some(h) if h.qpn == w.src_qp && h.gid != [0; 16] => {
                             self.set_peer_gid(h.ip, Gid(h.gid));
-                            Some(h.ip)
+                            Some((h.ip, h.qp_type))
                         }
                         _ => None,
                     },
                 };
-                let Some(src) = src else {
+                let Some((src, req_qp_type)) = src else {
                     *bad += 1;
                     continue;
                 };
@@ -384,6 +387,7 @@ impl<P: Provider> Gsi<P> {
                     dev: d,
                     src,
                     src_qp: w.src_qp,
+                    req_qp_type,
                     bytes: b,
                 });
             }
@@ -499,8 +503,8 @@ impl<P: Provider> Transport<P> for Gsi<P> {
         !self.free_send.is_empty()
     }
 
-    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
-        self.send_mad(p, to, msg)
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes, req_qp_type: u8) -> bool {
+        self.send_mad(p, to, msg, req_qp_type)
     }
 
     fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {

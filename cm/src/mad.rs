@@ -63,10 +63,25 @@ pub const DGRAM_VERSION: u8 = 1;
 /// Size of the header in front of the MAD in a datagram-transport message.
 pub const DGRAM_HEADER_SIZE: usize = 32;
 
+/// The QP type a SIDR_REQ of the datagram transport asks for: byte 5 of its [`DgramHeader`]
+/// (every other message, and a peer that predates the field, leaves it 0).
+pub mod dgram_qp_type {
+    /// Not said (another message, or an older peer's SIDR_REQ): the passive side answers as
+    /// before the field existed, whatever its listener's type.
+    pub const UNSAID: u8 = 0;
+    /// A UD QP.
+    pub const UD: u8 = 1;
+    /// An SRD QP.
+    pub const SRD: u8 = 2;
+}
+
 /// The header in front of each MAD of the datagram transport (big-endian): magic u32 @0,
-/// version u8 @4, three reserved bytes, the sender's IPv4 address @8, the sender's manager
-/// QPN u32 @12, the sender's device GID (16 bytes) @16. A UD receive on EFA has no GRH, so
-/// the sender names itself here.
+/// version u8 @4, the QP type a SIDR_REQ asks for u8 @5 ([`dgram_qp_type`]), two reserved
+/// bytes, the sender's IPv4 address @8, the sender's manager QPN u32 @12, the sender's device
+/// GID (16 bytes) @16. A UD receive on EFA has no GRH, so the sender names itself here.
+///
+/// Byte 5 was reserved (written 0, not checked) before it carried the QP type, so the
+/// version stays 1: an older peer ignores it and sends 0 ([`dgram_qp_type::UNSAID`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DgramHeader {
     /// The sender's IPv4 address (what its ids are bound to).
@@ -75,6 +90,10 @@ pub struct DgramHeader {
     pub qpn: u32,
     /// The sender's device address (its GID 0).
     pub gid: [u8; 16],
+    /// The QP type the SIDR_REQ behind the header asks for ([`dgram_qp_type`]; 0 in every
+    /// other message). Decoding takes any value: the passive side refuses one it does not
+    /// serve.
+    pub qp_type: u8,
 }
 
 impl DgramHeader {
@@ -83,6 +102,7 @@ impl DgramHeader {
         let mut b = [0u8; DGRAM_HEADER_SIZE];
         b[0..4].copy_from_slice(&DGRAM_MAGIC.to_be_bytes());
         b[4] = DGRAM_VERSION;
+        b[5] = self.qp_type;
         b[8..12].copy_from_slice(&self.ip.octets());
         b[12..16].copy_from_slice(&self.qpn.to_be_bytes());
         b[16..32].copy_from_slice(&self.gid);
@@ -107,6 +127,7 @@ impl DgramHeader {
             ip: core::net::Ipv4Addr::new(b[8], b[9], b[10], b[11]),
             qpn,
             gid,
+            qp_type: b[5],
         })
     }
 }

@@ -331,7 +331,9 @@ impl<P: Provider> State<P> {
 
     // -------------------------------------------------------------- MAD sending
 
-    pub(crate) fn send_to(&mut self, d: Key, to: &Peer, mad: &MadBytes) {
+    /// Sends `mad` to `to` on device `d`'s transport; `req_qp_type` is the QP type a SIDR_REQ
+    /// asks for ([`dgram_qp_type`](crate::mad::dgram_qp_type), 0 for other messages).
+    pub(crate) fn send_to(&mut self, d: Key, to: &Peer, mad: &MadBytes, req_qp_type: u8) {
         let mut bad = 0;
         let ok = match self.devs.get_mut(d) {
             Some(dev) => match dev.transport.as_mut() {
@@ -340,7 +342,7 @@ impl<P: Provider> State<P> {
                         // reap send completions; what arrived meanwhile waits in `rx`
                         t.poll(&dev.provider, d, &mut self.rx, &mut bad);
                     }
-                    t.send(&dev.provider, to, mad)
+                    t.send(&dev.provider, to, mad, req_qp_type)
                 }
                 None => false,
             },
@@ -377,14 +379,20 @@ impl<P: Provider> State<P> {
         let Some(s) = self.ids.get(k) else { return };
         let Some(d) = s.dev else { return };
         let peer = s.conn.peer;
+        // a SIDR_REQ says which QP type it wants (where the transport has room for it)
+        let req_qp_type = match msg {
+            CmMessage::SidrReq(_) => crate::dgram::header_qp_type(s.qp_type),
+            _ => crate::mad::dgram_qp_type::UNSAID,
+        };
         let bytes = CmMad { tid, attr_mod, msg }.encode();
-        self.send_to(d, &peer, &bytes);
+        self.send_to(d, &peer, &bytes, req_qp_type);
         let now = self.now;
         if let Some(s) = self.ids.get_mut(k) {
             match retx {
                 Some((timeout_ns, tries)) => {
                     s.conn.retx = Some(Retx {
                         mad: Box::new(bytes),
+                        req_qp_type,
                         deadline: now + timeout_ns,
                         timeout_ns,
                         tries_left: tries,
@@ -425,12 +433,12 @@ impl<P: Provider> State<P> {
             }
             o.retx.tries_left -= 1;
             o.retx.deadline = now + o.retx.timeout_ns;
-            resend.push((o.dev, o.peer, *o.retx.mad));
+            resend.push((o.dev, o.peer, *o.retx.mad, o.retx.req_qp_type));
             true
         });
-        for (d, peer, bytes) in resend {
+        for (d, peer, bytes, req_qp_type) in resend {
             self.stats.retransmits += 1;
-            self.send_to(d, &peer, &bytes);
+            self.send_to(d, &peer, &bytes, req_qp_type);
         }
     }
 
@@ -492,7 +500,7 @@ impl<P: Provider> State<P> {
         let got = core::mem::take(&mut self.rx);
         self.stats.mads_received += got.len() as u64;
         for r in got {
-            self.on_mad(r.dev, r.src, r.src_qp, &r.bytes);
+            self.on_mad(r.dev, r.src, r.src_qp, r.req_qp_type, &r.bytes);
         }
         self.timers();
     }

@@ -19,12 +19,14 @@ use crate::gsi::Gsi;
 use crate::mad::MadBytes;
 use crate::slab::Key;
 
-/// A connection message received on a device: its source address and endpoint, and its
-/// 256 bytes.
+/// A connection message received on a device: its source address and endpoint, the QP type
+/// it asks for ([`dgram_qp_type`](crate::mad::dgram_qp_type): the datagram transport's
+/// header says it for a SIDR_REQ; 0 otherwise), and its 256 bytes.
 pub(crate) struct Received {
     pub dev: Key,
     pub src: Ipv4Addr,
     pub src_qp: u32,
+    pub req_qp_type: u8,
     pub bytes: Box<MadBytes>,
 }
 
@@ -38,8 +40,11 @@ pub(crate) trait Transport<P: Provider> {
     /// Whether a send can be taken now (else poll first: completed sends free room).
     fn can_send(&self) -> bool;
     /// Sends one message to `to`; false if it could not be sent (no room, no address, the
-    /// device refused it).
-    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool;
+    /// device refused it). `req_qp_type` is the QP type a SIDR_REQ asks for
+    /// ([`dgram_qp_type`](crate::mad::dgram_qp_type), 0 for other messages): the datagram
+    /// transport puts it in its header, the MAD transport has nowhere to put it (the IB CM
+    /// has no SRD, a RoCE SIDR_REQ is always for UD).
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes, req_qp_type: u8) -> bool;
     /// Collects the messages received meanwhile into `out`, frees the room of completed
     /// sends; `bad` counts receives that failed or did not decode.
     fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64);
@@ -106,10 +111,10 @@ impl<P: Provider> Transport<P> for DevTransport<P> {
             DevTransport::Dgram(g) => g.can_send(),
         }
     }
-    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes) -> bool {
+    fn send(&mut self, p: &P, to: &Peer, msg: &MadBytes, req_qp_type: u8) -> bool {
         match self {
-            DevTransport::Mad(g) => g.send(p, to, msg),
-            DevTransport::Dgram(g) => g.send(p, to, msg),
+            DevTransport::Mad(g) => g.send(p, to, msg, req_qp_type),
+            DevTransport::Dgram(g) => g.send(p, to, msg, req_qp_type),
         }
     }
     fn poll(&mut self, p: &P, dev: Key, out: &mut Vec<Received>, bad: &mut u64) {

@@ -1,8 +1,10 @@
 //! The connection manager on EFA: two emulated EFAs on the in-process fabric under one
 //! manager, whose messages travel on the datagram transport (the manager's own UD QP, no QP1).
 //! create_ep + connect (SIDR) + SEND/RECV on UD and on SRD; SRD RDMA READ and WRITE with the
-//! keys exchanged in the private data; a service nobody listens on; the exchange over a lossy,
-//! duplicating fabric; connected (RC) ids get librdmacm's errno.
+//! keys exchanged in the private data; a service nobody listens on; a client of the other QP
+//! type (UD to SRD, SRD to UD) refused with SIDR status 2 before the listener hears of it, and
+//! a SIDR_REQ that names no QP type (an older manager's) answered as before; the exchange over
+//! a lossy, duplicating fabric; connected (RC) ids get librdmacm's errno.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -162,6 +164,19 @@ fn buf(id: &Id, len: usize) -> Buf {
 /// of 64 bytes posted (wr_id 5) before it accepts.
 fn connect(s: &Setup, qp_type: QpType, hello: &[u8], welcome: &[u8]) -> (Id, Id, Id, UdData, Buf) {
     let listen = listener(s, qp_type);
+    let (client, conn, ud, rbuf) = connect_to(s, &listen, qp_type, hello, welcome);
+    (listen, client, conn, ud, rbuf)
+}
+
+/// [`connect`] to the (synchronous) listener `listen`: returns (client, server side, the
+/// client's ESTABLISHED parameters, the server side's receive buffer).
+fn connect_to(
+    s: &Setup,
+    listen: &Id,
+    qp_type: QpType,
+    hello: &[u8],
+    welcome: &[u8],
+) -> (Id, Id, UdData, Buf) {
     let client = client(s, qp_type);
     let ch = s.cm.create_event_channel().unwrap();
     client.migrate_id(Some(&ch)).unwrap();
@@ -203,7 +218,7 @@ fn connect(s: &Setup, qp_type: QpType, hello: &[u8], welcome: &[u8]) -> (Id, Id,
     drop(ev);
     client.migrate_id(None).unwrap();
     drop(ch);
-    (listen, client, conn, ud, rbuf)
+    (client, conn, ud, rbuf)
 }
 
 /// A datagram from the client to the server's posted receive, checked.
@@ -678,5 +693,252 @@ fn a_peer_gid_given_to_the_manager_names_the_peer() {
         ),
         Ok(())
     );
+    s.teardown();
+}
+
+#[test]
+fn a_client_of_the_other_qp_type_is_refused_before_the_listener_hears_of_it() {
+    let s = setup(10);
+    for (want, serve) in [(QpType::Ud, QpType::Srd), (QpType::Srd, QpType::Ud)] {
+        let listen = listener(&s, serve);
+        let lch = s.cm.create_event_channel().unwrap();
+        listen.migrate_id(Some(&lch)).unwrap();
+        let c = client(&s, want);
+        // SIDR status 2 "rejected" → UNREACHABLE with that status, errno ENOENT (librdmacm)
+        assert_eq!(
+            c.connect(None),
+            Err(Error::NoEntry),
+            "{want:?} to {serve:?}"
+        );
+        let ev = c.event().unwrap();
+        assert_eq!((ev.event, ev.status), (EventType::Unreachable, 2));
+        // the passive side answered without a CONNECT_REQUEST (it would be queued by now:
+        // the REP went out in the same pass that took the SIDR_REQ)
+        assert!(
+            !lch.has_events(),
+            "{want:?} to {serve:?}: the listener heard of it"
+        );
+        drop((ev, c));
+        // the same listener serves a client of its own type, and data flows
+        listen.migrate_id(None).unwrap();
+        drop(lch);
+        let (client, conn, ud, rbuf) = connect_to(&s, &listen, serve, b"same type", b"ok");
+        let ah = create_ah(&client, &ud);
+        datagram(&client, &conn, &ud, &rbuf, &ah);
+        destroy_ah(&client, ah);
+        conn.dereg_mr(rbuf.mr).unwrap();
+        drop((conn, client, listen));
+    }
+    let st = s.cm.stats();
+    assert_eq!(st.qp_type_mismatches, 2, "{st:?}");
+    assert_eq!((st.bad_mads, st.send_failures), (0, 0), "{st:?}");
+    s.teardown();
+}
+
+/// A UD id's QP playing a peer's manager: its Q_Key made the managers' (so that a SIDR_REP
+/// reaches it), receives posted for `reps` replies, an AH to the server's manager.
+struct RawPeer {
+    id: Id,
+    b: Buf,
+    ah: efa::Ah,
+    cm_qpn: u32,
+    sent: u64,
+}
+
+const RAW_LEN: usize = cm::mad::DGRAM_HEADER_SIZE + cm::mad::MAD_SIZE;
+
+impl RawPeer {
+    fn new(s: &Setup, reps: u64) -> RawPeer {
+        use cm::mad::DGRAM_CM_QKEY;
+        let id = client(s, QpType::Ud);
+        id.with_verbs(|v| {
+            v.provider.modify_qp(
+                v.qp.unwrap(),
+                &verbs::QpAttr {
+                    qkey: DGRAM_CM_QKEY,
+                    ..verbs::QpAttr::default()
+                },
+                verbs::QpAttrMask::QKEY,
+            )
+        })
+        .unwrap()
+        .unwrap();
+        let b = buf(&id, 8192);
+        for i in 0..reps {
+            let at = 4096 + i * 512;
+            id.post_recv(100 + i, b.mem.addr() + at, RAW_LEN as u32, &b.mr)
+                .unwrap();
+        }
+        let cm_qpn = s.cm.device(s.server.dev).unwrap().cm_qpn;
+        let server: Ipv4Addr = SERVER.parse().unwrap();
+        let ah = create_ah(
+            &id,
+            &UdData {
+                private_data: Vec::new(),
+                ah_attr: verbs::AhAttr {
+                    dgid: verbs::Gid::from_ipv4(server.octets()),
+                    port_num: 1,
+                    is_global: true,
+                    ..verbs::AhAttr::default()
+                },
+                qp_num: cm_qpn,
+                qkey: DGRAM_CM_QKEY,
+            },
+        );
+        RawPeer {
+            id,
+            b,
+            ah,
+            cm_qpn,
+            sent: 0,
+        }
+    }
+
+    /// Sends a SIDR_REQ for the listener's service as a peer's manager would, with `qp_type`
+    /// in byte 5 of the header and request ID `request_id` (also the first byte of the
+    /// application's private data).
+    fn sidr_req(&mut self, qp_type: u8, request_id: u32) {
+        use cm::mad::{
+            CmMad, CmMessage, CmaAddrs, CmaHeader, DGRAM_CM_QKEY, DGRAM_HEADER_SIZE, DgramHeader,
+            SidrReq, limits, port_space, service_id,
+        };
+        let client: Ipv4Addr = CLIENT.parse().unwrap();
+        let mut pd = [0u8; limits::SIDR_REQ];
+        pd[..limits::CMA_HEADER].copy_from_slice(
+            &CmaHeader {
+                src_port: 4791,
+                addrs: CmaAddrs::V4 {
+                    src: client,
+                    dst: SERVER.parse().unwrap(),
+                },
+            }
+            .encode(),
+        );
+        pd[limits::CMA_HEADER] = request_id as u8;
+        let header = DgramHeader {
+            ip: client,
+            qpn: self.id.qp_num().unwrap(),
+            gid: verbs::Gid::from_ipv4(client.octets()).0,
+            qp_type,
+        }
+        .encode();
+        let mad = CmMad {
+            tid: (0x77 << 32) | u64::from(request_id),
+            attr_mod: 0,
+            msg: CmMessage::SidrReq(SidrReq {
+                request_id,
+                partition_key: 0xFFFF,
+                service_id: service_id(port_space::UDP, PORT.parse().unwrap()),
+                private_data: pd,
+            }),
+        }
+        .encode();
+        let at = self.sent * 512;
+        self.sent += 1;
+        self.b.mem.write(at as usize, &header).unwrap();
+        self.b
+            .mem
+            .write(at as usize + DGRAM_HEADER_SIZE, &mad)
+            .unwrap();
+        let sge = [Sge {
+            addr: self.b.mem.addr() + at,
+            length: RAW_LEN as u32,
+            lkey: self.b.mr.lkey(),
+        }];
+        self.id
+            .data_path()
+            .unwrap()
+            .post_send(&[SendWr {
+                wr_id: self.sent,
+                opcode: WrOpcode::Send,
+                flags: SendFlags::SIGNALED,
+                sg_list: &sge,
+                dest: Some(UdDest {
+                    ah: &self.ah,
+                    remote_qpn: self.cm_qpn,
+                    remote_qkey: DGRAM_CM_QKEY,
+                }),
+                ..SendWr::default()
+            }])
+            .unwrap();
+        assert_eq!(self.id.get_send_comp().unwrap().status, WcStatus::Success);
+    }
+
+    /// The next SIDR_REP from the server's manager: (request ID, status).
+    fn sidr_rep(&self) -> (u32, u8) {
+        use cm::mad::{CmMad, CmMessage, DGRAM_HEADER_SIZE, DgramHeader};
+        let wc = self.id.get_recv_comp().unwrap();
+        assert_eq!(
+            (wc.status, wc.byte_len as usize),
+            (WcStatus::Success, RAW_LEN)
+        );
+        let mut got = [0u8; RAW_LEN];
+        self.b
+            .mem
+            .read(4096 + (wc.wr_id as usize - 100) * 512, &mut got)
+            .unwrap();
+        let h = DgramHeader::decode(&got).expect("the manager's header");
+        // only a SIDR_REQ says a QP type
+        assert_eq!((h.ip, h.qp_type), (SERVER.parse::<Ipv4Addr>().unwrap(), 0));
+        let mad = CmMad::decode(got[DGRAM_HEADER_SIZE..].try_into().unwrap()).unwrap();
+        let CmMessage::SidrRep(rep) = mad.msg else {
+            panic!("{mad:?}")
+        };
+        (rep.request_id, rep.status)
+    }
+
+    fn destroy(self) {
+        destroy_ah(&self.id, self.ah);
+        self.id.dereg_mr(self.b.mr).unwrap();
+    }
+}
+
+/// The listener's next request: the first byte of its application private data.
+fn next_request(listen: &Id) -> (Id, u8) {
+    let c = listen.get_request().unwrap();
+    let ev = c.event().unwrap();
+    assert_eq!(ev.event, EventType::ConnectRequest);
+    let EventParam::Ud(ud) = &ev.param else {
+        panic!("{ev:?}")
+    };
+    let first = ud.private_data[0];
+    drop(ev);
+    (c, first)
+}
+
+#[test]
+fn a_sidr_req_that_names_no_qp_type_is_answered_as_before_the_check() {
+    use cm::mad::dgram_qp_type;
+    let s = setup(11);
+    let listen = listener(&s, QpType::Srd);
+    let mut raw = RawPeer::new(&s, 4);
+    // UD (refused), a type nobody serves (refused), SRD (the listener's), in this order: the
+    // listener's first request is the SRD one
+    raw.sidr_req(dgram_qp_type::UD, 1);
+    raw.sidr_req(9, 2);
+    raw.sidr_req(dgram_qp_type::SRD, 3);
+    let (c, first) = next_request(&listen);
+    assert_eq!(
+        first, 3,
+        "the listener heard of a request of the wrong type"
+    );
+    c.accept(None).unwrap();
+    let mut reps = [raw.sidr_rep(), raw.sidr_rep(), raw.sidr_rep()];
+    reps.sort();
+    // status 2: "rejected"
+    assert_eq!(reps, [(1, 2), (2, 2), (3, 0)]);
+    assert_eq!(s.cm.stats().qp_type_mismatches, 2);
+    drop(c);
+    // one that says nothing (an older manager): answered as before, whatever the listener's
+    // type
+    raw.sidr_req(dgram_qp_type::UNSAID, 4);
+    let (c, first) = next_request(&listen);
+    assert_eq!(first, 4);
+    c.accept(None).unwrap();
+    assert_eq!(raw.sidr_rep(), (4, 0));
+    assert_eq!(s.cm.stats().qp_type_mismatches, 2);
+    drop(c);
+    raw.destroy();
+    drop(listen);
     s.teardown();
 }

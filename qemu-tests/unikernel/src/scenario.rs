@@ -1092,7 +1092,9 @@ fn efa_loopback(env: &Env) -> Result<(), String> {
             qp_type,
             messages,
             len,
-        } => kprintln!("UK: EFA {qp_type:?} SEND {messages} x {len} bytes to itself ok, data checked"),
+        } => kprintln!(
+            "UK: EFA {qp_type:?} SEND {messages} x {len} bytes to itself ok, data checked"
+        ),
         Progress::Read { len } => {
             kprintln!("UK: EFA RDMA READ {len} bytes from itself ok, data checked")
         }

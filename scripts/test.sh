@@ -11,6 +11,8 @@ command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 # libraries' ELF dynamic sections.
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v readelf >/dev/null 2>&1 || need_apt+=(binutils)
+# A Debian tool that crashes on our libraries is reported with its threads' backtraces.
+command -v gdb >/dev/null 2>&1 || need_apt+=(gdb)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

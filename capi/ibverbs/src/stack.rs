@@ -2168,19 +2168,23 @@ impl<D: Device> Backend for Stack<D> {
             Ok(i) => i,
             Err(e) => return fail(e),
         };
-        if let Some(c) = i.id.take() {
-            lock(&self.ids).remove(&c.handle().cq_context());
-            c.destroy_id();
-        }
-        // As in librdmacm: the id is freed only once every event reported for it has been
-        // acknowledged (another thread may still be handling one: rping's cm_thread gets the
-        // client's DISCONNECTED while its main thread destroys the id). No new event is
-        // reported for it once it left `ids`.
+        // As in librdmacm: the id is torn down only once every event reported for it has
+        // been acknowledged (another thread may still be handling one: rping's cm_thread
+        // gets the client's DISCONNECTED while its main thread destroys the id, and the
+        // event's making reads the manager's id). It leaves `ids` first, so that no new
+        // event is reported for it; then the wait; only then is the manager's id taken.
+        let handle = i.id.as_ref().map(|c| c.handle().cq_context());
         let mut ids = lock(&self.ids);
+        if let Some(h) = handle {
+            ids.remove(&h);
+        }
         while i.unacked.load(Ordering::Relaxed) != 0 {
             ids = self.acked.wait(ids).unwrap_or_else(|p| p.into_inner());
         }
         drop(ids);
+        if let Some(c) = i.id.take() {
+            c.destroy_id();
+        }
         // The manager destroyed a QP left on the id; as in librdmacm the program still holds
         // `id->qp` and frees it with ibv_destroy_qp (rping destroys the id first): the C
         // object stays, detached (its posts fail).

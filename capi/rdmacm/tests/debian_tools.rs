@@ -7,6 +7,7 @@
 #[path = "../../test-support/mod.rs"]
 mod support;
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::thread::sleep;
@@ -44,9 +45,59 @@ fn tool(
         .args(args)
         .env("LD_LIBRARY_PATH", lib)
         .env("RDMA_STACK_DEVICE", device)
+        // A crash leaves its core here (where the system writes cores to the working
+        // directory) for `postmortem`.
+        .current_dir(lib)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // SAFETY: only an async-signal-safe setrlimit between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
     c
+}
+
+/// For a program of `exe` that died by a signal: the threads' backtraces from its core in
+/// `dir` (gdb), or why there are none; empty when it did not die by a signal.
+fn postmortem(dir: &std::path::Path, exe: &std::path::Path, o: &Output) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(sig) = o.status.signal() else {
+        return String::new();
+    };
+    let cores: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n == "core" || n.starts_with("core."))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(core) = cores.first() else {
+        return format!("\nsignal {sig}: no core file in {}", dir.display());
+    };
+    match Command::new("gdb")
+        .args(["-batch", "-nx", "-ex", "thread apply all bt 40"])
+        .arg(exe)
+        .arg(core)
+        .output()
+    {
+        Ok(g) => format!(
+            "\nsignal {sig}, backtraces from {}:\n{}",
+            core.display(),
+            String::from_utf8_lossy(&g.stdout)
+        ),
+        Err(e) => format!("\nsignal {sig}: core {} (gdb: {e})", core.display()),
+    }
 }
 
 /// Stops a program started by [`tool`]: SIGTERM to its `timeout` wrapper, which passes it on
@@ -165,6 +216,10 @@ fn rping_on(tag: &str, (s, sd): (&str, &str), cd: &str, extra: &[&str], cextra: 
     let server_lines: Vec<String> = (0..10).map(|n| line("server ", n)).collect();
     let cl: Vec<&str> = client_lines.iter().map(String::as_str).collect();
     let sl: Vec<&str> = server_lines.iter().map(String::as_str).collect();
+    for (side, o) in [("client", &co), ("server", &so)] {
+        let pm = postmortem(&lib, &bin.join("rping"), o);
+        assert!(pm.is_empty(), "rping {side} crashed:\n{}\n{pm}", text(o).0);
+    }
     expect("rping -c", &co, &cl);
     let mut sw = sl.clone();
     sw.extend([

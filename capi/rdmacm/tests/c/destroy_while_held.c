@@ -3,7 +3,9 @@
  * exit: its cm_thread takes the DISCONNECTED event while main calls rdma_destroy_id, then
  * frees the structure the event handler uses). librdmacm's rdma_destroy_id returns only once
  * every event reported for the id is acknowledged, so the handler still sees a live id.
- * Then: an event of an id destroyed before anyone took it is never reported.
+ * Then: an event of an id destroyed before anyone took it is never reported. Last, ids
+ * destroyed while a handler thread takes their events without pause (an event may be in the
+ * making when rdma_destroy_id is called): no crash, every event names a live id of ours.
  * Prints its findings; exits 1 on a failed call.
  */
 #include <errno.h>
@@ -38,6 +40,28 @@ static void *handler(void *arg)
 	atomic_store(&acked, 1);
 	rdma_ack_cm_event(ev);
 	return NULL;
+}
+
+#define CHURN 400
+static int last;
+static atomic_int lost;
+
+/* Takes events until the last id's; counts events whose id is not one of ours. */
+static void *churn_handler(void *arg)
+{
+	struct rdma_cm_event *ev;
+
+	(void)arg;
+	for (;;) {
+		if (rdma_get_cm_event(ch, &ev))
+			FAIL("rdma_get_cm_event: %s", strerror(errno));
+		void *c = ev->id->context;
+		if (c != &marker && c != &last)
+			atomic_store(&lost, 1);
+		rdma_ack_cm_event(ev);
+		if (c == &last)
+			return NULL;
+	}
 }
 
 static void resolve(struct rdma_cm_id *id, const char *ip)
@@ -87,6 +111,28 @@ int main(int argc, char **argv)
 	usleep(100000);
 	int r = rdma_get_cm_event(ch, &ev);
 	printf("after destroy: %d %s\n", r, r ? strerror(errno) : rdma_event_str(ev->event));
+	fcntl(ch->fd, F_SETFL, fl);
+
+	/* Ids destroyed while their events are being made: a handler takes events without
+	 * pause while main creates, resolves and destroys ids, then one last id it keeps. */
+	pthread_t t2;
+	if (pthread_create(&t2, NULL, churn_handler, NULL))
+		FAIL("pthread_create");
+	for (int i = 0; i < CHURN; i++) {
+		if (rdma_create_id(ch, &id, &marker, RDMA_PS_TCP))
+			FAIL("rdma_create_id: %s", strerror(errno));
+		resolve(id, ip);
+		usleep(i % 7 * 50);
+		if (rdma_destroy_id(id))
+			FAIL("rdma_destroy_id: %s", strerror(errno));
+	}
+	if (rdma_create_id(ch, &id, &last, RDMA_PS_TCP))
+		FAIL("rdma_create_id: %s", strerror(errno));
+	resolve(id, ip);
+	pthread_join(t2, NULL);
+	if (rdma_destroy_id(id))
+		FAIL("rdma_destroy_id: %s", strerror(errno));
+	printf("churn: every event's id intact: %s\n", atomic_load(&lost) ? "no" : "yes");
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;

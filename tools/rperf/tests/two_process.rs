@@ -111,6 +111,26 @@ fn client(args: &[&str], peer: &str, ip: &str, port: u16) -> Output {
     child.wait_with_output().expect("client output")
 }
 
+/// A server with `sargs` at `sip` and a client with `cargs` from `cip`, both required to
+/// succeed; the client's stdout and stderr, and the server's stdout.
+fn run_pair(
+    sargs: &[&str],
+    cargs: &[&str],
+    (sip, cip, port): (&str, &str, u16),
+) -> (String, String, String) {
+    let srv = server(sargs, sip, port);
+    let out = client(cargs, sip, cip, port);
+    let (code, sout, serr) = srv.finish();
+    let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cargs:?}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
+        out.status
+    );
+    assert_eq!(code, Some(0), "{sargs:?}: server\n{sout}\n{serr}");
+    (cout, cerr, sout)
+}
+
 fn json_lines(s: &str) -> Vec<Value> {
     s.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
@@ -130,20 +150,11 @@ fn every_test_as_two_processes_json() {
         "read_bw",
     ] {
         let size = if t == "atomic_lat" { "8" } else { "200" };
-        let srv = server(&[t, "--json"], sip, port);
         let mut args = vec![t, "-n", "40", "-s", size, "--json"];
         if t.ends_with("_bw") {
             args.extend(["-t", "16"]);
         }
-        let out = client(&args, sip, cip, port);
-        let (code, sout, serr) = srv.finish();
-        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
-        assert!(
-            out.status.success(),
-            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
-            out.status
-        );
-        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
+        let (cout, cerr, sout) = run_pair(&[t, "--json"], &args, (sip, cip, port));
         let c = json_lines(&cout);
         assert_eq!(c.len(), 1, "{t}: {cout}");
         let v = &c[0];
@@ -400,21 +411,16 @@ fn efa_every_test_as_two_processes_over_srd() {
         "write_bw",
         "read_bw",
     ] {
-        let srv = server(&[&[t, "--json"][..], &efa].concat(), sip, port);
         let mut args = vec![t, "-n", "30", "-s", "200", "--json"];
         if t.ends_with("_bw") {
             args.extend(["-t", "8"]);
         }
         args.extend(efa);
-        let out = client(&args, sip, cip, port);
-        let (code, sout, serr) = srv.finish();
-        let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
-        assert!(
-            out.status.success(),
-            "{t}: client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
-            out.status
+        let (cout, cerr, sout) = run_pair(
+            &[&[t, "--json"][..], &efa].concat(),
+            &args,
+            (sip, cip, port),
         );
-        assert_eq!(code, Some(0), "{t}: server\n{sout}\n{serr}");
         let v = &json_lines(&cout)[0];
         assert_eq!(v["test"], t, "{v}");
         assert_eq!(v["iterations"].as_u64(), Some(30), "{v}");
@@ -426,17 +432,11 @@ fn efa_every_test_as_two_processes_over_srd() {
         assert_eq!(s["data_verified"], true, "{s}");
     }
     // The banner names SRD, and send_lat's inline threshold is the device's (32 bytes).
-    let srv = server(&[&["send_lat"][..], &efa].concat(), sip, port);
-    let out = client(
+    let (cout, _, sout) = run_pair(
+        &[&["send_lat"][..], &efa].concat(),
         &[&["send_lat", "-n", "20", "-s", "16"][..], &efa].concat(),
-        sip,
-        cip,
-        port,
+        (sip, cip, port),
     );
-    let (code, sout, serr) = srv.finish();
-    let cout = text(&out.stdout);
-    assert!(out.status.success(), "{cout}\n{}", text(&out.stderr));
-    assert_eq!(code, Some(0), "{sout}\n{serr}");
     assert!(cout.contains("Transport type : EFA"), "{cout}");
     assert!(cout.contains("Connection type : SRD"), "{cout}");
     assert!(!cout.contains("Connection type : RC"), "{cout}");
@@ -444,21 +444,15 @@ fn efa_every_test_as_two_processes_over_srd() {
     assert!(cout.ends_with("data verified: yes\n"), "{cout}");
     assert!(sout.contains("data verified: yes"), "{sout}");
     // Two connections on two threads, each an SRD id of its own.
-    let srv = server(&efa, sip, port);
-    let out = client(
+    let (cout, _, _) = run_pair(
+        &efa,
         &[
             &["write_bw", "-q", "2", "-n", "20", "-s", "4096", "-t", "8"][..],
             &efa,
         ]
         .concat(),
-        sip,
-        cip,
-        port,
+        (sip, cip, port),
     );
-    let (code, sout, serr) = srv.finish();
-    let cout = text(&out.stdout);
-    assert!(out.status.success(), "{cout}\n{}", text(&out.stderr));
-    assert_eq!(code, Some(0), "{sout}\n{serr}");
     assert!(cout.contains("Number of qps   : 2"), "{cout}");
     assert!(cout.ends_with("data verified: yes\n"), "{cout}");
 }
@@ -473,17 +467,12 @@ fn efa_large_reads_and_writes_with_a_deep_queue_are_paced_not_lost() {
     let (sip, cip, port) = ("127.0.7.55", "127.0.7.54", 47_022);
     let efa = ["--device", "efa"];
     let t = "read_bw";
-    let srv = server(&[&[t, "--json"][..], &efa].concat(), sip, port);
     let args = [t, "-n", "256", "-s", "65536", "-t", "128", "--json"];
-    let out = client(&[&args[..], &efa].concat(), sip, cip, port);
-    let (code, sout, serr) = srv.finish();
-    let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
-        out.status
+    let (cout, _, _) = run_pair(
+        &[&[t, "--json"][..], &efa].concat(),
+        &[&args[..], &efa].concat(),
+        (sip, cip, port),
     );
-    assert_eq!(code, Some(0), "server\n{sout}\n{serr}");
     let v = &json_lines(&cout)[0];
     assert_eq!(v["test"], t, "{v}");
     assert_eq!(v["iterations"].as_u64(), Some(256), "{v}");
@@ -492,17 +481,12 @@ fn efa_large_reads_and_writes_with_a_deep_queue_are_paced_not_lost() {
     // Writes of 4 MiB, four at a time: 16 MiB posted at once, paced the same way (this
     // part passed without the window too; the reads above are what overflowed).
     let t = "write_bw";
-    let srv = server(&[&[t, "--json"][..], &efa].concat(), sip, port);
     let args = [t, "-n", "8", "-s", "4194304", "-t", "4", "--json"];
-    let out = client(&[&args[..], &efa].concat(), sip, cip, port);
-    let (code, sout, serr) = srv.finish();
-    let (cout, cerr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "client {:?}\n{cout}\n{cerr}\nserver:\n{sout}\n{serr}",
-        out.status
+    let (cout, _, _) = run_pair(
+        &[&[t, "--json"][..], &efa].concat(),
+        &[&args[..], &efa].concat(),
+        (sip, cip, port),
     );
-    assert_eq!(code, Some(0), "server\n{sout}\n{serr}");
     let v = &json_lines(&cout)[0];
     assert_eq!(v["test"], t, "{v}");
     assert_eq!(v["bytes"].as_u64(), Some(4194304), "{v}");

@@ -19,8 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
-
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "rc_qp.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -36,25 +35,9 @@ static struct ibv_cq *cq_with_event(struct ibv_qp **qp_out)
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, &marker, ch, 0);
 	if (!cq)
 		FAIL("ibv_create_cq: %s", strerror(errno));
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE,
-	};
-	int r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS);
-	if (r)
-		FAIL("ibv_modify_qp INIT: %s", strerror(r));
+	struct ibv_qp *qp = rc_qp_in_init(pd, cq, 1);
+	struct ibv_qp_attr a;
+	int r;
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf), .lkey = mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
 	if ((r = ibv_post_recv(qp, &wr, &bad)))

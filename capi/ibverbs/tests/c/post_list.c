@@ -13,8 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
-
-#define FAIL(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
+#include "rc_qp.h"
 
 static char buf[64];
 
@@ -31,24 +30,9 @@ int main(void)
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (!pd || !mr || !cq)
 		FAIL("set-up: %s", strerror(errno));
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	if (!qp)
-		FAIL("ibv_create_qp: %s", strerror(errno));
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE,
-	};
-	int r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS);
-	if (r)
-		FAIL("ibv_modify_qp INIT: %s", strerror(r));
+	struct ibv_qp *qp = rc_qp_in_init(pd, cq, 4);
+	struct ibv_qp_attr a;
+	int r;
 
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf), .lkey = mr->lkey };
 	struct ibv_recv_wr rw[3], *rbad = NULL;

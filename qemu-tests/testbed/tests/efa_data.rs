@@ -629,23 +629,29 @@ fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
             .write((k * u64::from(LEN)) as usize, &pattern(k))
             .unwrap();
     }
-    let sges: Vec<[Sge; 1]> = (0..N).map(|k| [a.sge(k * u64::from(LEN), LEN)]).collect();
-    let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)
-        .map(|k| SendWr {
-            wr_id: k as u64,
-            opcode: WrOpcode::RdmaWrite,
-            sg_list: &sges[k],
-            remote: RemoteOp::Rdma {
-                remote_addr: b.mr.addr() + half + k as u64 * u64::from(LEN),
-                rkey: b.mr.rkey(),
-            },
-            dest: Some(dest!(a, b, QKEY)),
-            ..Default::default()
-        })
-        .collect();
-    a.dev.post_send(&mut a.qp, &wrs).unwrap();
-    let c = wait(&w, &a, N as usize);
-    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    // N operations of `op`, all posted at once: a[local + k·LEN] with b[half + k·LEN].
+    let batch = |a: &mut Node, op: WrOpcode, local: u64, id: u64| {
+        let sges: Vec<[Sge; 1]> = (0..N)
+            .map(|k| [a.sge(local + k * u64::from(LEN), LEN)])
+            .collect();
+        let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)
+            .map(|k| SendWr {
+                wr_id: id + k as u64,
+                opcode: op,
+                sg_list: &sges[k],
+                remote: RemoteOp::Rdma {
+                    remote_addr: b.mr.addr() + half + k as u64 * u64::from(LEN),
+                    rkey: b.mr.rkey(),
+                },
+                dest: Some(dest!(a, b, QKEY)),
+                ..Default::default()
+            })
+            .collect();
+        a.dev.post_send(&mut a.qp, &wrs).unwrap();
+        let c = wait(&w, a, N as usize);
+        assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    };
+    batch(&mut a, WrOpcode::RdmaWrite, 0, 0);
     for k in 0..N {
         let mut got = vec![0u8; LEN as usize];
         b.buf()
@@ -654,25 +660,7 @@ fn srd_paces_a_deep_queue_of_large_operations_through_a_tiny_receive_buffer() {
         assert!(got == pattern(k), "write {k} differs");
     }
     // Reads: b[half + k·LEN] → a[half + k·LEN], all posted at once.
-    let sges: Vec<[Sge; 1]> = (0..N)
-        .map(|k| [a.sge(half + k * u64::from(LEN), LEN)])
-        .collect();
-    let wrs: Vec<SendWr<'_, efa::Ah>> = (0..N as usize)
-        .map(|k| SendWr {
-            wr_id: 100 + k as u64,
-            opcode: WrOpcode::RdmaRead,
-            sg_list: &sges[k],
-            remote: RemoteOp::Rdma {
-                remote_addr: b.mr.addr() + half + k as u64 * u64::from(LEN),
-                rkey: b.mr.rkey(),
-            },
-            dest: Some(dest!(a, b, QKEY)),
-            ..Default::default()
-        })
-        .collect();
-    a.dev.post_send(&mut a.qp, &wrs).unwrap();
-    let c = wait(&w, &a, N as usize);
-    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    batch(&mut a, WrOpcode::RdmaRead, half, 100);
     for k in 0..N {
         let mut got = vec![0u8; LEN as usize];
         a.buf()
